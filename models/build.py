@@ -1,0 +1,763 @@
+"""Build the reference models: FP32 ONNX, INT8 QDQ ONNX, INT8 OpenVINO IR, FP32 and INT8 TFLite, and the manifest.
+
+Runs in its own pinned environment (`make models` creates `.venv-build` from `models/requirements-build.txt`), never in
+the test install: TensorFlow is ~1.5 GB and only needed here. Everything is seeded; rerunning reproduces the committed
+artifacts (`make models && git status models/` shows what, if anything, changed).
+
+Each network is written once in a tiny spec (`Net`) that builds the Keras model to train and convert to TFLite, and is
+exported to ONNX from the same spec by `to_onnx` (batch-norm folded, NHWC input kept so every artifact takes the same
+input). The ONNX export is checked against Keras numerically before anything is written.
+
+The four MLPerf Tiny shapes are not trained: they carry seeded random weights and exist for latency work only; the
+manifest says so. `digits_cnn` is trained on scikit-learn's bundled digits (no download) and its held-out split is kept
+next to it for accuracy tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import platform
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # oneDNN reorders float sums; keep training bit-reproducible
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+SEED = 0
+DIGITS_CALIBRATION = 200  # samples of the training split used to calibrate INT8
+
+
+# --------------------------------------------------------------------------------------------------------------- spec
+@dataclass
+class Op:
+    kind: str
+    inputs: list[str]
+    output: str
+    attrs: dict = field(default_factory=dict)
+    layers: dict = field(default_factory=dict)  # keras layers holding the weights
+
+
+class Net:
+    """A network written once, built as Keras and exported as ONNX from the same description."""
+
+    def __init__(self, name: str, input_shape: tuple[int, ...]):
+        import keras
+
+        self.keras = keras
+        self.name = name
+        self.input_shape = input_shape
+        self.ops: list[Op] = []
+        self.tensors: dict[str, object] = {}
+        self.shapes: dict[str, tuple[int, ...]] = {"input": input_shape}
+        self.inp = keras.Input(shape=input_shape, name="input")
+        self.tensors["input"] = self.inp
+        self._n = 0
+
+    def _name(self, kind: str) -> str:
+        self._n += 1
+        return f"{kind}{self._n}"
+
+    def _act(self, op: Op, x, act: str | None):
+        if act == "relu":
+            x = self.keras.layers.ReLU(name=op.output + "_relu")(x)
+        elif act is not None:
+            raise ValueError(act)
+        op.attrs["act"] = act
+        return x
+
+    def conv(self, x: str, filters: int, k, stride: int = 1, padding: str = "same", bn: bool = True, act="relu") -> str:
+        L = self.keras.layers
+        k = (k, k) if isinstance(k, int) else tuple(k)
+        out = self._name("conv")
+        op = Op("conv", [x], out, {"k": k, "stride": stride, "padding": padding, "bn": bn})
+        conv = L.Conv2D(filters, k, strides=stride, padding=padding, use_bias=not bn, name=out)
+        y = conv(self.tensors[x])
+        op.layers["conv"] = conv
+        if bn:
+            op.layers["bn"] = L.BatchNormalization(name=out + "_bn")
+            y = op.layers["bn"](y)
+        self.tensors[out] = self._act(op, y, act)
+        self.shapes[out] = tuple(int(d) for d in y.shape[1:])
+        self.ops.append(op)
+        return out
+
+    def dwconv(self, x: str, k: int = 3, stride: int = 1, bn: bool = True, act="relu") -> str:
+        L = self.keras.layers
+        out = self._name("dwconv")
+        op = Op("dwconv", [x], out, {"k": (k, k), "stride": stride, "padding": "same", "bn": bn})
+        conv = L.DepthwiseConv2D(k, strides=stride, padding="same", use_bias=not bn, name=out)
+        y = conv(self.tensors[x])
+        op.layers["conv"] = conv
+        if bn:
+            op.layers["bn"] = L.BatchNormalization(name=out + "_bn")
+            y = op.layers["bn"](y)
+        self.tensors[out] = self._act(op, y, act)
+        self.shapes[out] = tuple(int(d) for d in y.shape[1:])
+        self.ops.append(op)
+        return out
+
+    def dense(self, x: str, units: int, bn: bool = False, act=None) -> str:
+        L = self.keras.layers
+        out = self._name("dense")
+        op = Op("dense", [x], out, {"bn": bn})
+        dense = L.Dense(units, use_bias=not bn, name=out)
+        y = dense(self.tensors[x])
+        op.layers["dense"] = dense
+        if bn:
+            op.layers["bn"] = L.BatchNormalization(name=out + "_bn")
+            y = op.layers["bn"](y)
+        self.tensors[out] = self._act(op, y, act)
+        self.shapes[out] = (units,)
+        self.ops.append(op)
+        return out
+
+    def add(self, a: str, b: str, act="relu") -> str:
+        out = self._name("add")
+        op = Op("add", [a, b], out)
+        y = self.keras.layers.Add(name=out)([self.tensors[a], self.tensors[b]])
+        self.tensors[out] = self._act(op, y, act)
+        self.shapes[out] = self.shapes[a]
+        self.ops.append(op)
+        return out
+
+    def maxpool(self, x: str, size: int = 2) -> str:
+        out = self._name("maxpool")
+        y = self.keras.layers.MaxPooling2D(size, name=out)(self.tensors[x])
+        self.ops.append(Op("maxpool", [x], out, {"size": size}))
+        self.tensors[out] = y
+        self.shapes[out] = tuple(int(d) for d in y.shape[1:])
+        return out
+
+    def global_avgpool(self, x: str) -> str:
+        out = self._name("gap")
+        y = self.keras.layers.GlobalAveragePooling2D(name=out)(self.tensors[x])
+        self.ops.append(Op("gap", [x], out))
+        self.tensors[out] = y
+        self.shapes[out] = (int(y.shape[-1]),)
+        return out
+
+    def flatten(self, x: str) -> str:
+        out = self._name("flatten")
+        y = self.keras.layers.Flatten(name=out)(self.tensors[x])
+        self.ops.append(Op("flatten", [x], out))
+        self.tensors[out] = y
+        self.shapes[out] = (int(np.prod(self.shapes[x])),)
+        return out
+
+    def softmax(self, x: str) -> str:
+        out = self._name("softmax")
+        y = self.keras.layers.Softmax(name=out)(self.tensors[x])
+        self.ops.append(Op("softmax", [x], out))
+        self.tensors[out] = y
+        self.shapes[out] = self.shapes[x]
+        return out
+
+    def model(self, output: str, output_name: str):
+        self.output = output
+        self.output_name = output_name
+        return self.keras.Model(self.inp, self.tensors[output], name=self.name)
+
+
+# ------------------------------------------------------------------------------------------------------ architectures
+def digits_cnn() -> Net:
+    n = Net("digits_cnn", (8, 8, 1))
+    x = n.conv("input", 16, 3, bn=False)
+    x = n.maxpool(x)
+    x = n.conv(x, 32, 3, bn=False)
+    x = n.flatten(x)
+    x = n.dense(x, 64, act="relu")
+    x = n.dense(x, 10)
+    n.model(x, "logits")
+    return n
+
+
+def resnet8() -> Net:
+    """MLPerf Tiny image classification reference (CIFAR-10 ResNet-8, 32x32x3)."""
+    n = Net("resnet8", (32, 32, 3))
+    x = n.conv("input", 16, 3)
+    y = n.conv(x, 16, 3)
+    y = n.conv(y, 16, 3, act=None)
+    x = n.add(x, y)
+    for filters in (32, 64):
+        y = n.conv(x, filters, 3, stride=2)
+        y = n.conv(y, filters, 3, act=None)
+        s = n.conv(x, filters, 1, stride=2, bn=False, act=None)
+        x = n.add(s, y)
+    x = n.global_avgpool(x)
+    x = n.dense(x, 10)
+    n.model(n.softmax(x), "probabilities")
+    return n
+
+
+def dscnn_kws() -> Net:
+    """MLPerf Tiny keyword spotting reference (DS-CNN small, 49x10 MFCC, 12 classes)."""
+    n = Net("dscnn_kws", (49, 10, 1))
+    x = n.conv("input", 64, (10, 4), stride=2)
+    for _ in range(4):
+        x = n.dwconv(x, 3)
+        x = n.conv(x, 64, 1)
+    x = n.global_avgpool(x)
+    x = n.dense(x, 12)
+    n.model(n.softmax(x), "probabilities")
+    return n
+
+
+def mobilenet_v1_025_vww() -> Net:
+    """MLPerf Tiny visual wake words reference (MobileNetV1 alpha 0.25, 96x96x3, 2 classes)."""
+    n = Net("mobilenet_v1_025_vww", (96, 96, 3))
+    x = n.conv("input", 8, 3, stride=2)
+    blocks = [(16, 1), (32, 2), (32, 1), (64, 2), (64, 1), (128, 2)] + [(128, 1)] * 5 + [(256, 2), (256, 1)]
+    for filters, stride in blocks:
+        x = n.dwconv(x, 3, stride=stride)
+        x = n.conv(x, filters, 1)
+    x = n.global_avgpool(x)
+    x = n.dense(x, 2)
+    n.model(n.softmax(x), "probabilities")
+    return n
+
+
+def fc_autoencoder_ad() -> Net:
+    """MLPerf Tiny anomaly detection reference (fully connected autoencoder, 640 inputs)."""
+    n = Net("fc_autoencoder_ad", (640,))
+    x = "input"
+    for units in (128, 128, 128, 128, 8, 128, 128, 128, 128):
+        x = n.dense(x, units, bn=True, act="relu")
+    x = n.dense(x, 640)
+    n.model(x, "reconstruction")
+    return n
+
+
+MLPERF_TINY = {
+    "resnet8": resnet8,
+    "dscnn_kws": dscnn_kws,
+    "mobilenet_v1_025_vww": mobilenet_v1_025_vww,
+    "fc_autoencoder_ad": fc_autoencoder_ad,
+}
+
+
+# ------------------------------------------------------------------------------------------------------- ONNX export
+def _tf_same_pads(size: int, k: int, stride: int) -> tuple[int, int]:
+    """TensorFlow 'same' padding: the odd pixel goes after (bottom/right)."""
+    out = -(-size // stride)
+    total = max((out - 1) * stride + k - size, 0)
+    return total // 2, total - total // 2
+
+
+def _fold_bn(kernel_out_last: np.ndarray, bias: np.ndarray | None, bn) -> tuple[np.ndarray, np.ndarray]:
+    gamma, beta, mean, var = (np.asarray(w, dtype=np.float64) for w in bn.get_weights())
+    scale = gamma / np.sqrt(var + bn.epsilon)
+    b = np.zeros_like(mean) if bias is None else bias.astype(np.float64)
+    return kernel_out_last * scale, (b - mean) * scale + beta
+
+
+def to_onnx(net: Net, opset: int = 17):
+    """Export a trained Net to an ONNX graph with NHWC input (as the TFLite model) and folded batch norms."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes, inits = [], []
+
+    def const(name: str, arr: np.ndarray) -> str:
+        inits.append(numpy_helper.from_array(np.ascontiguousarray(arr), name))
+        return name
+
+    image = len(net.input_shape) == 3
+    onnx_name = {"input": "input"}
+    layout = {"input": "nhwc" if image else "flat"}
+    if image:
+        nodes.append(helper.make_node("Transpose", ["input"], ["input_nchw"], perm=[0, 3, 1, 2], name="to_nchw"))
+        onnx_name["input"] = "input_nchw"
+        layout["input"] = "nchw"
+
+    for op in net.ops:
+        src = [onnx_name[i] for i in op.inputs]
+        out = op.output
+        if op.kind in ("conv", "dwconv"):
+            conv = op.layers["conv"]
+            w = conv.get_weights()
+            kernel = np.asarray(w[0], dtype=np.float64)
+            bias = np.asarray(w[1], dtype=np.float64) if len(w) > 1 else None
+            if op.kind == "dwconv":
+                kernel = kernel[..., 0]  # (kh, kw, c): depth multiplier 1
+            if op.attrs["bn"]:
+                kernel, bias = _fold_bn(kernel, bias, op.layers["bn"])
+            if op.kind == "conv":
+                wt = kernel.transpose(3, 2, 0, 1)  # (kh, kw, in, out) -> (out, in, kh, kw)
+                group = 1
+            else:
+                wt = kernel.transpose(2, 0, 1)[:, None]  # (kh, kw, c) -> (c, 1, kh, kw)
+                group = wt.shape[0]
+            if bias is None:
+                bias = np.zeros(wt.shape[0])
+            h, w_ = net.shapes[op.inputs[0]][:2]
+            kh, kw = op.attrs["k"]
+            s = op.attrs["stride"]
+            if op.attrs["padding"] == "same":
+                (pt, pb), (pl, pr) = _tf_same_pads(h, kh, s), _tf_same_pads(w_, kw, s)
+            else:
+                pt = pb = pl = pr = 0
+            name = out + "_conv" if op.attrs["act"] else out
+            nodes.append(
+                helper.make_node(
+                    "Conv",
+                    [src[0], const(out + "_w", wt.astype(np.float32)), const(out + "_b", bias.astype(np.float32))],
+                    [name],
+                    kernel_shape=[kh, kw],
+                    strides=[s, s],
+                    pads=[pt, pl, pb, pr],
+                    group=group,
+                    name=out,
+                )
+            )
+            layout[out] = "nchw"
+        elif op.kind == "dense":
+            dense = op.layers["dense"]
+            w = dense.get_weights()
+            kernel = np.asarray(w[0], dtype=np.float64)
+            bias = np.asarray(w[1], dtype=np.float64) if len(w) > 1 else None
+            if op.attrs["bn"]:
+                kernel, bias = _fold_bn(kernel, bias, op.layers["bn"])
+            name = out + "_gemm" if op.attrs["act"] else out
+            nodes.append(
+                helper.make_node(
+                    "Gemm",
+                    [src[0], const(out + "_w", kernel.astype(np.float32)), const(out + "_b", bias.astype(np.float32))],
+                    [name],
+                    name=out,
+                )
+            )
+            layout[out] = "flat"
+        elif op.kind == "add":
+            name = out + "_sum" if op.attrs["act"] else out
+            nodes.append(helper.make_node("Add", src, [name], name=out))
+            layout[out] = layout[op.inputs[0]]
+        elif op.kind == "maxpool":
+            k = op.attrs["size"]
+            nodes.append(helper.make_node("MaxPool", src, [out], kernel_shape=[k, k], strides=[k, k], name=out))
+            layout[out] = "nchw"
+        elif op.kind == "gap":
+            nodes.append(helper.make_node("GlobalAveragePool", src, [out + "_pool"], name=out + "_pool"))
+            nodes.append(helper.make_node("Flatten", [out + "_pool"], [out], axis=1, name=out))
+            layout[out] = "flat"
+        elif op.kind == "flatten":
+            # Keras flattens NHWC: go back to NHWC first so the dense weights keep their order.
+            nodes.append(helper.make_node("Transpose", src, [out + "_nhwc"], perm=[0, 2, 3, 1], name=out + "_nhwc"))
+            nodes.append(helper.make_node("Flatten", [out + "_nhwc"], [out], axis=1, name=out))
+            layout[out] = "flat"
+        elif op.kind == "softmax":
+            nodes.append(helper.make_node("Softmax", src, [out], axis=-1, name=out))
+            layout[out] = "flat"
+        else:  # pragma: no cover - the spec has no other ops
+            raise ValueError(op.kind)
+        if op.attrs.get("act") == "relu":
+            pre = nodes[-1].output[0]
+            nodes.append(helper.make_node("Relu", [pre], [out], name=out + "_relu"))
+        onnx_name[out] = out
+
+    # Rename the final tensor to the public output name.
+    final = onnx_name[net.output]
+    nodes.append(helper.make_node("Identity", [final], [net.output_name], name="output"))
+    graph = helper.make_graph(
+        nodes,
+        net.name,
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, *net.input_shape])],
+        [helper.make_tensor_value_info(net.output_name, TensorProto.FLOAT, [1, *net.shapes[net.output]])],
+        initializer=inits,
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", opset)],
+        producer_name="edge_runtime models/build.py",
+        producer_version="1",
+    )
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def _strip_identity(path: Path) -> None:
+    """Drop the trailing Identity: quantizers and converters handle a graph whose output is produced directly better."""
+    import onnx
+
+    m = onnx.load(str(path))
+    g = m.graph
+    ident = [n for n in g.node if n.op_type == "Identity" and n.output[0] == g.output[0].name]
+    for n in ident:
+        src = n.input[0]
+        for other in g.node:
+            for i, o in enumerate(other.output):
+                if o == src:
+                    other.output[i] = n.output[0]
+        g.node.remove(n)
+    onnx.save(m, str(path))
+
+
+# ------------------------------------------------------------------------------------------------------------- data
+def digits_data():
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    d = load_digits()
+    x = (d.images.astype(np.float32) / 16.0)[..., None]  # (N, 8, 8, 1) in [0, 1]
+    y = d.target.astype(np.int64)
+    return train_test_split(x, y, test_size=0.2, random_state=SEED, stratify=y)
+
+
+def random_data(shape: tuple[int, ...], n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if len(shape) == 1:
+        return rng.standard_normal((n, *shape)).astype(np.float32)
+    return rng.random((n, *shape), dtype=np.float32)
+
+
+# ------------------------------------------------------------------------------------------------------- conversion
+def write_tflite(net: Net, model, calib: np.ndarray, fp32_path: Path, int8_path: Path) -> None:
+    import keras
+    import tensorflow as tf
+
+    # Batch 1, static: edge models run one sample at a time, and a static shape keeps every delegate usable.
+    inp = keras.Input(batch_shape=(1, *net.input_shape), name="input")
+    fixed = keras.Model(inp, model(inp), name=net.name)
+
+    conv = tf.lite.TFLiteConverter.from_keras_model(fixed)
+    fp32_path.write_bytes(conv.convert())
+
+    def representative():
+        for i in range(len(calib)):
+            yield [calib[i : i + 1]]
+
+    conv = tf.lite.TFLiteConverter.from_keras_model(fixed)
+    conv.optimizations = [tf.lite.Optimize.DEFAULT]
+    conv.representative_dataset = representative
+    conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    conv.inference_input_type = tf.int8
+    conv.inference_output_type = tf.int8
+    int8_path.write_bytes(conv.convert())
+
+
+ORT_QUANT = {
+    "format": "QDQ",
+    "activation_type": "QUInt8",
+    "weight_type": "QInt8",
+    "per_channel": True,
+    "reduce_range": False,
+    "calibrate_method": "MinMax",
+}
+
+
+def write_onnx_int8(fp32_path: Path, calib: np.ndarray, int8_path: Path) -> None:
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(calib[i : i + 1] for i in range(len(calib)))
+
+        def get_next(self):
+            x = next(self.it, None)
+            return None if x is None else {"input": x}
+
+    with tempfile.TemporaryDirectory() as tmp:
+        pre = Path(tmp) / "pre.onnx"
+        quant_pre_process(str(fp32_path), str(pre), skip_symbolic_shape=True)
+        quantize_static(
+            str(pre),
+            str(int8_path),
+            Reader(),
+            quant_format=QuantFormat.QDQ,
+            activation_type=QuantType.QUInt8,  # U8S8: on x86 without VNNI, S8S8 is slower than FP32 in ORT
+            weight_type=QuantType.QInt8,
+            per_channel=ORT_QUANT["per_channel"],
+            reduce_range=ORT_QUANT["reduce_range"],
+            calibrate_method=CalibrationMethod.MinMax,
+        )
+
+
+def write_openvino_ir(int8_onnx: Path, xml_path: Path) -> None:
+    import openvino as ov
+
+    model = ov.convert_model(str(int8_onnx))
+    ov.save_model(model, str(xml_path), compress_to_fp16=False)
+
+
+# ---------------------------------------------------------------------------------------------------------- manifest
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    if isinstance(v, float):
+        return repr(round(v, 6))
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + " }"
+    raise TypeError(type(v))
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import version
+
+    pkgs = ["tensorflow-cpu", "keras", "onnx", "onnxruntime", "openvino", "scikit-learn", "numpy", "ai-edge-litert"]
+    out = {"python": platform.python_version()}
+    for p in pkgs:
+        out[p] = version(p)
+    return out
+
+
+def tensor_specs(path: Path, fmt: str) -> tuple[list[dict], list[dict]]:
+    """Input/output specs as the runtime sees them (name, shape, dtype, quantization)."""
+    sys.path.insert(0, str(ROOT))
+    import edge_runtime
+
+    backend = {"onnx": "onnxruntime", "openvino": "openvino", "tflite": "tflite"}[fmt]
+    with edge_runtime.load(path, backend=backend, isolate=False) as s:
+
+        def spec(t):
+            d = {"name": t.name, "shape": [int(x) for x in t.shape], "dtype": str(t.dtype)}
+            if t.quantization is not None:
+                d["scale"] = float(t.quantization.scale)
+                d["zero_point"] = int(t.quantization.zero_point)
+            return d
+
+        return [spec(t) for t in s.inputs], [spec(t) for t in s.outputs]
+
+
+def digits_accuracy(paths: dict[str, Path], x: np.ndarray, y: np.ndarray) -> dict[str, dict]:
+    """Top-1 on the held-out split per backend, and INT8 agreement with FP32 on the same backend."""
+    sys.path.insert(0, str(ROOT))
+    from edge_runtime.accuracy import classify
+
+    runs = {
+        "onnxruntime": ("fp32_onnx", "int8_onnx", "onnxruntime"),
+        "openvino": ("fp32_onnx", "int8_ir", "openvino"),
+        "tflite": ("fp32_tflite", "int8_tflite", "tflite"),
+    }
+    out = {}
+    for name, (fp32_key, int8_key, backend) in runs.items():
+        p32 = classify(paths[fp32_key], x, backend=backend)
+        p8 = classify(paths[int8_key], x, backend=backend)
+        out[name] = {
+            "fp32_top1": float(np.mean(p32 == y)),
+            "int8_top1": float(np.mean(p8 == y)),
+            "int8_fp32_agreement": float(np.mean(p8 == p32)),
+        }
+    return out
+
+
+# -------------------------------------------------------------------------------------------------------------- main
+def build_one(name: str, outdir: Path, log) -> dict:
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(SEED)
+    tf.config.experimental.enable_op_determinism()
+    d = outdir / name
+    d.mkdir(parents=True, exist_ok=True)
+    trained = name == "digits_cnn"
+    if trained:
+        net = digits_cnn()
+        model = keras.Model(net.inp, net.tensors[net.output])
+        x_tr, x_te, y_tr, y_te = digits_data()
+        model.compile(
+            optimizer=keras.optimizers.Adam(3e-3),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+        )
+        model.fit(x_tr, y_tr, epochs=40, batch_size=32, verbose=0, shuffle=True)
+        keras_acc = float(np.mean(np.argmax(model.predict(x_te, verbose=0), axis=1) == y_te))
+        log(f"  {name}: trained, Keras test top-1 {keras_acc:.4f}")
+        calib = x_tr[:DIGITS_CALIBRATION]
+        np.savez_compressed(d / "digits_test.npz", x=x_te, y=y_te)
+        np.savez_compressed(d / "digits_calibration.npz", x=calib)
+    else:
+        net = MLPERF_TINY[name]()
+        model = keras.Model(net.inp, net.tensors[net.output])
+        # Untrained: move batch-norm statistics off their defaults so folding is exercised, seeded.
+        rng = np.random.default_rng(SEED)
+        for layer in model.layers:
+            if isinstance(layer, keras.layers.BatchNormalization):
+                g, b, m, v = layer.get_weights()
+                layer.set_weights(
+                    [
+                        rng.uniform(0.5, 1.5, g.shape).astype(np.float32),
+                        rng.normal(0, 0.1, b.shape).astype(np.float32),
+                        rng.normal(0, 0.1, m.shape).astype(np.float32),
+                        rng.uniform(0.5, 1.5, v.shape).astype(np.float32),
+                    ]
+                )
+        calib = random_data(net.input_shape, 100, SEED + 1)
+        x_te = random_data(net.input_shape, 16, SEED + 2)
+        y_te = None
+
+    paths = {
+        "fp32_onnx": d / f"{name}_fp32.onnx",
+        "int8_onnx": d / f"{name}_int8.onnx",
+        "int8_ir": d / f"{name}_int8.xml",
+        "fp32_tflite": d / f"{name}_fp32.tflite",
+        "int8_tflite": d / f"{name}_int8.tflite",
+    }
+    import onnx
+
+    onnx_model = to_onnx(net)
+    onnx.save(onnx_model, str(paths["fp32_onnx"]))
+    # The ONNX export must compute what Keras computes before anything is built on it.
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(paths["fp32_onnx"]), providers=["CPUExecutionProvider"])
+    probe = x_te[:8]
+    ref = model.predict(probe, verbose=0)
+    got = np.concatenate([sess.run(None, {"input": probe[i : i + 1]})[0] for i in range(len(probe))])
+    err = float(np.max(np.abs(ref - got)))
+    if err > 1e-4 * max(1.0, float(np.max(np.abs(ref)))):
+        raise SystemExit(f"{name}: ONNX export differs from Keras by {err}")
+    log(f"  {name}: ONNX export matches Keras (max abs diff {err:.2e})")
+    write_onnx_int8(paths["fp32_onnx"], calib, paths["int8_onnx"])
+    write_openvino_ir(paths["int8_onnx"], paths["int8_ir"])
+    write_tflite(net, model, calib, paths["fp32_tflite"], paths["int8_tflite"])
+    log(f"  {name}: wrote {', '.join(p.name for p in paths.values())}")
+
+    accuracy = digits_accuracy(paths, x_te, y_te) if trained else None
+    return {
+        "name": name,
+        "trained": trained,
+        "paths": paths,
+        "calibration": len(calib),
+        "accuracy": accuracy,
+        "net": net,
+    }
+
+
+def write_manifest(results: list[dict], outdir: Path) -> None:
+    vers = versions()
+    lines = [
+        "# Reference models, written by `models/build.py` (`make models`). Do not edit by hand: rebuild.",
+        "# Each [[artifact]] is one file the runtime loads; tests check every sha256 and the digits accuracy below.",
+        "",
+        "schema = 1",
+        f"seed = {SEED}",
+        f"build_versions = {toml_value(vers)}",
+        f"build_platform = {toml_value(platform.platform())}",
+        "",
+    ]
+    for r in results:
+        name = r["name"]
+        lines.append("[[model]]")
+        lines.append(f"name = {toml_value(name)}")
+        lines.append(f"trained = {toml_value(r['trained'])}")
+        if r["trained"]:
+            lines.append(
+                'description = "Small CNN trained on the handwritten digits bundled with scikit-learn '
+                '(load_digits, 8x8, 10 classes); held-out split in digits_test.npz."'
+            )
+            lines.append(f'test_split = "{name}/digits_test.npz"')
+            lines.append(f'calibration_data = "{name}/digits_calibration.npz"')
+        else:
+            doc = MLPERF_TINY[name].__doc__.strip()
+            lines.append(
+                f"description = {toml_value(doc + ' Seeded random weights, not trained: for latency work only.')}"
+            )
+        lines.append(f"calibration_samples = {r['calibration']}")
+        lines.append("")
+        if r["accuracy"]:
+            for backend, acc in r["accuracy"].items():
+                lines.append(f"[model.accuracy.{backend}]")
+                for k, v in acc.items():
+                    lines.append(f"{k} = {toml_value(round(v, 6))}")
+                lines.append("")
+        kinds = {
+            "fp32_onnx": (
+                "onnx",
+                "fp32",
+                "exported from the Keras model by models/build.py:to_onnx (batch norm folded)",
+            ),
+            "int8_onnx": (
+                "onnx",
+                "int8",
+                "onnxruntime.quantization.quantize_static " + toml_value(ORT_QUANT).replace('"', "'"),
+            ),
+            "int8_ir": (
+                "openvino",
+                "int8",
+                "openvino.convert_model of the INT8 QDQ ONNX, saved without FP16 compression",
+            ),
+            "fp32_tflite": ("tflite", "fp32", "tf.lite.TFLiteConverter from the Keras model"),
+            "int8_tflite": (
+                "tflite",
+                "int8",
+                "tf.lite.TFLiteConverter full-integer (TFLITE_BUILTINS_INT8, int8 input and output)",
+            ),
+        }
+        for key, path in r["paths"].items():
+            fmt, precision, how = kinds[key]
+            inputs, outputs = tensor_specs(path, fmt)
+            lines.append("[[artifact]]")
+            lines.append(f"model = {toml_value(name)}")
+            lines.append(f"file = {toml_value(path.relative_to(outdir).as_posix())}")
+            lines.append(f"sha256 = {toml_value(sha256(path))}")
+            if fmt == "openvino":
+                bin_path = path.with_suffix(".bin")
+                lines.append(f"weights_file = {toml_value(bin_path.relative_to(outdir).as_posix())}")
+                lines.append(f"weights_sha256 = {toml_value(sha256(bin_path))}")
+            lines.append(f"format = {toml_value(fmt)}")
+            lines.append(f"precision = {toml_value(precision)}")
+            lines.append(f"calibration_samples = {r['calibration'] if precision == 'int8' else 0}")
+            lines.append(f"provenance = {toml_value(how)}")
+            lines.append(f"inputs = {toml_value(inputs)}")
+            lines.append(f"outputs = {toml_value(outputs)}")
+            lines.append("")
+    (outdir / "manifest.toml").write_text("\n".join(lines))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=HERE, help="output folder (default: models/)")
+    ap.add_argument("--only", action="append", help="build only this model (repeatable)")
+    args = ap.parse_args(argv)
+    names = args.only or ["digits_cnn", *MLPERF_TINY]
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    results = []
+    for i, name in enumerate(names, 1):
+        log(f"[{i}/{len(names)}] {name}")
+        results.append(build_one(name, args.out, log))
+    write_manifest(results, args.out)
+    for r in results:
+        if r["accuracy"]:
+            for backend, acc in r["accuracy"].items():
+                log(
+                    f"  {r['name']} on {backend}: FP32 {acc['fp32_top1']:.4f}  INT8 {acc['int8_top1']:.4f}  "
+                    f"agreement {acc['int8_fp32_agreement']:.4f}"
+                )
+    log(f"wrote {args.out / 'manifest.toml'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
