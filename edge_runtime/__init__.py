@@ -1,0 +1,35 @@
+"""edge_runtime: load INT8 models on ONNX Runtime, OpenVINO or TFLite/LiteRT and measure them on the board.
+
+Importing this package imports no backend library (each is an extra) and never imports the host package `bench`.
+"""
+
+from edge_runtime.backends.base import Quantization, TensorInfo
+from edge_runtime.errors import (
+    BackendNotInstalledError,
+    DeviceError,
+    EdgeRuntimeError,
+    FeedError,
+    ModelError,
+    UnknownBackendError,
+    UserError,
+)
+from edge_runtime.session import BackendInfo, FallbackWarning, Session, load
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BackendInfo",
+    "BackendNotInstalledError",
+    "DeviceError",
+    "EdgeRuntimeError",
+    "FallbackWarning",
+    "FeedError",
+    "ModelError",
+    "Quantization",
+    "Session",
+    "TensorInfo",
+    "UnknownBackendError",
+    "UserError",
+    "__version__",
+    "load",
+]

@@ -1,0 +1,128 @@
+"""The small interface every backend implements, and the typed records it returns.
+
+A backend loads one model file on one device and runs it with inputs bound once. It never decides silently: a
+device or delegate it cannot use raises `DeviceError`, unless `LoadOptions.fallback` allows CPU, and then
+`fallback_reason` says why.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+
+from edge_runtime.model import ModelFile
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """Affine quantization of a tensor: real = scale * (q - zero_point). Per-tensor (scalars) or per-axis (arrays)."""
+
+    scale: float | np.ndarray
+    zero_point: int | np.ndarray
+    axis: int | None = None
+
+    def quantize(self, x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+        info = np.iinfo(dtype)
+        q = np.round(np.asarray(x, dtype=np.float64) / self.scale) + self.zero_point
+        return np.clip(q, info.min, info.max).astype(dtype)
+
+    def dequantize(self, q: np.ndarray) -> np.ndarray:
+        return ((np.asarray(q, dtype=np.float64) - self.zero_point) * self.scale).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One model input or output: name, shape (None for a dynamic dimension), dtype and quantization if any."""
+
+    name: str
+    shape: tuple[int | None, ...]
+    dtype: np.dtype
+    quantization: Quantization | None = None
+
+    def quantize(self, x: np.ndarray) -> np.ndarray:
+        """Real values -> this tensor's integer type (for full-integer models); a plain cast when not quantized."""
+        if self.quantization is None:
+            return np.asarray(x, dtype=self.dtype)
+        return self.quantization.quantize(x, self.dtype)
+
+    def dequantize(self, q: np.ndarray) -> np.ndarray:
+        """This tensor's values -> float32 real values."""
+        if self.quantization is None:
+            return np.asarray(q, dtype=np.float32)
+        return self.quantization.dequantize(q)
+
+    def to_dict(self) -> dict:
+        d: dict = {"name": self.name, "shape": list(self.shape), "dtype": str(self.dtype)}
+        if self.quantization is not None:
+            q = self.quantization
+            d["quantization"] = {
+                "scale": np.asarray(q.scale).tolist(),
+                "zero_point": np.asarray(q.zero_point).tolist(),
+                "axis": q.axis,
+            }
+        return d
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """What the caller asked for. Backend-specific keys go in `options` (ORT provider options, OpenVINO properties)."""
+
+    device: str | None = None
+    delegate: str | None = None
+    delegate_options: Mapping[str, str] = field(default_factory=dict)
+    options: Mapping[str, str] = field(default_factory=dict)
+    threads: int | None = None
+    cpus: tuple[int, ...] | None = None
+    fallback: bool = False
+
+
+class Backend(abc.ABC):
+    """A loaded model on one engine. Subclasses set the class attributes and implement the abstract methods."""
+
+    name: ClassVar[str]
+    extra: ClassVar[str]  # the pip extra that installs the library: edge-runtime[<extra>]
+    formats: ClassVar[frozenset[str]]  # model formats it reads (edge_runtime.model.FORMATS values)
+    # True when bind_input must be called before every run (the backend copies inputs in, e.g. TFLite set_tensor);
+    # False when a bound array's memory is read by each run, so rebinding the same array object is skipped.
+    rebind_each_run: ClassVar[bool] = False
+    # True when output() already returns a fresh array the caller may keep (TFLite get_tensor copies).
+    output_is_copy: ClassVar[bool] = False
+
+    inputs: list[TensorInfo]
+    outputs: list[TensorInfo]
+    device: str  # what actually runs, in the backend's words (provider, device name)
+    delegate: str | None = None
+    fallback_reason: str | None = None
+    details: dict  # backend-specific facts worth reporting (provider, XNNPACK on/off, library flavour)
+
+    @classmethod
+    @abc.abstractmethod
+    def library_version(cls) -> str:
+        """The installed library's version; raises BackendNotInstalledError when it is not installed."""
+
+    @classmethod
+    @abc.abstractmethod
+    def describe(cls) -> dict:
+        """What `edge-runtime info` shows: version, devices or providers, delegates found."""
+
+    @abc.abstractmethod
+    def __init__(self, model: ModelFile, options: LoadOptions) -> None: ...
+
+    @abc.abstractmethod
+    def bind_input(self, index: int, array: np.ndarray) -> None:
+        """Make `array` (already the right dtype, shape and C-contiguous) the input `index` of the next runs."""
+
+    @abc.abstractmethod
+    def run(self) -> None:
+        """One inference on the bound inputs."""
+
+    @abc.abstractmethod
+    def output(self, index: int) -> np.ndarray:
+        """The last run's output `index`. May be memory the backend reuses: the Session copies it for the caller."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release native resources early; the object is unusable afterwards."""

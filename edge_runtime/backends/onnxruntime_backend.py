@@ -1,0 +1,181 @@
+"""ONNX Runtime backend: execution providers as devices, inputs and outputs bound once through IOBinding.
+
+ONNX Runtime itself falls back to CPU when an execution provider fails to initialise (it only logs). We compare the
+providers the session really got with the ones asked for, so such a fallback is an error or a reported fallback.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edge_runtime.backends.base import Backend, LoadOptions, TensorInfo
+from edge_runtime.errors import BackendNotInstalledError, DeviceError, ModelError
+from edge_runtime.model import ModelFile
+
+# --device name -> execution provider (onnxruntime.ai/docs/execution-providers).
+PROVIDERS = {
+    "cpu": "CPUExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "tensorrt": "TensorrtExecutionProvider",
+    "qnn": "QNNExecutionProvider",
+    "openvino": "OpenVINOExecutionProvider",
+    "dml": "DmlExecutionProvider",
+    "coreml": "CoreMLExecutionProvider",
+    "rocm": "ROCMExecutionProvider",
+    "migraphx": "MIGraphXExecutionProvider",
+    "nnapi": "NnapiExecutionProvider",
+    "xnnpack": "XnnpackExecutionProvider",
+    "acl": "ACLExecutionProvider",
+    "armnn": "ArmNNExecutionProvider",
+    "rknpu": "RknpuExecutionProvider",
+    "vitisai": "VitisAIExecutionProvider",
+}
+# TensorRT needs CUDA for the nodes it does not take.
+_COMPANIONS = {"TensorrtExecutionProvider": ["CUDAExecutionProvider"]}
+
+_DTYPES = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(double)": np.float64,
+    "tensor(int8)": np.int8,
+    "tensor(uint8)": np.uint8,
+    "tensor(int16)": np.int16,
+    "tensor(uint16)": np.uint16,
+    "tensor(int32)": np.int32,
+    "tensor(uint32)": np.uint32,
+    "tensor(int64)": np.int64,
+    "tensor(uint64)": np.uint64,
+    "tensor(bool)": np.bool_,
+}
+
+
+def _ort():
+    try:
+        import onnxruntime
+    except ImportError as err:
+        raise BackendNotInstalledError(
+            f"backend 'onnxruntime' is not installed ({err})", hint="pip install 'edge-runtime[onnxruntime]'"
+        ) from err
+    return onnxruntime
+
+
+def _shape(dims) -> tuple[int | None, ...]:
+    return tuple(d if isinstance(d, int) and d >= 0 else None for d in dims)
+
+
+class OnnxRuntimeBackend(Backend):
+    name = "onnxruntime"
+    extra = "onnxruntime"
+    formats = frozenset({"onnx"})
+
+    @classmethod
+    def library_version(cls) -> str:
+        return _ort().__version__
+
+    @classmethod
+    def describe(cls) -> dict:
+        ort = _ort()
+        available = ort.get_available_providers()
+        devices = [d for d, p in PROVIDERS.items() if p in available]
+        return {"version": ort.__version__, "devices": devices, "providers": available}
+
+    def __init__(self, model: ModelFile, options: LoadOptions) -> None:
+        ort = self._ort = _ort()
+        device = (options.device or "cpu").lower()
+        provider = PROVIDERS.get(device)
+        if provider is None:
+            raise DeviceError(
+                f"onnxruntime device {options.device!r} is not known",
+                hint=f"choose one of: {', '.join(PROVIDERS)}",
+            )
+        if options.delegate:
+            raise DeviceError("onnxruntime takes no --delegate (delegates are TFLite's)", hint="use --device PROVIDER")
+
+        so = ort.SessionOptions()
+        so.log_severity_level = 3  # errors only: we report what matters ourselves
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        so.inter_op_num_threads = 1
+        if options.threads:
+            so.intra_op_num_threads = options.threads
+        if options.cpus and (options.threads or len(options.cpus)) > 1:
+            # One affinity per intra-op worker (the caller's thread is worker 0): "a;b;c" (ORT session option
+            # session.intra_op_thread_affinities, onnxruntime_session_options_config_keys.h).
+            n = options.threads or len(options.cpus)
+            workers = [str(options.cpus[(i + 1) % len(options.cpus)] + 1) for i in range(n - 1)]
+            so.intra_op_num_threads = n
+            # ORT numbers logical processors from 1 in this option.
+            so.add_session_config_entry("session.intra_op_thread_affinities", ";".join(workers))
+
+        self.fallback_reason = None
+        wanted = [provider, *_COMPANIONS.get(provider, [])]
+        if provider != "CPUExecutionProvider":
+            available = ort.get_available_providers()
+            if provider not in available:
+                self._refuse_or_fallback(
+                    options, f"onnxruntime {ort.__version__} has no {provider} here (available: {', '.join(available)})"
+                )
+                wanted, provider = ["CPUExecutionProvider"], "CPUExecutionProvider"
+        providers = [(p, dict(options.options)) if p == provider else p for p in wanted]
+        if "CPUExecutionProvider" not in wanted:
+            providers.append("CPUExecutionProvider")
+        self._session = self._create(model, so, providers)
+        got = self._session.get_providers()
+        if provider not in got:
+            # ORT logged the provider's failure and went on with CPU: make that visible.
+            self._refuse_or_fallback(options, f"{provider} failed to initialise; onnxruntime would run on {got[0]}")
+            provider = got[0]
+        self.device = device if self.fallback_reason is None else "cpu"
+        self.details = {"provider": provider, "providers": got}
+
+        self.inputs = [
+            TensorInfo(i.name, _shape(i.shape), np.dtype(_DTYPES.get(i.type, np.float32)))
+            for i in self._session.get_inputs()
+        ]
+        self.outputs = [
+            TensorInfo(o.name, _shape(o.shape), np.dtype(_DTYPES.get(o.type, np.float32)))
+            for o in self._session.get_outputs()
+        ]
+        self._binding = self._session.io_binding()
+        self._out_arrays: list[np.ndarray | None] = []
+        for o in self.outputs:
+            if None in o.shape:  # dynamic: ORT allocates, we copy out after each run
+                self._binding.bind_output(o.name, "cpu")
+                self._out_arrays.append(None)
+            else:
+                arr = np.empty(o.shape, dtype=o.dtype)
+                self._binding.bind_ortvalue_output(o.name, ort.OrtValue.ortvalue_from_numpy(arr))
+                self._out_arrays.append(arr)
+        self._bound: list[object] = [None] * len(self.inputs)
+
+    def _refuse_or_fallback(self, options: LoadOptions, why: str) -> None:
+        if not options.fallback:
+            raise DeviceError(f"device {options.device!r}: {why}", hint="pass --allow-fallback to run on CPU instead")
+        self.fallback_reason = why
+
+    def _create(self, model: ModelFile, so, providers):
+        try:
+            return self._ort.InferenceSession(str(model.path), sess_options=so, providers=providers)
+        except Exception as err:
+            msg = " ".join(str(err).split())
+            if "ExecutionProvider" in msg and "CPUExecutionProvider" not in providers[0]:
+                raise DeviceError(f"onnxruntime could not use {providers[0]}: {msg}") from err
+            raise ModelError(f"model {str(model.path)!r}: onnxruntime cannot load it: {msg}") from err
+
+    def bind_input(self, index: int, array: np.ndarray) -> None:
+        # OrtValue.ortvalue_from_numpy shares the array's memory: later in-place changes are seen by each run.
+        value = self._ort.OrtValue.ortvalue_from_numpy(array)
+        self._binding.bind_ortvalue_input(self.inputs[index].name, value)
+        self._bound[index] = (array, value)  # keep both alive while bound
+
+    def run(self) -> None:
+        self._session.run_with_iobinding(self._binding)
+
+    def output(self, index: int) -> np.ndarray:
+        arr = self._out_arrays[index]
+        if arr is None:
+            return self._binding.get_outputs()[index].numpy()
+        return arr
+
+    def close(self) -> None:
+        self._binding = None
+        self._session = None

@@ -1,0 +1,172 @@
+"""OpenVINO backend: devices CPU/GPU/NPU/AUTO, performance hint, cache dir, threads; inputs shared, not copied.
+
+Reads OpenVINO IR (.xml + .bin) and also ONNX and TFLite files through OpenVINO's frontends.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edge_runtime.backends.base import Backend, LoadOptions, TensorInfo
+from edge_runtime.errors import BackendNotInstalledError, DeviceError, ModelError
+from edge_runtime.model import ModelFile
+
+DEVICES = ("CPU", "GPU", "NPU", "AUTO")
+
+
+def _ov():
+    try:
+        import openvino
+    except ImportError as err:
+        raise BackendNotInstalledError(
+            f"backend 'openvino' is not installed ({err})", hint="pip install 'edge-runtime[openvino]'"
+        ) from err
+    return openvino
+
+
+def _core():
+    ov = _ov()
+    return ov, ov.Core()
+
+
+def _version(ov) -> str:
+    return ov.get_version().split("-")[0]
+
+
+class OpenVinoBackend(Backend):
+    name = "openvino"
+    extra = "openvino"
+    formats = frozenset({"openvino", "onnx", "tflite"})
+
+    @classmethod
+    def library_version(cls) -> str:
+        return _version(_ov())
+
+    @classmethod
+    def describe(cls) -> dict:
+        ov, core = _core()
+        devices = {}
+        for d in core.available_devices:
+            try:
+                devices[d] = str(core.get_property(d, "FULL_DEVICE_NAME"))
+            except Exception:  # noqa: BLE001 - a device that cannot name itself is still listed
+                devices[d] = ""
+        return {"version": _version(ov), "devices": list(devices), "device_names": devices}
+
+    def __init__(self, model: ModelFile, options: LoadOptions) -> None:
+        ov, core = _core()
+        self._ov = ov
+        if options.delegate:
+            raise DeviceError("openvino takes no --delegate (delegates are TFLite's)", hint="use --device CPU|GPU|NPU")
+        device = (options.device or "CPU").upper()
+        base = device.split(":", 1)[0].split(".", 1)[0]
+        if base not in DEVICES and base not in ("HETERO", "MULTI", "BATCH"):
+            raise DeviceError(
+                f"openvino device {options.device!r} is not known", hint=f"choose one of: {', '.join(DEVICES)}"
+            )
+        self.fallback_reason = None
+        available = core.available_devices
+        if base in ("GPU", "NPU") and not any(d.split(".")[0] == base for d in available):
+            self._refuse_or_fallback(
+                options, f"openvino {_version(ov)} sees no {base} here (available: {', '.join(available)})"
+            )
+            device = "CPU"
+
+        config: dict[str, object] = {"PERFORMANCE_HINT": "LATENCY"}
+        if device == "CPU":
+            config["NUM_STREAMS"] = 1
+            # OpenVINO runs FP32 layers in bf16 on CPUs with AMX/AVX512-BF16 unless told otherwise; keep f32 so a
+            # result does not change meaning with the CPU it ran on. --option INFERENCE_PRECISION_HINT=bf16 opts in.
+            config["INFERENCE_PRECISION_HINT"] = "f32"
+            if options.threads:
+                config["INFERENCE_NUM_THREADS"] = options.threads
+            if options.cpus:
+                # OpenVINO keeps its workers inside the process affinity mask (set by the Session); pinning each
+                # worker to a core of that mask is what ENABLE_CPU_PINNING does.
+                config["ENABLE_CPU_PINNING"] = True
+        for key, value in options.options.items():
+            config[key.upper()] = value
+
+        try:
+            ov_model = core.read_model(str(model.path))
+        except Exception as err:
+            raise ModelError(f"model {str(model.path)!r}: openvino cannot read it: {_short(err)}") from err
+        try:
+            compiled = core.compile_model(ov_model, device, config)
+        except Exception as err:
+            if device != "CPU":
+                self._refuse_or_fallback(options, f"openvino could not compile for {device}: {_short(err)}")
+                device = "CPU"
+                compiled = self._compile_cpu(core, ov_model, model, options)
+            else:
+                raise _compile_error(model, err) from err
+        self._compiled = compiled
+        self.details = {"performance_hint": str(config.get("PERFORMANCE_HINT", ""))}
+        try:
+            precision = compiled.get_property("INFERENCE_PRECISION_HINT")
+            self.details["inference_precision"] = getattr(precision, "to_string", precision.__str__)()
+        except Exception:  # noqa: BLE001 - not every device reports it
+            pass
+        self.device = device
+        if device == "AUTO":
+            try:
+                self.device = "AUTO:" + ",".join(compiled.get_property("EXECUTION_DEVICES"))
+            except Exception:  # noqa: BLE001 - older plugins do not report it
+                pass
+
+        self.inputs = [_info(p) for p in compiled.inputs]
+        self.outputs = [_info(p) for p in compiled.outputs]
+        self._request = compiled.create_infer_request()
+        self._bound: list[object] = [None] * len(self.inputs)
+
+    def _compile_cpu(self, core, ov_model, model: ModelFile, options: LoadOptions):
+        config: dict[str, object] = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": "f32"}
+        for key, value in options.options.items():
+            config[key.upper()] = value
+        if options.threads:
+            config["INFERENCE_NUM_THREADS"] = options.threads
+        try:
+            return core.compile_model(ov_model, "CPU", config)
+        except Exception as err:
+            raise _compile_error(model, err) from err
+
+    def _refuse_or_fallback(self, options: LoadOptions, why: str) -> None:
+        if not options.fallback:
+            raise DeviceError(f"device {options.device!r}: {why}", hint="pass --allow-fallback to run on CPU instead")
+        self.fallback_reason = why
+
+    def bind_input(self, index: int, array: np.ndarray) -> None:
+        # shared_memory=True: the tensor reads the array's memory, so in-place changes are seen by each run.
+        tensor = self._ov.Tensor(array, shared_memory=True)
+        self._request.set_input_tensor(index, tensor)
+        self._bound[index] = (array, tensor)
+
+    def run(self) -> None:
+        self._request.infer()
+
+    def output(self, index: int) -> np.ndarray:
+        return self._request.get_output_tensor(index).data
+
+    def close(self) -> None:
+        self._request = None
+        self._compiled = None
+
+
+def _short(err: Exception) -> str:
+    """OpenVINO messages start with C++ source locations and check expressions; keep the sentences for people."""
+    noise = ("Exception from ", "Check '", "FrontEnd API failed")
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    kept = [ln for ln in lines if not ln.startswith(noise)] or lines
+    return " ".join(" ".join(kept).split())[:400]
+
+
+def _compile_error(model: ModelFile, err: Exception) -> ModelError:
+    return ModelError(f"model {str(model.path)!r}: openvino cannot compile it: {_short(err)}")
+
+
+def _info(port) -> TensorInfo:
+    ps = port.get_partial_shape()
+    shape = tuple(d.get_length() if d.is_static else None for d in ps)
+    dtype = np.dtype(port.get_element_type().to_dtype())
+    name = port.get_any_name() if port.get_names() else f"output{port.get_index()}"
+    return TensorInfo(name, shape, dtype)

@@ -1,0 +1,200 @@
+"""TFLite / LiteRT backend: `ai_edge_litert` first, `tflite_runtime` where it is the one installed; XNNPACK by default;
+external delegates (libvx_delegate.so, libedgetpu.so.1, libarmnnDelegate.so, ...) by path with key=value options.
+
+`load_delegate` fails with ValueError, OSError or AttributeError depending on how the library is wrong, and applying
+a delegate can fail later with RuntimeError: all of them are a delegate that cannot be used.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from edge_runtime.backends.base import Backend, LoadOptions, Quantization, TensorInfo
+from edge_runtime.errors import BackendNotInstalledError, DeviceError, ModelError
+from edge_runtime.model import ModelFile
+
+# Which flavour to use can be forced, e.g. to test tflite_runtime on a machine that has both.
+IMPL_ENV = "EDGE_RUNTIME_TFLITE_IMPL"
+_DELEGATE_ERRORS = (ValueError, OSError, AttributeError, RuntimeError)
+
+
+def _impl() -> tuple[str, object]:
+    """(distribution name, interpreter module)."""
+    wanted = os.environ.get(IMPL_ENV, "")
+    errors = []
+    order = [wanted] if wanted else ["ai-edge-litert", "tflite-runtime"]
+    for dist in order:
+        try:
+            if dist == "ai-edge-litert":
+                from ai_edge_litert import interpreter as mod
+            elif dist == "tflite-runtime":
+                from tflite_runtime import interpreter as mod
+            else:
+                raise ImportError(f"{IMPL_ENV}={dist!r} is not one of ai-edge-litert, tflite-runtime")
+            return dist, mod
+        except ImportError as err:
+            errors.append(str(err))
+    raise BackendNotInstalledError(
+        f"backend 'tflite' is not installed ({'; '.join(errors)})", hint="pip install 'edge-runtime[tflite]'"
+    )
+
+
+def _dist_version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _numpy_major() -> int:
+    return int(np.__version__.split(".")[0])
+
+
+# Where board images put NPU delegates (boards/ profiles name the exact path per board).
+KNOWN_DELEGATES = (
+    "/usr/lib/libvx_delegate.so",  # NXP i.MX8M Plus VX (VeriSilicon) delegate
+    "/usr/lib/libethosu_delegate.so",  # NXP i.MX93 Ethos-U
+    "/usr/lib/libedgetpu.so.1",  # Coral Edge TPU
+    "/usr/lib/aarch64-linux-gnu/libedgetpu.so.1",
+    "/usr/lib/libarmnnDelegate.so",  # Arm NN
+    "/usr/lib/aarch64-linux-gnu/libarmnnDelegate.so",
+)
+
+
+class TfliteBackend(Backend):
+    name = "tflite"
+    extra = "tflite"
+    formats = frozenset({"tflite"})
+    rebind_each_run = True  # set_tensor copies the input into the interpreter: it is the binding
+    output_is_copy = True  # get_tensor returns a copy
+
+    @classmethod
+    def library_version(cls) -> str:
+        dist, _ = _impl()
+        return _dist_version(dist)
+
+    @classmethod
+    def describe(cls) -> dict:
+        dist, _ = _impl()
+        from edge_runtime.system import SystemRoot
+
+        root = SystemRoot("/")
+        found = [p for p in KNOWN_DELEGATES if root.path(p).exists()]
+        return {"version": _dist_version(dist), "library": dist, "devices": ["cpu"], "delegates": found}
+
+    def __init__(self, model: ModelFile, options: LoadOptions) -> None:
+        dist, mod = _impl()
+        self.details = {"library": dist}
+        device = (options.device or "").lower()
+        if device not in ("", "cpu") and not options.delegate:
+            raise DeviceError(
+                f"tflite device {options.device!r} needs a delegate",
+                hint="TFLite reaches an NPU or GPU through --delegate PATH (e.g. /usr/lib/libvx_delegate.so)",
+            )
+        self.fallback_reason = None
+        delegates = []
+        self.delegate = None
+        if options.delegate:
+            try:
+                delegates = [mod.load_delegate(options.delegate, dict(options.delegate_options))]
+                self.delegate = options.delegate
+            except _DELEGATE_ERRORS as err:
+                self._refuse_or_fallback(options, f"delegate {options.delegate!r} does not load: {_short(err)}")
+        xnnpack = str(options.options.get("xnnpack", "1")).lower() not in ("0", "false", "no", "off")
+        resolver = mod.OpResolverType.AUTO if xnnpack else mod.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+        self.details["xnnpack"] = xnnpack
+        try:
+            self._interp = self._create(mod, model, options, delegates, resolver)
+        except _DELEGATE_ERRORS as err:
+            if not delegates:
+                raise
+            self._refuse_or_fallback(options, f"delegate {options.delegate!r} cannot run this model: {_short(err)}")
+            self.delegate = None
+            self._interp = self._create(mod, model, options, [], resolver)
+        if self.delegate:
+            self.device = device or "delegate"
+        else:
+            self.device = "cpu"
+
+        self.inputs = [_info(d) for d in self._interp.get_input_details()]
+        self.outputs = [_info(d) for d in self._interp.get_output_details()]
+        self._in_idx = [d["index"] for d in self._interp.get_input_details()]
+        self._in_shapes = [tuple(int(x) for x in d["shape"]) for d in self._interp.get_input_details()]
+        self._out_idx = [d["index"] for d in self._interp.get_output_details()]
+        self._set = self._interp.set_tensor
+        self._get = self._interp.get_tensor
+        self._invoke = self._interp.invoke
+
+    def _create(self, mod, model: ModelFile, options: LoadOptions, delegates, resolver):
+        try:
+            interp = mod.Interpreter(
+                model_path=str(model.path),
+                experimental_delegates=delegates or None,
+                num_threads=options.threads,
+                experimental_op_resolver_type=resolver,
+            )
+        except _DELEGATE_ERRORS as err:
+            if delegates:
+                raise
+            self._explain_numpy(err)
+            raise ModelError(f"model {str(model.path)!r}: tflite cannot load it: {_short(err)}") from err
+        except Exception as err:
+            self._explain_numpy(err)
+            raise ModelError(f"model {str(model.path)!r}: tflite cannot load it: {_short(err)}") from err
+        try:
+            interp.allocate_tensors()
+        except RuntimeError as err:
+            raise ModelError(f"model {str(model.path)!r}: tflite cannot allocate its tensors: {_short(err)}") from err
+        return interp
+
+    def _explain_numpy(self, err: Exception) -> None:
+        if self.details["library"] == "tflite-runtime" and _numpy_major() >= 2:
+            raise BackendNotInstalledError(
+                f"tflite_runtime {_dist_version('tflite-runtime')} cannot run with numpy {np.__version__} "
+                f"(it was built for numpy < 2): {_short(err)}",
+                hint="install ai-edge-litert (pip install 'edge-runtime[tflite]') or use numpy<2",
+            ) from err
+
+    def _refuse_or_fallback(self, options: LoadOptions, why: str) -> None:
+        if not options.fallback:
+            raise DeviceError(why, hint="pass --allow-fallback to run on CPU instead")
+        self.fallback_reason = why
+
+    def bind_input(self, index: int, array: np.ndarray) -> None:
+        if array.shape != self._in_shapes[index]:  # a dynamic dimension changed: resize, then reallocate
+            self._interp.resize_tensor_input(self._in_idx[index], list(array.shape))
+            self._interp.allocate_tensors()
+            self._in_shapes[index] = tuple(array.shape)
+        self._set(self._in_idx[index], array)
+
+    def run(self) -> None:
+        self._invoke()
+
+    def output(self, index: int) -> np.ndarray:
+        return self._get(self._out_idx[index])
+
+    def close(self) -> None:
+        self._interp = None
+
+
+def _short(err: BaseException) -> str:
+    return " ".join(str(err).split())[:400] or type(err).__name__
+
+
+def _info(d: dict) -> TensorInfo:
+    sig = d.get("shape_signature")
+    dims = sig if sig is not None and len(sig) else d["shape"]
+    shape = tuple(int(x) if int(x) >= 0 else None for x in dims)
+    q = None
+    qp = d.get("quantization_parameters") or {}
+    scales = np.asarray(qp.get("scales", []), dtype=np.float64)
+    zps = np.asarray(qp.get("zero_points", []), dtype=np.int64)
+    if scales.size == 1:
+        q = Quantization(float(scales[0]), int(zps[0]))
+    elif scales.size > 1:
+        q = Quantization(scales, zps, int(qp.get("quantized_dimension", 0)))
+    return TensorInfo(d["name"], shape, np.dtype(d["dtype"]), q)

@@ -1,0 +1,358 @@
+"""`edge-runtime`: the board-side command line. Subcommands are small functions in a table; `main()` is the one place
+that turns errors into one line and an exit code (0 ok, 1 failed check, 2 user error, 3 internal error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from edge_runtime import __version__
+from edge_runtime.errors import EdgeRuntimeError, FeedError, UserError
+
+PROG = "edge-runtime"
+
+
+class _UsageError(UserError):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so bad flags get the same one-line error and exit code 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise _UsageError(f"{self.prog}: {message}", hint=f"see '{self.prog} --help'")
+
+
+# ---------------------------------------------------------------------------------------------------------- output
+def write_json(doc: dict, dest: str) -> None:
+    """`-` -> stdout; otherwise written atomically next to its destination (a crash never leaves half a file)."""
+    text = json.dumps(doc, indent=2, default=_json_default) + "\n"
+    if dest == "-":
+        sys.stdout.write(text)
+        return
+    path = Path(dest)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as err:
+        raise UserError(f"--json {dest!r}: cannot write: {err.strerror or err}") from err
+
+
+def _json_default(o):
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(type(o).__name__)
+
+
+def _key_values(pairs: list[str] | None, flag: str) -> dict[str, str]:
+    out = {}
+    for item in pairs or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise _UsageError(f"{flag} {item!r}: expected KEY=VALUE")
+        out[key] = value
+    return out
+
+
+def _cpus(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    from edge_runtime.cpulist import parse_cpu_list
+
+    try:
+        cpus = parse_cpu_list(text)
+    except ValueError as err:
+        raise _UsageError(f"--cpus {text!r}: not a CPU list ({err})", hint="e.g. 2-3 or 1,3") from err
+    if not cpus:
+        raise _UsageError(f"--cpus {text!r}: empty CPU list")
+    return cpus
+
+
+# ------------------------------------------------------------------------------------------------------------ info
+def cmd_info(args) -> int:
+    from edge_runtime import backends
+    from edge_runtime.cpulist import format_cpu_list
+    from edge_runtime.system import SystemRoot
+
+    root = SystemRoot(args.sysroot)
+    found = {}
+    for name in backends.names():
+        cls = backends.get(name)
+        try:
+            found[name] = {"installed": True, **cls.describe()}
+        except EdgeRuntimeError as err:
+            found[name] = {
+                "installed": False,
+                "error": err.message,
+                "install": f"pip install 'edge-runtime[{cls.extra}]'",
+            }
+        except Exception as err:  # noqa: BLE001 - a broken install is reported, not fatal to `info`
+            found[name] = {
+                "installed": False,
+                "error": f"{type(err).__name__}: {err}",
+                "install": f"pip install 'edge-runtime[{cls.extra}]'",
+            }
+    iso = root.isolation()
+    doc = {
+        "schema": "edge-runtime/info/1",
+        "edge_runtime": __version__,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "sysroot": str(root.root),
+        "board": root.board_model() or None,
+        "cpu_model": root.cpu_model() or None,
+        "kernel": root.kernel() or None,
+        "cpus": {"online": root.online_cpus(), "isolated": iso.get("sysfs_isolated", [])},
+        "isolation": {k: v for k, v in iso.items() if k != "sysfs_isolated"},
+        "backends": found,
+    }
+    if args.json:
+        write_json(doc, args.json)
+        if args.json == "-":
+            return 0
+    p = print
+    p(f"edge-runtime {__version__}  (python {doc['python']}, numpy {doc['numpy']})")
+    p(f"  board    {doc['board'] or 'unknown (no device-tree model or DMI product here)'}")
+    p(f"  cpu      {doc['cpu_model'] or 'unknown'}")
+    p(f"  kernel   {doc['kernel'] or 'unknown'}")
+    online, isolated = doc["cpus"]["online"], doc["cpus"]["isolated"]
+    p(f"  cpus     online {format_cpu_list(online) or '?'}, isolated {format_cpu_list(isolated) or 'none'}")
+    cmd = (
+        "  ".join(f"{k}={format_cpu_list(v)}" for k, v in doc["isolation"].items()) or "none on the kernel command line"
+    )
+    p(f"  isolation {cmd}")
+    p("backends")
+    for name, b in found.items():
+        if not b["installed"]:
+            p(f"  {name:<12} not installed   ({b['install']})")
+            continue
+        extra = ""
+        if name == "onnxruntime":
+            extra = f"providers: {', '.join(b['providers'])}"
+        elif name == "openvino":
+            extra = ", ".join(f"{d}: {n}" for d, n in b["device_names"].items())
+        elif name == "tflite":
+            extra = f"{b['library']}; delegates found: {', '.join(b['delegates']) or 'none'}"
+        p(f"  {name:<12} {b['version']:<10} devices: {', '.join(b['devices'])}   {extra}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------------------- run
+def _load_inputs(specs: list[str] | None, session, seed: int) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    given: dict[str, np.ndarray] = {}
+    names = [t.name for t in session.inputs]
+    for spec in specs or []:
+        name, sep, file = spec.rpartition("=")
+        if not sep:
+            if len(names) != 1:
+                raise FeedError(
+                    f"--input {spec!r}: the model has {len(names)} inputs; write NAME=FILE.npy",
+                    hint=f"its inputs are: {', '.join(names)}",
+                )
+            name = names[0]
+        if name not in names:
+            raise FeedError(
+                f"--input {spec!r}: the model has no input {name!r}", hint=f"its inputs are: {', '.join(names)}"
+            )
+        try:
+            given[name] = np.load(file, allow_pickle=False)
+        except FileNotFoundError as err:
+            raise FeedError(f"--input {spec!r}: no such file {file!r}") from err
+        except (OSError, ValueError) as err:
+            raise FeedError(f"--input {spec!r}: {file!r} is not a readable .npy array ({err})") from err
+        if not isinstance(given[name], np.ndarray):
+            raise FeedError(f"--input {spec!r}: {file!r} holds no single array (use .npy, not .npz)")
+    rng = np.random.default_rng(seed)
+    sources = {}
+    feeds = {}
+    for t in session.inputs:
+        if t.name in given:
+            feeds[t.name] = given[t.name]
+            sources[t.name] = "file"
+            continue
+        shape = [d if d is not None else 1 for d in t.shape]
+        if t.dtype.kind == "f":
+            feeds[t.name] = rng.random(shape, dtype=np.float64).astype(t.dtype)
+            sources[t.name] = "random uniform [0, 1)"
+        elif t.dtype.kind in "iu":
+            info = np.iinfo(t.dtype)
+            feeds[t.name] = rng.integers(info.min, info.max, size=shape, endpoint=True, dtype=t.dtype)
+            sources[t.name] = f"random integers [{info.min}, {info.max}]"
+        elif t.dtype.kind == "b":
+            feeds[t.name] = rng.integers(0, 2, size=shape).astype(bool)
+            sources[t.name] = "random bool"
+        else:
+            raise FeedError(f"input {t.name!r}: cannot make random data of dtype {t.dtype}; pass --input")
+    return feeds, sources
+
+
+def _top(info, arr: np.ndarray, k: int) -> list[list[float]]:
+    real = info.dequantize(arr) if info.quantization is not None else arr
+    flat = np.asarray(real).reshape(-1)
+    if flat.dtype.kind not in "fiub" or flat.size == 0:
+        return []
+    idx = np.argsort(-flat.astype(np.float64), kind="stable")[:k]
+    return [[int(i), float(flat[i])] for i in idx]
+
+
+def cmd_run(args) -> int:
+    from edge_runtime.session import load
+
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        session = load(
+            args.model,
+            backend=args.backend,
+            device=args.device,
+            delegate=args.delegate,
+            delegate_options=_key_values(args.delegate_option, "--delegate-option"),
+            options=_key_values(args.option, "--option"),
+            threads=args.threads,
+            cpus=_cpus(args.cpus),
+            fallback=args.allow_fallback,
+            isolate=not args.no_isolate,
+        )
+    for w in caught:
+        print(f"{PROG}: warning: {w.message}", file=sys.stderr)
+    load_ms = (time.perf_counter() - t0) * 1e3
+    with session:
+        feeds, sources = _load_inputs(args.input, session, args.seed)
+        t1 = time.perf_counter()
+        outputs = session.infer(feeds)
+        infer_ms = (time.perf_counter() - t1) * 1e3
+        b = session.backend
+        doc = {
+            "schema": "edge-runtime/run/1",
+            "model": {"path": str(session.model.path), "sha256": session.model.sha256, "format": session.model.format},
+            "backend": b.to_dict(),
+            "inputs": [{**t.to_dict(), "source": sources[t.name]} for t in session.inputs],
+            "outputs": [{**t.to_dict(), "top": _top(t, outputs[t.name], args.top)} for t in session.outputs],
+            "timing_ms": {"load": round(load_ms, 3), "first_inference": round(infer_ms, 3)},
+        }
+    if args.json:
+        write_json(doc, args.json)
+        if args.json == "-":
+            return 0
+    model = doc["model"]
+    print(f"model    {model['path']}  ({model['format']}, sha256 {model['sha256'][:12]})")
+    where = b.device + (f", delegate {b.delegate}" if b.delegate else "")
+    fb = f"  FALLBACK to CPU: {b.fallback_reason}" if b.fallback else ""
+    print(f"backend  {b.name} {b.version} on {where}{fb}")
+    for t in doc["inputs"]:
+        print(f"input    {t['name']}  {tuple(t['shape'])} {t['dtype']}  <- {t['source']}")
+    for t in doc["outputs"]:
+        top = "  ".join(f"[{i}]={v:.4g}" for i, v in t["top"])
+        print(f"output   {t['name']}  {tuple(t['shape'])} {t['dtype']}  top: {top}")
+    print(f"time     load {load_ms:.1f} ms, first inference {infer_ms:.3f} ms")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------------------ main
+COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
+    "info": (cmd_info, "backends, devices and delegates installed; CPUs and isolation; the board"),
+    "run": (cmd_run, "load a model and run one inference (random inputs unless given)"),
+}
+
+
+def _json_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        metavar="FILE",
+        help="machine-readable output: to stdout, or to FILE (text still printed)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog=PROG, description="On-device inference runtime: load, run and measure INT8 models.")
+    ap.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    ap.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser("info", help=COMMANDS["info"][1], description=COMMANDS["info"][1])
+    p.add_argument("--sysroot", default="/", metavar="DIR", help="read /proc and /sys below DIR (default /)")
+    _json_flag(p)
+
+    p = sub.add_parser("run", help=COMMANDS["run"][1], description=COMMANDS["run"][1])
+    p.add_argument("model", metavar="MODEL", help=".onnx, .xml (OpenVINO IR) or .tflite file")
+    p.add_argument("--backend", help="onnxruntime, openvino or tflite (default: from the file type)")
+    p.add_argument("--device", help="onnxruntime: cpu|cuda|tensorrt|qnn|openvino|...; openvino: CPU|GPU|NPU|AUTO")
+    p.add_argument("--delegate", metavar="PATH", help="TFLite external delegate library (e.g. libvx_delegate.so)")
+    p.add_argument("--delegate-option", action="append", metavar="K=V", help="option for the delegate (repeatable)")
+    p.add_argument(
+        "--option",
+        action="append",
+        metavar="K=V",
+        help="backend option: onnxruntime provider option, OpenVINO property, tflite xnnpack=0 (repeatable)",
+    )
+    p.add_argument(
+        "--allow-fallback",
+        action="store_true",
+        help="run on CPU when the device or delegate cannot be used (always reported)",
+    )
+    p.add_argument("--threads", type=int, metavar="N", help="inference threads (default: backend's, or len(--cpus))")
+    p.add_argument("--cpus", metavar="LIST", help="pin the process and all its threads to these CPUs (e.g. 2-3)")
+    p.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="input from a .npy file (repeatable)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--top", type=int, default=5, metavar="K", help="how many top values per output to show (default 5)")
+    p.add_argument(
+        "--no-isolate",
+        action="store_true",
+        help="skip the crash check in a child process (faster; a crashing model then crashes this process)",
+    )
+    _json_flag(p)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in argv
+    try:
+        args = build_parser().parse_args(argv)
+        if not args.command:
+            build_parser().print_help()
+            return 2
+        return COMMANDS[args.command][0](args)
+    except EdgeRuntimeError as err:
+        if debug:
+            raise
+        print(f"{PROG}: error: {err.one_line()}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as err:
+        if debug:
+            raise
+        print(
+            f"{PROG}: internal error: {type(err).__name__}: {' '.join(str(err).split())[:500]} "
+            "(run with --debug for the traceback, and please report it)",
+            file=sys.stderr,
+        )
+        return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""The error hierarchy of edge_runtime: one module, so the CLI can turn each into one line and an exit code.
+
+Every message names the thing (file, value, option) and what is wrong with it; `hint` says what to do about it.
+Exit codes follow DESIGN.md: 1 failed check, 2 user error, 3 internal error.
+"""
+
+from __future__ import annotations
+
+
+class EdgeRuntimeError(Exception):
+    """Base class. `exit_code` is what the CLI exits with; `hint` an optional next step for the user."""
+
+    exit_code = 3
+
+    def __init__(self, message: str, *, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def one_line(self) -> str:
+        text = " ".join(self.message.split())
+        if self.hint:
+            text += f" ({' '.join(self.hint.split())})"
+        return text
+
+
+class UserError(EdgeRuntimeError):
+    """Something the user can fix: a bad file, flag, value or missing install. Exit code 2."""
+
+    exit_code = 2
+
+
+class ModelError(UserError):
+    """The model file is missing, of an unknown type, empty, corrupted, or crashes the backend."""
+
+
+class UnknownBackendError(UserError):
+    """No backend of that name is registered."""
+
+
+class BackendNotInstalledError(UserError):
+    """The backend's library is not installed (the hint names the extra to install)."""
+
+
+class DeviceError(UserError):
+    """A device, execution provider or delegate that cannot be used, and fallback was not allowed."""
+
+
+class FeedError(UserError):
+    """Inputs that do not match the model: missing or unknown names, wrong shape or dtype, unreadable files."""
+
+
+class PinningError(UserError):
+    """A CPU list that cannot be applied (CPUs that do not exist or are not allowed to this process)."""
+
+
+class CheckFailedError(EdgeRuntimeError):
+    """A check that ran and failed (SLO missed, system not tuned). Exit code 1."""
+
+    exit_code = 1

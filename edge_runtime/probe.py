@@ -1,0 +1,144 @@
+"""Load a model and run it once in a child process, so a file that crashes a native library cannot take the caller down.
+
+`check()` is called by `load()` before the model is loaded in-process. The child reports a clean error as JSON; a
+child killed by a signal (a segfault in a parser) or past its deadline becomes a ModelError here. Results are cached
+per file hash, backend and options for the life of the process.
+
+Run as `python -m edge_runtime.probe` it is the child: a JSON request on stdin, a JSON answer on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from edge_runtime import errors
+from edge_runtime.backends.base import LoadOptions
+from edge_runtime.errors import DeviceError, ModelError
+from edge_runtime.model import ModelFile
+
+_PASSED: set[tuple] = set()
+
+
+def _key(model: ModelFile, backend: str, opts: LoadOptions) -> tuple:
+    return (
+        model.sha256,
+        str(model.path.resolve()),
+        backend,
+        opts.device,
+        opts.delegate,
+        tuple(sorted(opts.delegate_options.items())),
+        tuple(sorted(opts.options.items())),
+        opts.fallback,
+    )
+
+
+def check(model: ModelFile, backend: str, opts: LoadOptions, timeout_s: float = 120.0) -> str | None:
+    """Raise the error loading `model` would raise, or ModelError if it crashes or hangs the backend.
+
+    A delegate that crashes the backend is a DeviceError; when fallback is allowed the model is checked again without
+    it and the reason is returned, for the caller to load on CPU and report the fallback.
+    """
+    key = _key(model, backend, opts)
+    if key in _PASSED:
+        return None
+    request = {
+        "model": str(model.path),
+        "backend": backend,
+        "device": opts.device,
+        "delegate": opts.delegate,
+        "delegate_options": dict(opts.delegate_options),
+        "options": dict(opts.options),
+        "threads": 1,
+        "fallback": opts.fallback,
+    }
+    package_root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    shown = str(model.path)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "edge_runtime.probe"],
+            input=json.dumps(request),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=env,
+        )
+    except subprocess.TimeoutExpired as err:
+        raise ModelError(
+            f"model {shown!r}: {backend} did not load and run it within {timeout_s:g} s (checked in a child process)"
+        ) from err
+    if proc.returncode < 0:
+        sig = signal.Signals(-proc.returncode).name
+        if opts.delegate:
+            why = f"delegate {opts.delegate!r} crashes the {backend} backend ({sig}) (checked in a child process)"
+            if opts.fallback:
+                check(model, backend, replace(opts, delegate=None, delegate_options={}, device=None), timeout_s)
+                return why
+            raise DeviceError(f"model {shown!r}: {why}", hint="pass --allow-fallback to run on CPU instead")
+        raise ModelError(
+            f"model {shown!r}: crashes the {backend} backend ({sig}) when loaded or run; refused "
+            "(checked in a child process)"
+        )
+    answer = None
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("{"):
+            try:
+                answer = json.loads(line)
+            except ValueError:
+                continue
+            break
+    if answer is None:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ModelError(f"model {shown!r}: the {backend} check process failed (exit {proc.returncode}): {last[:300]}")
+    if not answer.get("ok"):
+        cls = getattr(errors, answer.get("error", ""), None)
+        if not (isinstance(cls, type) and issubclass(cls, errors.EdgeRuntimeError)):
+            cls = ModelError
+        raise cls(answer.get("message", "unknown error"), hint=answer.get("hint"))
+    _PASSED.add(key)
+    return None
+
+
+def _child() -> int:
+    import numpy as np
+
+    from edge_runtime.errors import EdgeRuntimeError
+    from edge_runtime.session import load
+
+    req = json.loads(sys.stdin.read())
+    try:
+        with load(
+            req["model"],
+            backend=req["backend"],
+            device=req["device"],
+            delegate=req["delegate"],
+            delegate_options=req["delegate_options"],
+            options=req["options"],
+            threads=req["threads"],
+            fallback=req["fallback"],
+            isolate=False,
+        ) as s:
+            feeds = {t.name: np.zeros([d or 1 for d in t.shape], dtype=t.dtype) for t in s.inputs}
+            s.infer(feeds)
+        answer = {"ok": True}
+    except EdgeRuntimeError as err:
+        answer = {"ok": False, "error": type(err).__name__, "message": err.message, "hint": err.hint}
+    except Exception as err:  # noqa: BLE001 - reported to the parent, which decides
+        answer = {"ok": False, "error": "ModelError", "message": f"model {req['model']!r}: {type(err).__name__}: {err}"}
+    sys.stdout.write(json.dumps(answer) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    import warnings
+
+    warnings.simplefilter("ignore")
+    sys.exit(_child())

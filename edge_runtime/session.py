@@ -1,0 +1,271 @@
+"""`load()` and `Session`: one model on one backend, inputs bound once, and the truth about what runs.
+
+The Session does the checks (names, shapes, dtypes) when an input is bound, not on every call: a repeated `infer`
+with the same arrays only runs the model and copies the outputs out, so a measured call measures inference.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+
+import numpy as np
+
+from edge_runtime import backends
+from edge_runtime.backends.base import Backend, LoadOptions, TensorInfo
+from edge_runtime.errors import FeedError, ModelError
+from edge_runtime.model import DEFAULT_BACKEND, ModelFile, inspect_model
+
+
+class FallbackWarning(UserWarning):
+    """A device or delegate could not be used and the run fell back to CPU, as the caller allowed."""
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """What actually runs: the result's `backend` section (DESIGN.md)."""
+
+    name: str
+    version: str
+    device: str
+    delegate: str | None
+    fallback: bool
+    fallback_reason: str | None = None
+    requested_device: str | None = None
+    requested_delegate: str | None = None
+    details: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def load(
+    model: str | os.PathLike[str],
+    backend: str | None = None,
+    device: str | None = None,
+    delegate: str | None = None,
+    threads: int | None = None,
+    cpus: Iterable[int] | None = None,
+    *,
+    delegate_options: Mapping[str, str] | None = None,
+    options: Mapping[str, str] | None = None,
+    fallback: bool = False,
+    isolate: bool = True,
+    probe_timeout_s: float = 120.0,
+) -> Session:
+    """Load `model` on `backend` (chosen from the file type when None) and return a ready Session.
+
+    `device` picks an ONNX Runtime execution provider (`cpu`, `cuda`, `tensorrt`, `qnn`, `openvino`, ...) or an
+    OpenVINO device (`CPU`, `GPU`, `NPU`, `AUTO`); `delegate` is a TFLite external delegate library with
+    `delegate_options`. When these cannot be used, loading fails, unless `fallback=True`: then the model runs on CPU,
+    a FallbackWarning is issued and `session.backend.fallback` is True.
+    `cpus` pins this process and every thread it has to those CPUs before the backend starts its pools; `threads`
+    defaults to their number. With `isolate` (the default) the model is first loaded and run once in a child process,
+    so a file that crashes a native library is refused with an error instead of taking this process down; the check
+    runs once per file, backend and options in this process.
+    """
+    from edge_runtime import probe
+    from edge_runtime.system import pin_all_threads
+
+    mf = inspect_model(model)
+    name = backend or DEFAULT_BACKEND[mf.format]
+    cls = backends.get(name)
+    if mf.format not in cls.formats:
+        readable = ", ".join(sorted(f for f in cls.formats))
+        raise ModelError(
+            f"model {str(model)!r}: backend {name!r} cannot load {mf.format} files", hint=f"it reads: {readable}"
+        )
+    version = cls.library_version()
+    cpu_list = tuple(sorted(set(cpus))) if cpus is not None else None
+    if threads is not None and threads < 1:
+        raise FeedError(f"threads {threads!r}: must be at least 1")
+    opts = LoadOptions(
+        device=device,
+        delegate=delegate,
+        delegate_options=dict(delegate_options or {}),
+        options=dict(options or {}),
+        threads=threads if threads is not None else (len(cpu_list) if cpu_list else None),
+        cpus=cpu_list,
+        fallback=fallback,
+    )
+    crashed = None
+    if isolate:
+        crashed = probe.check(mf, name, opts, timeout_s=probe_timeout_s)
+        if crashed:  # the delegate crashed the child and fallback is allowed: load on CPU, and say so
+            opts = replace(opts, delegate=None, delegate_options={}, device=None)
+    if cpu_list:
+        pin_all_threads(list(cpu_list))  # before the backend starts its pools, which inherit the mask
+    impl = cls(mf, opts)
+    if crashed:
+        impl.fallback_reason = crashed
+    info = BackendInfo(
+        name=name,
+        version=version,
+        device=impl.device,
+        delegate=impl.delegate,
+        fallback=impl.fallback_reason is not None,
+        fallback_reason=impl.fallback_reason,
+        requested_device=device,
+        requested_delegate=delegate,
+        details=dict(getattr(impl, "details", {}) or {}),
+    )
+    if info.fallback:
+        warnings.warn(f"{name}: falling back to CPU: {impl.fallback_reason}", FallbackWarning, stacklevel=2)
+    return Session(mf, impl, info, opts)
+
+
+class Session:
+    """A loaded model. `infer(feeds)` runs it; `bind(feeds)` + `run()` is the allocation-free pair for timing loops."""
+
+    def __init__(self, model: ModelFile, impl: Backend, backend: BackendInfo, options: LoadOptions):
+        self.model = model
+        self.backend = backend
+        self.options = options
+        self._impl = impl
+        self.inputs: list[TensorInfo] = list(impl.inputs)
+        self.outputs: list[TensorInfo] = list(impl.outputs)
+        self._in_names = [t.name for t in self.inputs]
+        self._out_names = [t.name for t in self.outputs]
+        self._in_enum = list(enumerate(self._in_names))
+        self._out_enum = list(enumerate(self._out_names))
+        # The caller's array last bound per input; None when a converted copy was bound (rebind every call then,
+        # since the caller may change the original in place).
+        self._bound_src: list[object] = [None] * len(self.inputs)
+        self._ready = [False] * len(self.inputs)
+        self._rebind_each = impl.rebind_each_run
+        self._out_copy = not impl.output_is_copy
+        self._closed = False
+
+    # -- inputs ------------------------------------------------------------------------------------------------
+    def _as_mapping(self, feeds) -> Mapping[str, object]:
+        if isinstance(feeds, Mapping):
+            unknown = [k for k in feeds if k not in self._in_names]
+            missing = [k for k in self._in_names if k not in feeds]
+            if unknown or missing:
+                parts = []
+                if missing:
+                    parts.append(f"missing input(s) {', '.join(map(repr, missing))}")
+                if unknown:
+                    parts.append(f"unknown input(s) {', '.join(map(repr, unknown))}")
+                raise FeedError(
+                    f"model {self.model.path.name!r}: {'; '.join(parts)}",
+                    hint=f"its inputs are: {', '.join(self._in_names)}",
+                )
+            return feeds
+        if isinstance(feeds, np.ndarray):
+            feeds = [feeds]
+        if isinstance(feeds, Sequence) and not isinstance(feeds, (str, bytes)):
+            if len(feeds) != len(self.inputs):
+                raise FeedError(
+                    f"model {self.model.path.name!r} takes {len(self.inputs)} input(s), got {len(feeds)}",
+                    hint=f"its inputs are: {', '.join(self._in_names)}",
+                )
+            return dict(zip(self._in_names, feeds, strict=True))
+        raise FeedError(f"feeds must be a dict of arrays, a list of arrays or one array, got {type(feeds).__name__}")
+
+    def _bind_one(self, index: int, value: object) -> None:
+        info = self.inputs[index]
+        arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+        converted = arr is not value
+        if arr.dtype != info.dtype:
+            same_kind = arr.dtype.kind == info.dtype.kind == "f"
+            if not (same_kind or np.can_cast(arr.dtype, info.dtype, "safe")):
+                hint = "quantize it with session.inputs[i].quantize(x)" if info.quantization else None
+                raise FeedError(
+                    f"input {info.name!r} of {self.model.path.name!r} expects {info.dtype}, got {arr.dtype}",
+                    hint=hint,
+                )
+            arr = arr.astype(info.dtype)
+            converted = True
+        if len(arr.shape) != len(info.shape) or any(
+            want is not None and want != got for want, got in zip(info.shape, arr.shape, strict=True)
+        ):
+            want = "(" + ", ".join("?" if d is None else str(d) for d in info.shape) + ")"
+            raise FeedError(
+                f"input {info.name!r} of {self.model.path.name!r} expects shape {want} {info.dtype}, "
+                f"got {tuple(arr.shape)} {arr.dtype}"
+            )
+        if not arr.flags.c_contiguous or not arr.flags.aligned:
+            arr = np.ascontiguousarray(arr)
+            converted = True
+        self._impl.bind_input(index, arr)
+        self._bound_src[index] = None if converted else value
+        self._ready[index] = True
+
+    def bind(self, feeds) -> None:
+        """Check `feeds` against the inputs and bind them; `run()` then uses them (in-place changes included)."""
+        self._check_open()
+        feeds_map = self._as_mapping(feeds)
+        for index, name in self._in_enum:
+            self._bind_one(index, feeds_map[name])
+
+    # -- running -----------------------------------------------------------------------------------------------
+    def run(self) -> None:
+        """One inference on the bound inputs; outputs stay in the backend (read them with `results()`)."""
+        if self._rebind_each:
+            for index, src in enumerate(self._bound_src):
+                if src is None:
+                    raise FeedError("run() needs inputs bound first with bind(feeds)")
+                self._impl.bind_input(index, src)  # type: ignore[arg-type]
+        elif not all(self._ready):
+            raise FeedError("run() needs inputs bound first with bind(feeds)")
+        self._impl.run()
+
+    def results(self) -> dict[str, np.ndarray]:
+        """The last run's outputs, as arrays the caller owns."""
+        impl = self._impl
+        if self._out_copy:
+            return {name: impl.output(i).copy() for i, name in self._out_enum}
+        return {name: impl.output(i) for i, name in self._out_enum}
+
+    def infer(self, feeds) -> dict[str, np.ndarray]:
+        """Run once on `feeds` (dict name -> array, list in input order, or one array) and return the outputs.
+
+        Arrays already bound are not checked or copied again; arrays the caller owns come back.
+        """
+        if self._closed:
+            self._check_open()
+        if type(feeds) is dict and len(feeds) == len(self._in_names):
+            src = self._bound_src
+            impl = self._impl
+            for index, name in self._in_enum:
+                value = feeds.get(name)
+                if value is None or value is not src[index]:
+                    self._bind_one(index, self._as_mapping(feeds)[name])
+                elif self._rebind_each:
+                    impl.bind_input(index, value)
+        else:
+            feeds_map = self._as_mapping(feeds)
+            for index, name in self._in_enum:
+                value = feeds_map[name]
+                if value is self._bound_src[index] and value is not None:
+                    if self._rebind_each:
+                        self._impl.bind_input(index, value)  # type: ignore[arg-type]
+                else:
+                    self._bind_one(index, value)
+        self._impl.run()
+        return self.results()
+
+    # -- lifetime ----------------------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise FeedError(f"session for {self.model.path.name!r} is closed")
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._impl.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        b = self.backend
+        return (
+            f"<Session {self.model.path.name} on {b.name} {b.version} {b.device}{' (fallback)' if b.fallback else ''}>"
+        )

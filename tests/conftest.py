@@ -1,0 +1,64 @@
+"""Shared fixtures: the committed reference models and their manifest, and which backends are installed here."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = ROOT / "models"
+FIXTURES = ROOT.parent / "shared" / "fixtures"
+
+# Which backends read which artifact format. OpenVINO reads ONNX and TFLite too, through its frontends.
+READERS = {"onnx": ["onnxruntime", "openvino"], "openvino": ["openvino"], "tflite": ["tflite", "openvino"]}
+EXTRA = {"onnxruntime": "onnxruntime", "openvino": "openvino", "tflite": "tflite"}
+_MODULE = {"onnxruntime": "onnxruntime", "openvino": "openvino"}
+
+
+def backend_installed(name: str) -> bool:
+    if name == "tflite":
+        impl = os.environ.get("EDGE_RUNTIME_TFLITE_IMPL")
+        mods = {"ai-edge-litert": ["ai_edge_litert"], "tflite-runtime": ["tflite_runtime"]}.get(
+            impl or "", ["ai_edge_litert", "tflite_runtime"]
+        )
+        return any(importlib.util.find_spec(m) for m in mods)
+    return importlib.util.find_spec(_MODULE[name]) is not None
+
+
+def need(backend: str) -> None:
+    if not backend_installed(backend):
+        pytest.skip(f"backend {backend!r} not installed: pip install 'edge-runtime[{EXTRA[backend]}]' (make test does)")
+
+
+def load_manifest() -> dict:
+    with open(MODELS / "manifest.toml", "rb") as f:
+        return tomllib.load(f)
+
+
+MANIFEST = load_manifest()
+ARTIFACTS = MANIFEST["artifact"]
+
+
+def artifact(model: str, file_suffix: str) -> Path:
+    """The path of `model`'s artifact whose file ends with `file_suffix` (e.g. "_int8.onnx")."""
+    for a in ARTIFACTS:
+        if a["model"] == model and a["file"].endswith(file_suffix):
+            return MODELS / a["file"]
+    raise KeyError((model, file_suffix))
+
+
+@pytest.fixture(scope="session")
+def manifest() -> dict:
+    return MANIFEST
+
+
+@pytest.fixture(scope="session")
+def digits() -> tuple:
+    import numpy as np
+
+    d = np.load(MODELS / "digits_cnn" / "digits_test.npz")
+    return d["x"], d["y"]

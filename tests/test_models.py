@@ -1,0 +1,141 @@
+"""The committed reference models: hashes against the manifest, every artifact on every backend that reads it,
+FP32 agreement across backends, and INT8 accuracy on the digits split against FP32 and against the manifest."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+from conftest import ARTIFACTS, MANIFEST, MODELS, READERS, artifact, need
+
+import edge_runtime
+from edge_runtime.accuracy import classify
+
+MATRIX = [(a["file"], b) for a in ARTIFACTS for b in READERS[a["format"]]]
+
+
+def sha256(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("art", ARTIFACTS, ids=[a["file"] for a in ARTIFACTS])
+def test_artifact_hash_matches_manifest(art):
+    assert sha256(MODELS / art["file"]) == art["sha256"]
+    if "weights_file" in art:
+        assert sha256(MODELS / art["weights_file"]) == art["weights_sha256"]
+
+
+def test_every_model_file_is_in_the_manifest():
+    listed = {a["file"] for a in ARTIFACTS} | {a["weights_file"] for a in ARTIFACTS if "weights_file" in a}
+    on_disk = {
+        p.relative_to(MODELS).as_posix()
+        for p in MODELS.rglob("*")
+        if p.suffix in (".onnx", ".tflite", ".xml", ".bin") and ".venv" not in p.parts
+    }
+    assert on_disk == listed
+
+
+def test_manifest_covers_all_models_and_formats():
+    names = {m["name"] for m in MANIFEST["model"]}
+    assert names == {"digits_cnn", "resnet8", "dscnn_kws", "mobilenet_v1_025_vww", "fc_autoencoder_ad"}
+    for name in names:
+        kinds = {(a["format"], a["precision"]) for a in ARTIFACTS if a["model"] == name}
+        assert {("onnx", "fp32"), ("onnx", "int8"), ("openvino", "int8"), ("tflite", "int8")} <= kinds
+    for m in MANIFEST["model"]:
+        # Only digits_cnn is trained; the others must say they are for latency work only.
+        assert m["trained"] == (m["name"] == "digits_cnn")
+        if not m["trained"]:
+            assert "not trained" in m["description"]
+
+
+@pytest.mark.parametrize(("file", "backend"), MATRIX, ids=[f"{f}-{b}" for f, b in MATRIX])
+def test_artifact_runs_on_backend(file, backend):
+    need(backend)
+    art = next(a for a in ARTIFACTS if a["file"] == file)
+    with edge_runtime.load(MODELS / file, backend=backend, isolate=False) as s:
+        assert s.backend.name == backend
+        assert s.backend.fallback is False
+        assert [tuple(t.shape) for t in s.inputs] == [tuple(i["shape"]) for i in art["inputs"]]
+        if backend != "openvino" or art["format"] != "tflite":  # OpenVINO's TFLite frontend keeps raw int8 I/O
+            assert [str(t.dtype) for t in s.inputs] == [i["dtype"] for i in art["inputs"]]
+        rng = np.random.default_rng(0)
+        feeds = {}
+        for t in s.inputs:
+            x = rng.random(t.shape, dtype=np.float32)
+            feeds[t.name] = t.quantize(x) if t.dtype.kind in "iu" else x.astype(t.dtype)
+        out = s.infer(feeds)
+        assert list(out) == [t.name for t in s.outputs]
+        for t, spec in zip(s.outputs, art["outputs"], strict=True):
+            assert out[t.name].shape == tuple(spec["shape"])
+            assert np.all(np.isfinite(out[t.name].astype(np.float64)))
+
+
+def _float_input(shape, seed):
+    return np.random.default_rng(seed).random(shape, dtype=np.float32)
+
+
+@pytest.mark.parametrize("model", [m["name"] for m in MANIFEST["model"]])
+def test_fp32_outputs_agree_across_backends(model):
+    """FP32 ONNX on ONNX Runtime is the reference; OpenVINO (same file) and TFLite (same Keras model) must agree.
+
+    Tolerance: |diff| <= 1e-4 + 1e-3 * |reference| (float32 sums in a different order, folded batch norms).
+    """
+    ref_path = artifact(model, "_fp32.onnx")
+    others = [("openvino", ref_path), ("tflite", artifact(model, "_fp32.tflite"))]
+    need("onnxruntime")
+    with edge_runtime.load(ref_path, isolate=False) as ref:
+        inp = ref.inputs[0]
+        xs = [_float_input(inp.shape, seed) for seed in range(4)]
+        expected = [ref.infer({inp.name: x})[ref.outputs[0].name] for x in xs]
+    compared = 0
+    for backend, path in others:
+        if not __import__("conftest").backend_installed(backend):
+            continue
+        with edge_runtime.load(path, backend=backend, isolate=False) as s:
+            for x, want in zip(xs, expected, strict=True):
+                got = s.infer([x])[s.outputs[0].name]
+                np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4, err_msg=f"{model} on {backend}")
+        compared += 1
+    assert compared >= 1, "no second backend installed to compare with"
+
+
+DIGITS_RUNS = {  # backend -> (fp32 artifact, int8 artifact): the pairs the manifest's accuracy section describes
+    "onnxruntime": ("_fp32.onnx", "_int8.onnx"),
+    "openvino": ("_fp32.onnx", "_int8.xml"),
+    "tflite": ("_fp32.tflite", "_int8.tflite"),
+}
+
+
+@pytest.mark.parametrize("backend", list(DIGITS_RUNS))
+def test_digits_int8_accuracy(backend, digits):
+    """INT8 agrees with FP32 on >= 99% of the split, loses at most 1 point, and matches the manifest's numbers."""
+    need(backend)
+    x, y = digits
+    fp32, int8 = (artifact("digits_cnn", s) for s in DIGITS_RUNS[backend])
+    p32 = classify(fp32, x, backend=backend, isolate=False)
+    p8 = classify(int8, x, backend=backend, isolate=False)
+    fp32_top1, int8_top1, agreement = np.mean(p32 == y), np.mean(p8 == y), np.mean(p8 == p32)
+    assert agreement >= 0.99
+    assert fp32_top1 - int8_top1 <= 0.01
+    assert fp32_top1 >= 0.95  # the model really learned the digits
+    recorded = next(m for m in MANIFEST["model"] if m["name"] == "digits_cnn")["accuracy"][backend]
+    one_sample = 1.0 / len(y)
+    assert abs(recorded["fp32_top1"] - fp32_top1) <= one_sample + 1e-9
+    assert abs(recorded["int8_top1"] - int8_top1) <= one_sample + 1e-9
+    assert abs(recorded["int8_fp32_agreement"] - agreement) <= one_sample + 1e-9
+
+
+def test_int8_qdq_onnx_uses_u8_activations():
+    """The QDQ model quantizes activations to uint8 (U8S8): S8S8 is slower than FP32 on x86 without VNNI."""
+    onnx = pytest.importorskip("onnx", reason="onnx is in the dev extra: pip install 'edge-runtime[dev]'")
+    m = onnx.load(str(artifact("resnet8", "_int8.onnx")))
+    inits = {i.name: i for i in m.graph.initializer}
+    q_nodes = [n for n in m.graph.node if n.op_type == "QuantizeLinear"]
+    assert q_nodes
+    zero_point_types = {inits[n.input[2]].data_type for n in q_nodes if len(n.input) > 2 and n.input[2] in inits}
+    assert zero_point_types == {onnx.TensorProto.UINT8}
+    dq_weight_types = {
+        inits[n.input[0]].data_type for n in m.graph.node if n.op_type == "DequantizeLinear" and n.input[0] in inits
+    }
+    assert onnx.TensorProto.INT8 in dq_weight_types
