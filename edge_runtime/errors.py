@@ -17,6 +17,9 @@ class EdgeRuntimeError(Exception):
         self.message = message
         self.hint = hint
 
+    def __str__(self) -> str:
+        return self.one_line()
+
     def one_line(self) -> str:
         text = " ".join(self.message.split())
         if self.hint:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"

@@ -29,7 +29,9 @@ def test_parse_cpu_list_rejects_garbage(bad):
         parse_cpu_list(bad)
 
 
-@pytest.mark.parametrize(("cpus", "text"), [([0, 1, 2, 5], "0-2,5"), ([], ""), ([7], "7"), ([1, 3, 4, 5, 9], "1,3-5,9")])
+@pytest.mark.parametrize(
+    ("cpus", "text"), [([0, 1, 2, 5], "0-2,5"), ([], ""), ([7], "7"), ([1, 3, 4, 5, 9], "1,3-5,9")]
+)
 def test_format_cpu_list_round_trips(cpus, text):
     assert format_cpu_list(cpus) == text
     assert parse_cpu_list(text) == cpus

@@ -100,6 +100,7 @@ class TfliteBackend(Backend):
         self.delegate = None
         if options.delegate:
             try:
+                _check_delegate_library(options.delegate)
                 delegates = [mod.load_delegate(options.delegate, dict(options.delegate_options))]
                 self.delegate = options.delegate
             except _DELEGATE_ERRORS as err:
@@ -179,6 +180,18 @@ class TfliteBackend(Backend):
 
     def close(self) -> None:
         self._interp = None
+
+
+def _check_delegate_library(path: str) -> None:
+    """Refuse a library without the external-delegate entry points before LiteRT wraps it: its Delegate.__del__
+    raises AttributeError on such a library and prints "Exception ignored" noise (tensorflow/lite/delegates/external).
+    """
+    import ctypes
+
+    lib = ctypes.CDLL(path)  # OSError when missing or not a shared library for this machine
+    for symbol in ("tflite_plugin_create_delegate", "tflite_plugin_destroy_delegate"):
+        if not hasattr(lib, symbol):
+            raise AttributeError(f"not a TFLite external delegate: no {symbol} symbol")
 
 
 def _short(err: BaseException) -> str:

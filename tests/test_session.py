@@ -1,0 +1,157 @@
+"""Session behaviour on the real backends: binding once, in-place updates, owned outputs, feed checks, lifetime."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from conftest import ROOT, artifact, backend_installed, need
+
+import edge_runtime
+from edge_runtime import FeedError
+
+# One artifact per backend, all of digits_cnn INT8: float input on ORT/OpenVINO, int8 input on TFLite.
+PER_BACKEND = {
+    "onnxruntime": "_int8.onnx",
+    "openvino": "_int8.xml",
+    "tflite": "_int8.tflite",
+}
+
+
+@pytest.fixture(params=list(PER_BACKEND))
+def session(request):
+    need(request.param)
+    with edge_runtime.load(artifact("digits_cnn", PER_BACKEND[request.param]), isolate=False) as s:
+        yield s
+
+
+def _sample(s, seed):
+    t = s.inputs[0]
+    return t.quantize(np.random.default_rng(seed).random(t.shape, dtype=np.float32))
+
+
+def test_in_place_change_of_a_bound_input_is_seen(session):
+    name, out = session.inputs[0].name, session.outputs[0].name
+    a, b = _sample(session, 1), _sample(session, 2)
+    want_b = session.infer({name: b.copy()})[out]
+    buf = a.copy()
+    feeds = {name: buf}
+    first = session.infer(feeds)[out]
+    buf[...] = b  # same array object, new contents
+    second = session.infer(feeds)[out]
+    assert not np.array_equal(first, second)
+    np.testing.assert_array_equal(second, want_b)
+
+
+def test_outputs_belong_to_the_caller(session):
+    name, out = session.inputs[0].name, session.outputs[0].name
+    r1 = session.infer({name: _sample(session, 1)})[out]
+    keep = r1.copy()
+    session.infer({name: _sample(session, 2)})
+    np.testing.assert_array_equal(r1, keep)
+
+
+def test_bind_and_run_match_infer(session):
+    name, out = session.inputs[0].name, session.outputs[0].name
+    x = _sample(session, 3)
+    session.bind({name: x})
+    session.run()
+    np.testing.assert_array_equal(session.results()[out], session.infer({name: x})[out])
+
+
+def test_feeds_as_list_or_single_array(session):
+    x = _sample(session, 4)
+    out = session.outputs[0].name
+    by_name = session.infer({session.inputs[0].name: x})[out]
+    np.testing.assert_array_equal(session.infer([x])[out], by_name)
+    np.testing.assert_array_equal(session.infer(x)[out], by_name)
+
+
+def test_non_contiguous_and_float64_inputs_are_converted(session):
+    t = session.inputs[0]
+    out = session.outputs[0].name
+    x = _sample(session, 5)
+    want = session.infer([x])[out]
+    strided = np.repeat(x, 2, axis=-1)[..., ::2]  # same values, not C-contiguous
+    assert not strided.flags.c_contiguous
+    np.testing.assert_array_equal(session.infer([strided])[out], want)
+    if t.dtype == np.float32:
+        np.testing.assert_allclose(session.infer([x.astype(np.float64)])[out], want, rtol=1e-6)
+
+
+def test_feed_errors_name_the_input(session):
+    t = session.inputs[0]
+    with pytest.raises(FeedError, match=rf"missing input\(s\) '{t.name}'"):
+        session.infer({"nope": _sample(session, 0)})
+    with pytest.raises(FeedError, match=r"expects shape \(1, 8, 8, 1\)"):
+        session.infer({t.name: np.zeros((1, 64), dtype=t.dtype)})
+    with pytest.raises(FeedError, match="takes 1 input"):
+        session.infer([_sample(session, 0), _sample(session, 0)])
+    if t.quantization is not None:
+        with pytest.raises(FeedError, match=r"expects int8, got float32.*quantize"):
+            session.infer([np.zeros(t.shape, np.float32)])
+
+
+def test_run_before_bind_is_an_error(session):
+    with pytest.raises(FeedError, match="bound first"):
+        session.run()
+
+
+def test_closed_session_refuses_work():
+    need("onnxruntime")
+    s = edge_runtime.load(artifact("digits_cnn", "_int8.onnx"), isolate=False)
+    s.close()
+    with pytest.raises(FeedError, match="closed"):
+        s.infer([np.zeros((1, 8, 8, 1), np.float32)])
+
+
+def test_quantize_round_trip_on_tflite_io():
+    need("tflite")
+    with edge_runtime.load(artifact("digits_cnn", "_int8.tflite"), isolate=False) as s:
+        t = s.inputs[0]
+        assert t.dtype == np.int8 and t.quantization is not None
+        x = np.linspace(0, 1, 64, dtype=np.float32).reshape(t.shape)
+        np.testing.assert_allclose(t.dequantize(t.quantize(x)), x, atol=t.quantization.scale / 2 + 1e-7)
+
+
+def test_import_loads_no_backend_library():
+    heavy = ("onnxruntime", "openvino", "ai_edge_litert", "tflite_runtime", "bench")
+    code = f"import sys, edge_runtime; print([m for m in {heavy!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("backend", list(PER_BACKEND))
+def test_cpus_pins_every_thread_including_backend_pools(backend):
+    """Load with cpus=[0] in a fresh process; every task of it, read from /proc/PID/task, must be on CPU 0 only."""
+    need(backend)
+    path = artifact("digits_cnn", PER_BACKEND[backend])
+    code = textwrap.dedent(f"""
+        import json, os, numpy as np, edge_runtime
+        s = edge_runtime.load({str(path)!r}, cpus=[0], threads=2, isolate=False)
+        s.infer({{t.name: np.zeros(t.shape, t.dtype) for t in s.inputs}})
+        tasks = {{}}
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{{tid}}/status") as f:
+                line = next(l for l in f if l.startswith("Cpus_allowed_list"))
+            tasks[tid] = line.split(":")[1].strip()
+        print(json.dumps(tasks))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    tasks = json.loads(out.stdout.strip().splitlines()[-1])
+    assert len(tasks) >= 2  # numpy/backend threads exist besides the main thread
+    assert set(tasks.values()) == {"0"}, tasks
+
+
+def test_backends_registry_refuses_duplicates():
+    from edge_runtime import backends
+
+    with pytest.raises(ValueError, match="already registered"):
+        backends.register("onnxruntime", "x:y")
+    assert set(backends.names()) >= {"onnxruntime", "openvino", "tflite"}
+    assert all(backend_installed(n) == (n in backends.available()) for n in ("onnxruntime", "openvino"))
