@@ -156,7 +156,7 @@ class TfliteBackend(Backend):
         if self.details["library"] == "tflite-runtime" and _numpy_major() >= 2:
             raise BackendNotInstalledError(
                 f"tflite_runtime {_dist_version('tflite-runtime')} cannot run with numpy {np.__version__} "
-                f"(it was built for numpy < 2): {_short(err)}",
+                "(it was built for numpy < 2)",
                 hint="install ai-edge-litert (pip install 'edge-runtime[tflite]') or use numpy<2",
             ) from err
 

@@ -1,0 +1,153 @@
+"""`edge-runtime info` and `edge-runtime run` end to end (real subprocesses, real backends, fixture system trees)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+
+import numpy as np
+import pytest
+from conftest import FIXTURES, MANIFEST, artifact, backend_installed, need
+from test_bad_input import run_cli
+
+from edge_runtime.system import SystemRoot
+
+
+def _fixture(name: str):
+    path = FIXTURES / name
+    if not path.exists():
+        pytest.skip(f"fixture {path} not found (../shared/fixtures beside the checkout)")
+    return path
+
+
+def test_info_json_lists_installed_backends_with_versions():
+    proc = run_cli("info", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["schema"] == "edge-runtime/info/1"
+    for name in ("onnxruntime", "openvino", "tflite"):
+        b = doc["backends"][name]
+        assert b["installed"] == backend_installed(name)
+        if b["installed"]:
+            assert b["version"] and b["devices"]
+        else:
+            assert f"edge-runtime[{name}]" in b["install"]
+    if backend_installed("onnxruntime"):
+        import onnxruntime
+
+        assert doc["backends"]["onnxruntime"]["version"] == onnxruntime.__version__
+        assert "CPUExecutionProvider" in doc["backends"]["onnxruntime"]["providers"]
+
+
+def test_info_text_is_readable():
+    proc = run_cli("info")
+    assert proc.returncode == 0, proc.stderr
+    assert "backends" in proc.stdout and "cpus" in proc.stdout
+
+
+def test_info_reads_a_board_tree_through_sysroot():
+    root = _fixture("rpi5")
+    proc = run_cli("info", "--sysroot", str(root), "--json")
+    doc = json.loads(proc.stdout)
+    raw = (root / "proc/device-tree/model").read_bytes()
+    assert doc["board"] == raw.rstrip(b"\x00").decode()
+    assert doc["board"].startswith("Raspberry Pi 5")
+    assert doc["sysroot"] == str(root)
+
+
+def test_info_reads_dmi_and_cpu_sets_from_an_x86_tree():
+    root = _fixture("x86-node-exporter")
+    doc = json.loads(run_cli("info", "--sysroot", str(root), "--json").stdout)
+    dmi = root / "sys/class/dmi/id"
+    assert doc["board"] == f"{(dmi / 'sys_vendor').read_text().strip()} {(dmi / 'product_name').read_text().strip()}"
+    assert doc["cpus"]["online"] == [0, 1, 2, 3]
+    assert doc["cpus"]["isolated"] == [1, 3, 4, 5, 9]  # the fixture's odd list is reported as the kernel wrote it
+
+
+def test_isolation_from_the_kernel_command_line(tmp_path):
+    src = _fixture("rpi5")
+    shutil.copytree(src, tmp_path / "root")
+    cmdline = tmp_path / "root/proc/cmdline"
+    cmdline.write_text(
+        cmdline.read_text().strip() + " isolcpus=managed_irq,domain,2-3 nohz_full=2-3 rcu_nocbs=2-3 irqaffinity=0-1\n"
+    )
+    iso = SystemRoot(tmp_path / "root").isolation()
+    assert iso["isolcpus"] == [2, 3]
+    assert iso["nohz_full"] == [2, 3]
+    assert iso["rcu_nocbs"] == [2, 3]
+    assert iso["irqaffinity"] == [0, 1]
+    assert iso["sysfs_isolated"] == []  # no sysfs in this capture: unknown is empty, not an error
+
+
+def test_system_reads_tolerate_missing_and_garbled_files(tmp_path):
+    (tmp_path / "sys/devices/system/cpu").mkdir(parents=True)
+    (tmp_path / "sys/devices/system/cpu/online").write_text("zero-three\n")
+    root = SystemRoot(tmp_path)
+    assert root.cpus("online") is None
+    assert root.online_cpus() == []
+    assert root.board_model() == ""
+    assert root.cmdline() == ""
+    assert root.read("/proc/nope", "fallback") == "fallback"
+
+
+@pytest.mark.parametrize(
+    ("suffix", "backend"), [("_int8.onnx", "onnxruntime"), ("_int8.xml", "openvino"), ("_int8.tflite", "tflite")]
+)
+def test_run_json_describes_the_model_and_outputs(suffix, backend):
+    need(backend)
+    path = artifact("digits_cnn", suffix)
+    proc = run_cli("run", str(path), "--json", "--seed", "3", "--top", "3")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    art = next(a for a in MANIFEST["artifact"] if a["file"].endswith("digits_cnn" + suffix))
+    assert doc["schema"] == "edge-runtime/run/1"
+    assert doc["backend"]["name"] == backend and doc["backend"]["fallback"] is False
+    files = [path] + ([path.with_suffix(".bin")] if backend == "openvino" else [])  # IR: hash of .xml then .bin
+    assert doc["model"]["sha256"] == hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()
+    assert [o["name"] for o in doc["outputs"]] == [o["name"] for o in art["outputs"]]
+    top = doc["outputs"][0]["top"]
+    assert len(top) == 3 and top[0][1] >= top[1][1] >= top[2][1]
+    # Same seed, same inputs, same answer; another seed gives other inputs.
+    again = json.loads(run_cli("run", str(path), "--json", "--seed", "3", "--top", "3").stdout)
+    other = json.loads(run_cli("run", str(path), "--json", "--seed", "4", "--top", "3").stdout)
+    assert again["outputs"] == doc["outputs"]
+    assert other["outputs"] != doc["outputs"]
+
+
+def test_run_with_an_input_file_gives_the_digit(tmp_path, digits):
+    need("onnxruntime")
+    x, y = digits
+    f = tmp_path / "digit.npy"
+    np.save(f, x[:1])
+    proc = run_cli("run", str(artifact("digits_cnn", "_fp32.onnx")), "--input", f"input={f}", "--json")
+    doc = json.loads(proc.stdout)
+    assert doc["inputs"][0]["source"] == "file"
+    assert doc["outputs"][0]["top"][0][0] == int(y[0])
+
+
+def test_run_json_to_file_keeps_the_text_on_stdout(tmp_path):
+    need("onnxruntime")
+    out = tmp_path / "sub" / "run.json"
+    proc = run_cli("run", str(artifact("digits_cnn", "_int8.onnx")), "--json", str(out))
+    assert proc.returncode == 0
+    assert json.loads(out.read_text())["schema"] == "edge-runtime/run/1"
+    assert "backend  onnxruntime" in proc.stdout
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".")]  # no temporary file left behind
+
+
+def test_run_fallback_is_reported_on_stderr_and_in_json():
+    need("onnxruntime")
+    proc = run_cli("run", str(artifact("digits_cnn", "_int8.onnx")), "--device", "cuda", "--allow-fallback", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["backend"]["fallback"] is True and doc["backend"]["requested_device"] == "cuda"
+    assert "warning: onnxruntime: falling back to CPU" in proc.stderr
+
+
+def test_edge_bench_prints_its_help():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "bench.cli", "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "usage: edge-bench" in proc.stdout
