@@ -137,6 +137,44 @@ class Session:
         self._rebind_each = impl.rebind_each_run
         self._out_copy = not impl.output_is_copy
         self._closed = False
+        handles = impl.fast_handles() if len(self.inputs) == 1 else None
+        if handles is not None:
+            self.infer = self._make_fast_infer(handles)  # type: ignore[method-assign]
+
+    def _make_fast_infer(self, h):
+        """`infer` for the common one-input model: when the caller passes the array already bound, go straight to the
+        backend's calls (one Python frame more than the raw library call); anything else takes the general path."""
+        general = self._infer_general
+        bound = self._bound_src
+        name = self._in_names[0]
+        set_input, run, outputs = h.set_input, h.run, h.outputs
+        if len(outputs) == 1:
+            ((out_name, get_out),) = outputs
+
+            def infer(feeds):
+                if type(feeds) is dict and len(feeds) == 1:
+                    x = feeds.get(name)
+                    if x is bound[0] and x is not None:
+                        if set_input is not None:
+                            set_input(x)
+                        run()
+                        return {out_name: get_out()}
+                return general(feeds)
+
+        else:
+
+            def infer(feeds):
+                if type(feeds) is dict and len(feeds) == 1:
+                    x = feeds.get(name)
+                    if x is bound[0] and x is not None:
+                        if set_input is not None:
+                            set_input(x)
+                        run()
+                        return {n: get() for n, get in outputs}
+                return general(feeds)
+
+        infer.__doc__ = self._infer_general.__doc__
+        return infer
 
     # -- inputs ------------------------------------------------------------------------------------------------
     def _as_mapping(self, feeds) -> Mapping[str, object]:
@@ -221,12 +259,15 @@ class Session:
         return {name: impl.output(i) for i, name in self._out_enum}
 
     def infer(self, feeds) -> dict[str, np.ndarray]:
+        """Run once on `feeds` (dict name -> array, list in input order, or one array) and return the outputs."""
+        return self._infer_general(feeds)
+
+    def _infer_general(self, feeds) -> dict[str, np.ndarray]:
         """Run once on `feeds` (dict name -> array, list in input order, or one array) and return the outputs.
 
         Arrays already bound are not checked or copied again; arrays the caller owns come back.
         """
-        if self._closed:
-            self._check_open()
+        self._check_open()
         if type(feeds) is dict and len(feeds) == len(self._in_names):
             src = self._bound_src
             impl = self._impl
@@ -256,6 +297,7 @@ class Session:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            self.infer = self._infer_general  # type: ignore[method-assign]  # drop the fast path's references
             self._impl.close()
 
     def __enter__(self) -> Session:

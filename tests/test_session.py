@@ -104,7 +104,11 @@ def test_run_before_bind_is_an_error(session):
 def test_closed_session_refuses_work():
     need("onnxruntime")
     s = edge_runtime.load(artifact("digits_cnn", "_int8.onnx"), isolate=False)
+    feeds = {"input": np.zeros((1, 8, 8, 1), np.float32)}
+    s.infer(feeds)  # bound: the next call with the same array would take the fast path
     s.close()
+    with pytest.raises(FeedError, match="closed"):
+        s.infer(feeds)
     with pytest.raises(FeedError, match="closed"):
         s.infer([np.zeros((1, 8, 8, 1), np.float32)])
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edge_runtime.backends.base import Backend, LoadOptions, TensorInfo
+from edge_runtime.backends.base import Backend, FastHandles, LoadOptions, TensorInfo
 from edge_runtime.errors import BackendNotInstalledError, DeviceError, ModelError
 from edge_runtime.model import ModelFile
 
@@ -146,6 +146,14 @@ class OpenVinoBackend(Backend):
 
     def output(self, index: int) -> np.ndarray:
         return self._request.get_output_tensor(index).data
+
+    def fast_handles(self) -> FastHandles | None:
+        if any(None in o.shape for o in self.outputs):
+            return None  # dynamic outputs may be reallocated by a run
+        # Output tensors of a static model keep their memory across runs: a view taken once stays valid.
+        views = [self._request.get_output_tensor(i).data for i in range(len(self.outputs))]
+        outs = tuple((o.name, v.copy) for o, v in zip(self.outputs, views, strict=True))
+        return FastHandles(None, self._request.infer, outs)
 
     def close(self) -> None:
         self._request = None

@@ -7,11 +7,12 @@ a delegate can fail later with RuntimeError: all of them are a delegate that can
 
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
 
-from edge_runtime.backends.base import Backend, LoadOptions, Quantization, TensorInfo
+from edge_runtime.backends.base import Backend, FastHandles, LoadOptions, Quantization, TensorInfo
 from edge_runtime.errors import BackendNotInstalledError, DeviceError, ModelError
 from edge_runtime.model import ModelFile
 
@@ -126,9 +127,26 @@ class TfliteBackend(Backend):
         self._in_idx = [d["index"] for d in self._interp.get_input_details()]
         self._in_shapes = [tuple(int(x) for x in d["shape"]) for d in self._interp.get_input_details()]
         self._out_idx = [d["index"] for d in self._interp.get_output_details()]
-        self._set = self._interp.set_tensor
-        self._get = self._interp.get_tensor
-        self._invoke = self._interp.invoke
+        # The public set_tensor/invoke/get_tensor each wrap one pybind call in a Python frame, and invoke() first
+        # checks that no numpy view of interpreter memory is alive (_ensure_safe). This backend never takes such a
+        # view (SetTensor and GetTensor copy), so it calls the entry points the wrappers call: on a ~5 us model the
+        # wrappers are measurable. Holding them makes the public methods' check fail, so resize goes through them too.
+        # ai_edge_litert and tflite_runtime 2.14 both have these; otherwise the public methods are used.
+        raw = getattr(self._interp, "_interpreter", None)
+        if raw is not None and all(
+            hasattr(raw, n) for n in ("SetTensor", "Invoke", "GetTensor", "ResizeInputTensor", "AllocateTensors")
+        ):
+            self._set, self._invoke, self._get_fn, self._get_extra = raw.SetTensor, raw.Invoke, raw.GetTensor, (0,)
+            self._resize = lambda i, shape: raw.ResizeInputTensor(i, np.array(shape, dtype=np.int32), False)
+            self._allocate = raw.AllocateTensors
+        else:
+            self._set, self._invoke, self._get_fn, self._get_extra = (
+                self._interp.set_tensor,
+                self._interp.invoke,
+                self._interp.get_tensor,
+                (),
+            )
+            self._resize, self._allocate = self._interp.resize_tensor_input, self._interp.allocate_tensors
 
     def _create(self, mod, model: ModelFile, options: LoadOptions, delegates, resolver):
         try:
@@ -167,8 +185,8 @@ class TfliteBackend(Backend):
 
     def bind_input(self, index: int, array: np.ndarray) -> None:
         if array.shape != self._in_shapes[index]:  # a dynamic dimension changed: resize, then reallocate
-            self._interp.resize_tensor_input(self._in_idx[index], list(array.shape))
-            self._interp.allocate_tensors()
+            self._resize(self._in_idx[index], list(array.shape))
+            self._allocate()
             self._in_shapes[index] = tuple(array.shape)
         self._set(self._in_idx[index], array)
 
@@ -176,9 +194,19 @@ class TfliteBackend(Backend):
         self._invoke()
 
     def output(self, index: int) -> np.ndarray:
-        return self._get(self._out_idx[index])
+        return self._get_fn(self._out_idx[index], *self._get_extra)
+
+    def fast_handles(self) -> FastHandles | None:
+        if len(self.inputs) != 1:
+            return None
+        outs = tuple(
+            (o.name, functools.partial(self._get_fn, i, *self._get_extra))
+            for o, i in zip(self.outputs, self._out_idx, strict=True)
+        )
+        return FastHandles(functools.partial(self._set, self._in_idx[0]), self._invoke, outs)
 
     def close(self) -> None:
+        self._set = self._invoke = self._get_fn = self._resize = self._allocate = None  # type: ignore[assignment]
         self._interp = None
 
 
