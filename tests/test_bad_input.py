@@ -109,6 +109,16 @@ def test_cli_bad_flags(args, needles):
     assert_one_line_error(proc, *needles)
 
 
+def test_cli_delegate_that_does_not_load():
+    need("tflite")
+    lib = "/nonexistent/libvx_delegate.so"
+    proc = run_cli("run", str(artifact("digits_cnn", "_int8.tflite")), "--delegate", lib, "--delegate-option", "a=b")
+    assert_one_line_error(proc, f"delegate '{lib}' does not load", "--allow-fallback")
+    proc = run_cli("run", str(artifact("digits_cnn", "_int8.tflite")), "--delegate", lib, "--allow-fallback", "--json")
+    assert proc.returncode == 0
+    assert '"fallback": true' in proc.stdout and "warning: tflite: falling back to CPU" in proc.stderr
+
+
 def test_cli_feed_of_the_wrong_shape(tmp_path):
     need("onnxruntime")
     bad = tmp_path / "x.npy"
