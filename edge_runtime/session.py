@@ -148,30 +148,19 @@ class Session:
         bound = self._bound_src
         name = self._in_names[0]
         set_input, run, outputs = h.set_input, h.run, h.outputs
-        if len(outputs) == 1:
-            ((out_name, get_out),) = outputs
+        single = outputs[0] if len(outputs) == 1 else None  # the usual case: skip the comprehension's frame
 
-            def infer(feeds):
-                if type(feeds) is dict and len(feeds) == 1:
-                    x = feeds.get(name)
-                    if x is bound[0] and x is not None:
-                        if set_input is not None:
-                            set_input(x)
-                        run()
-                        return {out_name: get_out()}
-                return general(feeds)
-
-        else:
-
-            def infer(feeds):
-                if type(feeds) is dict and len(feeds) == 1:
-                    x = feeds.get(name)
-                    if x is bound[0] and x is not None:
-                        if set_input is not None:
-                            set_input(x)
-                        run()
-                        return {n: get() for n, get in outputs}
-                return general(feeds)
+        def infer(feeds):
+            if type(feeds) is dict and len(feeds) == 1:
+                x = feeds.get(name)
+                if x is bound[0] and x is not None:
+                    if set_input is not None:
+                        set_input(x)
+                    run()
+                    if single is not None:
+                        return {single[0]: single[1]()}
+                    return {n: get() for n, get in outputs}
+            return general(feeds)
 
         infer.__doc__ = self._infer_general.__doc__
         return infer

@@ -80,6 +80,20 @@ class LoadOptions:
     fallback: bool = False
 
 
+def require(module: str, backend: str, extra: str):
+    """Import a backend's library, or say which extra installs it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        from edge_runtime.errors import BackendNotInstalledError
+
+        raise BackendNotInstalledError(
+            f"backend {backend!r} is not installed ({err})", hint=f"pip install 'edge-runtime[{extra}]'"
+        ) from err
+
+
 @dataclass(frozen=True)
 class FastHandles:
     """For a model with one input: `set_input(array)` (None when a bound array is read in place), `run()`, and per

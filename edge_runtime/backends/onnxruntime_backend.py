@@ -10,8 +10,8 @@ import functools
 
 import numpy as np
 
-from edge_runtime.backends.base import Backend, FastHandles, LoadOptions, TensorInfo
-from edge_runtime.errors import BackendNotInstalledError, DeviceError, ModelError
+from edge_runtime.backends.base import Backend, FastHandles, LoadOptions, TensorInfo, require
+from edge_runtime.errors import DeviceError, ModelError
 from edge_runtime.model import ModelFile
 
 # --device name -> execution provider (onnxruntime.ai/docs/execution-providers).
@@ -52,13 +52,7 @@ _DTYPES = {
 
 
 def _ort():
-    try:
-        import onnxruntime
-    except ImportError as err:
-        raise BackendNotInstalledError(
-            f"backend 'onnxruntime' is not installed ({err})", hint="pip install 'edge-runtime[onnxruntime]'"
-        ) from err
-    return onnxruntime
+    return require("onnxruntime", "onnxruntime", "onnxruntime")
 
 
 def _shape(dims) -> tuple[int | None, ...]:

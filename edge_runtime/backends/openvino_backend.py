@@ -7,21 +7,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from edge_runtime.backends.base import Backend, FastHandles, LoadOptions, TensorInfo
-from edge_runtime.errors import BackendNotInstalledError, DeviceError, ModelError
+from edge_runtime.backends.base import Backend, FastHandles, LoadOptions, TensorInfo, require
+from edge_runtime.errors import DeviceError, ModelError
 from edge_runtime.model import ModelFile
 
 DEVICES = ("CPU", "GPU", "NPU", "AUTO")
 
 
 def _ov():
-    try:
-        import openvino
-    except ImportError as err:
-        raise BackendNotInstalledError(
-            f"backend 'openvino' is not installed ({err})", hint="pip install 'edge-runtime[openvino]'"
-        ) from err
-    return openvino
+    return require("openvino", "openvino", "openvino")
 
 
 def _core():
