@@ -15,7 +15,7 @@ import numpy as np
 
 from edge_runtime import backends
 from edge_runtime.backends.base import Backend, LoadOptions, TensorInfo
-from edge_runtime.errors import FeedError, ModelError
+from edge_runtime.errors import FeedError, ModelError, UserError
 from edge_runtime.model import DEFAULT_BACKEND, ModelFile, inspect_model
 
 
@@ -80,7 +80,7 @@ def load(
     version = cls.library_version()
     cpu_list = tuple(sorted(set(cpus))) if cpus is not None else None
     if threads is not None and threads < 1:
-        raise FeedError(f"threads {threads!r}: must be at least 1")
+        raise UserError(f"threads {threads!r}: must be at least 1")
     opts = LoadOptions(
         device=device,
         delegate=delegate,
@@ -133,7 +133,8 @@ class Session:
         # The caller's array last bound per input; None when a converted copy was bound (rebind every call then,
         # since the caller may change the original in place).
         self._bound_src: list[object] = [None] * len(self.inputs)
-        self._ready = [False] * len(self.inputs)
+        # What the backend was given per input (the caller's array or its converted copy); None until bound.
+        self._bound_arr: list[np.ndarray | None] = [None] * len(self.inputs)
         self._rebind_each = impl.rebind_each_run
         self._out_copy = not impl.output_is_copy
         self._closed = False
@@ -219,7 +220,7 @@ class Session:
             converted = True
         self._impl.bind_input(index, arr)
         self._bound_src[index] = None if converted else value
-        self._ready[index] = True
+        self._bound_arr[index] = arr
 
     def bind(self, feeds) -> None:
         """Check `feeds` against the inputs and bind them; `run()` then uses them (in-place changes included)."""
@@ -231,13 +232,11 @@ class Session:
     # -- running -----------------------------------------------------------------------------------------------
     def run(self) -> None:
         """One inference on the bound inputs; outputs stay in the backend (read them with `results()`)."""
-        if self._rebind_each:
-            for index, src in enumerate(self._bound_src):
-                if src is None:
-                    raise FeedError("run() needs inputs bound first with bind(feeds)")
-                self._impl.bind_input(index, src)  # type: ignore[arg-type]
-        elif not all(self._ready):
+        if any(a is None for a in self._bound_arr):
             raise FeedError("run() needs inputs bound first with bind(feeds)")
+        if self._rebind_each:  # the backend copies inputs in: copy again so in-place changes are seen
+            for index, arr in enumerate(self._bound_arr):
+                self._impl.bind_input(index, arr)  # type: ignore[arg-type]
         self._impl.run()
 
     def results(self) -> dict[str, np.ndarray]:

@@ -63,6 +63,17 @@ def test_bind_and_run_match_infer(session):
     np.testing.assert_array_equal(session.results()[out], session.infer({name: x})[out])
 
 
+def test_bind_converted_input_then_run(session):
+    """A float64 or strided array is bound as a converted copy; run() must still use it."""
+    name, out = session.inputs[0].name, session.outputs[0].name
+    x = _sample(session, 6)
+    want = session.infer({name: x.copy()})[out]
+    strided = np.repeat(x, 2, axis=-1)[..., ::2]
+    session.bind({name: strided})
+    session.run()
+    np.testing.assert_array_equal(session.results()[out], want)
+
+
 def test_feeds_as_list_or_single_array(session):
     x = _sample(session, 4)
     out = session.outputs[0].name
