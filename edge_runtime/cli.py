@@ -35,20 +35,32 @@ class _Parser(argparse.ArgumentParser):
 
 
 # ---------------------------------------------------------------------------------------------------------- output
-def write_json(doc: dict, dest: str) -> None:
-    """`-` -> stdout; otherwise written atomically next to its destination (a crash never leaves half a file)."""
+def write_json(doc: dict, dest: str, protect: tuple[Path, ...] = ()) -> None:
+    """`-` -> stdout; otherwise written atomically next to its destination (a crash never leaves half a file).
+
+    `protect`: files the command read (model, weights, inputs), which --json must never overwrite.
+    """
     text = json.dumps(doc, indent=2, default=_json_default) + "\n"
     if dest == "-":
         sys.stdout.write(text)
         return
     path = Path(dest)
+    for p in protect:
+        if path.resolve() == p.resolve():
+            raise UserError(f"--json {dest!r}: is an input of this command; refusing to overwrite it")
+    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a result file is as readable as any other file
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, path)
     except OSError as err:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
         raise UserError(f"--json {dest!r}: cannot write: {err.strerror or err}") from err
 
 
@@ -160,24 +172,29 @@ def _load_inputs(specs: list[str] | None, session, seed: int) -> tuple[dict[str,
     given: dict[str, np.ndarray] = {}
     names = [t.name for t in session.inputs]
     for spec in specs or []:
-        name, sep, file = spec.rpartition("=")
-        if not sep:
+        # NAME=FILE when NAME is one of the model's inputs; otherwise the whole value is a path (paths may hold '=').
+        name, sep, file = spec.partition("=")
+        if not sep or name not in names:
+            if sep and len(names) > 1:
+                raise FeedError(
+                    f"--input {spec!r}: the model has no input {name!r}", hint=f"its inputs are: {', '.join(names)}"
+                )
             if len(names) != 1:
                 raise FeedError(
                     f"--input {spec!r}: the model has {len(names)} inputs; write NAME=FILE.npy",
                     hint=f"its inputs are: {', '.join(names)}",
                 )
-            name = names[0]
-        if name not in names:
-            raise FeedError(
-                f"--input {spec!r}: the model has no input {name!r}", hint=f"its inputs are: {', '.join(names)}"
-            )
+            name, file = names[0], spec
+        if name in given:
+            raise FeedError(f"--input {spec!r}: input {name!r} is given twice")
         try:
             given[name] = np.load(file, allow_pickle=False)
         except FileNotFoundError as err:
             raise FeedError(f"--input {spec!r}: no such file {file!r}") from err
-        except (OSError, ValueError) as err:
-            raise FeedError(f"--input {spec!r}: {file!r} is not a readable .npy array ({err})") from err
+        except IsADirectoryError as err:
+            raise FeedError(f"--input {spec!r}: {file!r} is a directory") from err
+        except (OSError, ValueError, EOFError) as err:
+            raise FeedError(f"--input {spec!r}: {file!r} is not a readable .npy array ({err or 'empty file'})") from err
         if not isinstance(given[name], np.ndarray):
             raise FeedError(f"--input {spec!r}: {file!r} holds no single array (use .npy, not .npz)")
     rng = np.random.default_rng(seed)
@@ -249,7 +266,9 @@ def cmd_run(args) -> int:
             "timing_ms": {"load": round(load_ms, 3), "first_inference": round(infer_ms, 3)},
         }
     if args.json:
-        write_json(doc, args.json)
+        inputs = [Path(p) for spec in args.input or [] for p in {spec, spec.partition("=")[2] or spec}]
+        weights = [session.model.weights] if session.model.weights else []
+        write_json(doc, args.json, protect=(session.model.path, *weights, *inputs))
         if args.json == "-":
             return 0
     model = doc["model"]
@@ -273,6 +292,10 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
 }
 
 
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
+
+
 def _json_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--json",
@@ -292,6 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("info", help=COMMANDS["info"][1], description=COMMANDS["info"][1])
     p.add_argument("--sysroot", default="/", metavar="DIR", help="read /proc and /sys below DIR (default /)")
     _json_flag(p)
+    _common(p)
 
     p = sub.add_parser("run", help=COMMANDS["run"][1], description=COMMANDS["run"][1])
     p.add_argument("model", metavar="MODEL", help=".onnx, .xml (OpenVINO IR) or .tflite file")
@@ -321,6 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="skip the crash check in a child process (faster; a crashing model then crashes this process)",
     )
     _json_flag(p)
+    _common(p)
     return ap
 
 

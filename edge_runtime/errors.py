@@ -53,6 +53,10 @@ class FeedError(UserError):
     """Inputs that do not match the model: missing or unknown names, wrong shape or dtype, unreadable files."""
 
 
+class InferenceError(UserError):
+    """The backend refused to run on the bound inputs (e.g. dynamic dimensions that do not agree)."""
+
+
 class PinningError(UserError):
     """A CPU list that cannot be applied (CPUs that do not exist or are not allowed to this process)."""
 

@@ -48,10 +48,11 @@ def check(model: ModelFile, backend: str, opts: LoadOptions, timeout_s: float = 
     if key in _PASSED:
         return None
     request = {
-        "model": str(model.path),
+        "model": str(model.path.resolve()),
         "backend": backend,
         "device": opts.device,
-        "delegate": opts.delegate,
+        # A bare soname ("libedgetpu.so.1") is for dlopen to find; a path is made absolute for the child's cwd.
+        "delegate": os.path.abspath(opts.delegate) if opts.delegate and os.sep in opts.delegate else opts.delegate,
         "delegate_options": dict(opts.delegate_options),
         "options": dict(opts.options),
         "threads": 1,
@@ -69,15 +70,22 @@ def check(model: ModelFile, backend: str, opts: LoadOptions, timeout_s: float = 
             text=True,
             timeout=timeout_s,
             env=env,
+            cwd=package_root,  # `-m` puts the cwd first on sys.path: make it this package's root, not the caller's
         )
     except subprocess.TimeoutExpired as err:
         raise ModelError(
             f"model {shown!r}: {backend} did not load and run it within {timeout_s:g} s (checked in a child process)"
         ) from err
     if proc.returncode < 0:
-        sig = signal.Signals(-proc.returncode).name
-        if opts.delegate:
-            why = f"delegate {opts.delegate!r} crashes the {backend} backend ({sig}) (checked in a child process)"
+        try:
+            sig = signal.Signals(-proc.returncode).name
+        except ValueError:
+            sig = f"signal {-proc.returncode}"
+        accelerator = opts.delegate or (opts.device if (opts.device or "cpu").lower() != "cpu" else None)
+        if accelerator:
+            # A vendor delegate or device plugin that crashes: the device's fault, and CPU may still work.
+            what = f"delegate {opts.delegate!r}" if opts.delegate else f"device {opts.device!r}"
+            why = f"{what} crashes the {backend} backend ({sig}) (checked in a child process)"
             if opts.fallback:
                 check(model, backend, replace(opts, delegate=None, delegate_options={}, device=None), timeout_s)
                 return why

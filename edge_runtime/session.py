@@ -15,7 +15,7 @@ import numpy as np
 
 from edge_runtime import backends
 from edge_runtime.backends.base import Backend, LoadOptions, TensorInfo
-from edge_runtime.errors import FeedError, ModelError, UserError
+from edge_runtime.errors import EdgeRuntimeError, FeedError, InferenceError, ModelError, UserError
 from edge_runtime.model import DEFAULT_BACKEND, ModelFile, inspect_model
 
 
@@ -135,6 +135,8 @@ class Session:
         self._bound_src: list[object] = [None] * len(self.inputs)
         # What the backend was given per input (the caller's array or its converted copy); None until bound.
         self._bound_arr: list[np.ndarray | None] = [None] * len(self.inputs)
+        # The caller's objects behind converted copies, re-converted by run() so in-place changes are seen.
+        self._converted: dict[int, object] = {}
         self._rebind_each = impl.rebind_each_run
         self._out_copy = not impl.output_is_copy
         self._closed = False
@@ -155,9 +157,12 @@ class Session:
             if type(feeds) is dict and len(feeds) == 1:
                 x = feeds.get(name)
                 if x is bound[0] and x is not None:
-                    if set_input is not None:
-                        set_input(x)
-                    run()
+                    try:
+                        if set_input is not None:
+                            set_input(x)
+                        run()
+                    except Exception as err:
+                        raise self._inference_error(err) from err
                     if single is not None:
                         return {single[0]: single[1]()}
                     return {n: get() for n, get in outputs}
@@ -215,12 +220,17 @@ class Session:
                 f"input {info.name!r} of {self.model.path.name!r} expects shape {want} {info.dtype}, "
                 f"got {tuple(arr.shape)} {arr.dtype}"
             )
-        if not arr.flags.c_contiguous or not arr.flags.aligned:
-            arr = np.ascontiguousarray(arr)
+        if not arr.flags.c_contiguous or not arr.flags.aligned or not arr.flags.writeable:
+            # Read-only memory (np.frombuffer, memory maps) cannot back a shared backend tensor either.
+            arr = np.array(arr, order="C", copy=True)
             converted = True
         self._impl.bind_input(index, arr)
         self._bound_src[index] = None if converted else value
         self._bound_arr[index] = arr
+        if converted:
+            self._converted[index] = value
+        else:
+            self._converted.pop(index, None)
 
     def bind(self, feeds) -> None:
         """Check `feeds` against the inputs and bind them; `run()` then uses them (in-place changes included)."""
@@ -232,15 +242,37 @@ class Session:
     # -- running -----------------------------------------------------------------------------------------------
     def run(self) -> None:
         """One inference on the bound inputs; outputs stay in the backend (read them with `results()`)."""
+        self._check_open()
         if any(a is None for a in self._bound_arr):
             raise FeedError("run() needs inputs bound first with bind(feeds)")
+        for index, value in self._converted.items():  # the caller's array may have changed in place since bind()
+            np.copyto(self._bound_arr[index], np.asarray(value), casting="unsafe")  # type: ignore[arg-type]
         if self._rebind_each:  # the backend copies inputs in: copy again so in-place changes are seen
             for index, arr in enumerate(self._bound_arr):
                 self._impl.bind_input(index, arr)  # type: ignore[arg-type]
-        self._impl.run()
+        self._run()
+
+    def _run(self) -> None:
+        try:
+            self._impl.run()
+        except EdgeRuntimeError:
+            raise
+        except Exception as err:
+            raise self._inference_error(err) from err
+
+    def _inference_error(self, err: Exception) -> InferenceError:
+        shapes = ", ".join(
+            f"{t.name} {tuple(a.shape) if a is not None else '?'}"
+            for t, a in zip(self.inputs, self._bound_arr, strict=True)
+        )
+        msg = " ".join(str(err).split())[:300] or type(err).__name__
+        return InferenceError(
+            f"model {self.model.path.name!r}: {self.backend.name} failed to run on inputs {shapes}: {msg}"
+        )
 
     def results(self) -> dict[str, np.ndarray]:
         """The last run's outputs, as arrays the caller owns."""
+        self._check_open()
         impl = self._impl
         if self._out_copy:
             return {name: impl.output(i).copy() for i, name in self._out_enum}
@@ -274,7 +306,7 @@ class Session:
                         self._impl.bind_input(index, value)  # type: ignore[arg-type]
                 else:
                     self._bind_one(index, value)
-        self._impl.run()
+        self._run()
         return self.results()
 
     # -- lifetime ----------------------------------------------------------------------------------------------

@@ -98,7 +98,7 @@ def test_cli_directory_instead_of_file():
         (["--cpus", "64"], ["--cpus '64'", "do not exist"]),
         (["--threads", "0"], ["threads 0"]),
         (["--delegate-option", "novalue", "--delegate", "x.so"], ["--delegate-option 'novalue'", "KEY=VALUE"]),
-        (["--input", "nope=missing.npy"], ["no input 'nope'"]),
+        (["--input", "nope=missing.npy"], ["no such file 'nope=missing.npy'"]),  # one input: '=' is part of a path
         (["--input", "missing.npy"], ["no such file 'missing.npy'"]),
         (["--frobnicate"], ["unrecognized arguments: --frobnicate"]),
     ],
@@ -119,12 +119,72 @@ def test_cli_delegate_that_does_not_load():
     assert '"fallback": true' in proc.stdout and "warning: tflite: falling back to CPU" in proc.stderr
 
 
-def test_cli_feed_of_the_wrong_shape(tmp_path):
-    need("onnxruntime")
+@pytest.mark.parametrize(
+    ("suffix", "backend", "name", "dtype"),
+    [
+        ("_int8.onnx", "onnxruntime", "input", "float32"),
+        ("_int8.xml", "openvino", "input", "float32"),
+        ("_int8.tflite", "tflite", "serving_default_input:0", "int8"),
+    ],
+)
+def test_cli_feed_of_the_wrong_shape(tmp_path, suffix, backend, name, dtype):
+    """Exactly one line also on TFLite, whose library prints an INFO line for every interpreter it creates."""
+    need(backend)
     bad = tmp_path / "x.npy"
-    np.save(bad, np.zeros((1, 64), np.float32))
-    proc = run_cli("run", str(artifact("digits_cnn", "_int8.onnx")), "--input", f"input={bad}")
-    assert_one_line_error(proc, "input 'input'", "expects shape (1, 8, 8, 1) float32, got (1, 64) float32")
+    np.save(bad, np.zeros((1, 64), dtype))
+    proc = run_cli("run", str(artifact("digits_cnn", suffix)), "--input", f"{name}={bad}")
+    assert_one_line_error(proc, f"input '{name}'", f"expects shape (1, 8, 8, 1) {dtype}, got (1, 64) {dtype}")
+
+
+def test_cli_input_path_with_equals_sign(tmp_path, digits):
+    need("onnxruntime")
+    d = tmp_path / "a=b"
+    d.mkdir()
+    f = d / "x.npy"
+    np.save(f, digits[0][:1])
+    for spec in (str(f), f"input={f}"):
+        proc = run_cli("run", str(artifact("digits_cnn", "_fp32.onnx")), "--input", spec)
+        assert proc.returncode == 0, proc.stderr
+        assert "<- file" in proc.stdout
+
+
+def test_cli_json_never_overwrites_the_model(tmp_path):
+    need("onnxruntime")
+    model = tmp_path / "m.onnx"
+    model.write_bytes(artifact("digits_cnn", "_int8.onnx").read_bytes())
+    before = model.read_bytes()
+    proc = run_cli("run", str(model), "--json", str(model))
+    assert_one_line_error(proc, "refusing to overwrite")
+    assert model.read_bytes() == before
+
+
+def test_cli_json_file_is_readable_by_others(tmp_path):
+    need("onnxruntime")
+    out = tmp_path / "r.json"
+    assert run_cli("run", str(artifact("digits_cnn", "_int8.onnx")), "--json", str(out)).returncode == 0
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_cli_debug_flag_after_the_subcommand():
+    proc = run_cli("run", "models/nope.onnx", "--debug")
+    assert "Traceback" in proc.stderr and "ModelError" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("suffix", "option", "needle"),
+    [
+        ("_int8.onnx", "intra_op_spin=0", "the CPU provider takes no options"),
+        ("_int8.xml", "FOO=1", "not a property of the CPU plugin"),
+        ("_int8.tflite", "threads=4", "not known"),
+    ],
+)
+def test_cli_unknown_backend_option(suffix, option, needle):
+    backend = {"onnx": "onnxruntime", "xml": "openvino", "tflite": "tflite"}[suffix.rsplit(".", 1)[1]]
+    need(backend)
+    proc = run_cli("run", str(artifact("digits_cnn", suffix)), "--option", option)
+    assert_one_line_error(proc, option.split("=")[0], needle)
 
 
 def test_cli_input_file_that_is_not_npy(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT, artifact, backend_installed, need
 
 import edge_runtime
-from edge_runtime import FeedError
+from edge_runtime import FeedError, InferenceError
 
 # One artifact per backend, all of digits_cnn INT8: float input on ORT/OpenVINO, int8 input on TFLite.
 PER_BACKEND = {
@@ -64,14 +64,27 @@ def test_bind_and_run_match_infer(session):
 
 
 def test_bind_converted_input_then_run(session):
-    """A float64 or strided array is bound as a converted copy; run() must still use it."""
+    """A strided (or read-only) array is bound as a converted copy; run() must use it and see in-place changes."""
     name, out = session.inputs[0].name, session.outputs[0].name
-    x = _sample(session, 6)
-    want = session.infer({name: x.copy()})[out]
-    strided = np.repeat(x, 2, axis=-1)[..., ::2]
+    x, y = _sample(session, 6), _sample(session, 7)
+    want_x = session.infer({name: x.copy()})[out]
+    want_y = session.infer({name: y.copy()})[out]
+    wide = np.repeat(x, 2, axis=-1)
+    strided = wide[..., ::2]
     session.bind({name: strided})
     session.run()
-    np.testing.assert_array_equal(session.results()[out], want)
+    np.testing.assert_array_equal(session.results()[out], want_x)
+    wide[..., ::2] = y  # change the caller's array in place
+    session.run()
+    np.testing.assert_array_equal(session.results()[out], want_y)
+
+
+def test_read_only_input_is_accepted(session):
+    name, out = session.inputs[0].name, session.outputs[0].name
+    x = _sample(session, 8)
+    frozen = np.frombuffer(x.tobytes(), dtype=x.dtype).reshape(x.shape)
+    assert not frozen.flags.writeable
+    np.testing.assert_array_equal(session.infer({name: frozen})[out], session.infer({name: x})[out])
 
 
 def test_feeds_as_list_or_single_array(session):
@@ -112,6 +125,45 @@ def test_run_before_bind_is_an_error(session):
         session.run()
 
 
+def _dynamic_add_model(path):
+    """A two-input ONNX Add with a dynamic first dimension, built in code (as ONNX Runtime's own tests do)."""
+    onnx = pytest.importorskip("onnx", reason="onnx is in the dev extra: pip install 'edge-runtime[dev]'")
+    from onnx import TensorProto, helper
+
+    a = helper.make_tensor_value_info("a", TensorProto.FLOAT, ["n", 4])
+    b = helper.make_tensor_value_info("b", TensorProto.FLOAT, ["n", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])
+    graph = helper.make_graph([helper.make_node("Add", ["a", "b"], ["y"])], "add", [a, b], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
+def test_dynamic_shapes_change_between_calls(backend, tmp_path):
+    need(backend)
+    path = _dynamic_add_model(tmp_path / "add.onnx")
+    with edge_runtime.load(path, backend=backend, isolate=False) as s:
+        assert [t.shape for t in s.inputs] == [(None, 4), (None, 4)]
+        for n in (1, 4, 2):
+            a = np.full((n, 4), 1.5, np.float32)
+            b = np.arange(n * 4, dtype=np.float32).reshape(n, 4)
+            np.testing.assert_array_equal(s.infer({"a": a, "b": b})["y"], a + b)
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
+def test_inputs_the_backend_refuses_are_a_one_line_error(backend, tmp_path):
+    need(backend)
+    path = _dynamic_add_model(tmp_path / "add.onnx")
+    with edge_runtime.load(path, backend=backend, isolate=False) as s:
+        with pytest.raises(InferenceError) as err:
+            s.infer({"a": np.zeros((3, 4), np.float32), "b": np.zeros((2, 4), np.float32)})
+        text = str(err.value)
+        assert "failed to run on inputs a (3, 4), b (2, 4)" in text and "\n" not in text
+        np.testing.assert_array_equal(s.infer([np.ones((2, 4), np.float32)] * 2)["y"], np.full((2, 4), 2.0))
+
+
 def test_closed_session_refuses_work():
     need("onnxruntime")
     s = edge_runtime.load(artifact("digits_cnn", "_int8.onnx"), isolate=False)
@@ -122,6 +174,9 @@ def test_closed_session_refuses_work():
         s.infer(feeds)
     with pytest.raises(FeedError, match="closed"):
         s.infer([np.zeros((1, 8, 8, 1), np.float32)])
+    for call in (s.run, s.results):
+        with pytest.raises(FeedError, match="closed"):
+            call()
 
 
 def test_quantize_round_trip_on_tflite_io():
@@ -131,6 +186,16 @@ def test_quantize_round_trip_on_tflite_io():
         assert t.dtype == np.int8 and t.quantization is not None
         x = np.linspace(0, 1, 64, dtype=np.float32).reshape(t.shape)
         np.testing.assert_allclose(t.dequantize(t.quantize(x)), x, atol=t.quantization.scale / 2 + 1e-7)
+
+
+def test_per_axis_quantization_broadcasts_along_its_axis():
+    from edge_runtime import Quantization
+
+    q = Quantization(np.array([0.5, 0.25]), np.array([0, 10]), axis=0)  # 2 channels on axis 0
+    x = np.array([[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]])
+    got = q.quantize(x, np.dtype(np.int8))
+    np.testing.assert_array_equal(got, [[2, 4, 6], [14, 18, 22]])
+    np.testing.assert_allclose(q.dequantize(got), x)
 
 
 def test_import_loads_no_backend_library():

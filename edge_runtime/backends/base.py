@@ -25,13 +25,25 @@ class Quantization:
     zero_point: int | np.ndarray
     axis: int | None = None
 
+    def _params(self, ndim: int) -> tuple[np.ndarray, np.ndarray]:
+        """Scale and zero point shaped to broadcast along `axis` (per-axis) or as scalars (per-tensor)."""
+        scale, zero = np.asarray(self.scale, dtype=np.float64), np.asarray(self.zero_point, dtype=np.float64)
+        if self.axis is not None and scale.ndim == 1 and ndim:
+            shape = [1] * ndim
+            shape[self.axis] = -1
+            scale, zero = scale.reshape(shape), zero.reshape(shape)
+        return scale, zero
+
     def quantize(self, x: np.ndarray, dtype: np.dtype) -> np.ndarray:
         info = np.iinfo(dtype)
-        q = np.round(np.asarray(x, dtype=np.float64) / self.scale) + self.zero_point
-        return np.clip(q, info.min, info.max).astype(dtype)
+        x = np.asarray(x, dtype=np.float64)
+        scale, zero = self._params(x.ndim)
+        return np.clip(np.round(x / scale) + zero, info.min, info.max).astype(dtype)
 
     def dequantize(self, q: np.ndarray) -> np.ndarray:
-        return ((np.asarray(q, dtype=np.float64) - self.zero_point) * self.scale).astype(np.float32)
+        q = np.asarray(q, dtype=np.float64)
+        scale, zero = self._params(q.ndim)
+        return ((q - zero) * scale).astype(np.float32)
 
 
 @dataclass(frozen=True)

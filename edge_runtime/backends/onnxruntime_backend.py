@@ -59,6 +59,16 @@ def _shape(dims) -> tuple[int | None, ...]:
     return tuple(d if isinstance(d, int) and d >= 0 else None for d in dims)
 
 
+def _tensor_info(node, model: ModelFile, kind: str) -> TensorInfo:
+    dtype = _DTYPES.get(node.type)
+    if dtype is None:
+        raise ModelError(
+            f"model {str(model.path)!r}: {kind} {node.name!r} has type {node.type}, which edge_runtime does not "
+            f"support (supported: {', '.join(sorted(t[7:-1] for t in _DTYPES))})"
+        )
+    return TensorInfo(node.name, _shape(node.shape), np.dtype(dtype))
+
+
 class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
     extra = "onnxruntime"
@@ -88,7 +98,7 @@ class OnnxRuntimeBackend(Backend):
             raise DeviceError("onnxruntime takes no --delegate (delegates are TFLite's)", hint="use --device PROVIDER")
 
         so = ort.SessionOptions()
-        so.log_severity_level = 3  # errors only: we report what matters ourselves
+        so.log_severity_level = 4  # fatal only: errors reach the user as one line through our exceptions
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         so.inter_op_num_threads = 1
         if options.threads:
@@ -102,39 +112,53 @@ class OnnxRuntimeBackend(Backend):
             # ORT numbers logical processors from 1 in this option.
             so.add_session_config_entry("session.intra_op_thread_affinities", ";".join(workers))
 
+        # --option keys: "session.*" are ORT session config entries (onnxruntime_session_options_config_keys.h);
+        # the rest are options of the execution provider, which the CPU provider has none of.
+        provider_options = {}
+        for key, value in options.options.items():
+            if key.startswith("session."):
+                so.add_session_config_entry(key, str(value))
+            else:
+                provider_options[key] = str(value)
+        if provider_options and provider == "CPUExecutionProvider":
+            raise DeviceError(
+                f"onnxruntime option(s) {', '.join(map(repr, provider_options))}: the CPU provider takes no options",
+                hint="session config entries start with 'session.', e.g. session.intra_op.allow_spinning=0",
+            )
+
         self.fallback_reason = None
-        wanted = [provider, *_COMPANIONS.get(provider, [])]
         if provider != "CPUExecutionProvider":
             available = ort.get_available_providers()
             if provider not in available:
                 self._refuse_or_fallback(
                     options, f"onnxruntime {ort.__version__} has no {provider} here (available: {', '.join(available)})"
                 )
-                wanted, provider = ["CPUExecutionProvider"], "CPUExecutionProvider"
-        providers = [(p, dict(options.options)) if p == provider else p for p in wanted]
+                provider = "CPUExecutionProvider"
+        wanted = [provider, *_COMPANIONS.get(provider, [])]
+        providers = [(p, provider_options) if p == provider and p != "CPUExecutionProvider" else p for p in wanted]
         if "CPUExecutionProvider" not in wanted:
             providers.append("CPUExecutionProvider")
-        self._session = self._create(model, so, providers)
+        try:
+            self._session = self._create(model, so, providers)
+        except DeviceError as err:
+            self._refuse_or_fallback(options, err.message)
+            provider = "CPUExecutionProvider"
+            self._session = self._create(model, so, ["CPUExecutionProvider"])
         got = self._session.get_providers()
-        if provider not in got:
-            # ORT logged the provider's failure and went on with CPU: make that visible.
-            self._refuse_or_fallback(options, f"{provider} failed to initialise; onnxruntime would run on {got[0]}")
-            provider = got[0]
-        self.device = device if self.fallback_reason is None else "cpu"
-        self.details = {"provider": provider, "providers": got}
+        if got[0] != provider:
+            # ORT logs a provider that fails to start and goes on with the next one: make that visible.
+            self._refuse_or_fallback(options, f"{provider} failed to initialise; onnxruntime runs on {got[0]}")
+        by_provider = {p: d for d, p in PROVIDERS.items()}
+        self.device = by_provider.get(got[0], got[0])
+        self.details = {"provider": got[0], "providers": got}
 
-        self.inputs = [
-            TensorInfo(i.name, _shape(i.shape), np.dtype(_DTYPES.get(i.type, np.float32)))
-            for i in self._session.get_inputs()
-        ]
-        self.outputs = [
-            TensorInfo(o.name, _shape(o.shape), np.dtype(_DTYPES.get(o.type, np.float32)))
-            for o in self._session.get_outputs()
-        ]
+        self.inputs = [_tensor_info(i, model, "input") for i in self._session.get_inputs()]
+        self.outputs = [_tensor_info(o, model, "output") for o in self._session.get_outputs()]
         self._binding = self._session.io_binding()
         self._out_arrays: list[np.ndarray | None] = []
+        self._dynamic_outputs = [o.name for o in self.outputs if None in o.shape]
         for o in self.outputs:
-            if None in o.shape:  # dynamic: ORT allocates, we copy out after each run
+            if None in o.shape:  # dynamic: ORT allocates each run (rebound before each run, see run())
                 self._binding.bind_output(o.name, "cpu")
                 self._out_arrays.append(None)
             else:
@@ -153,9 +177,10 @@ class OnnxRuntimeBackend(Backend):
             return self._ort.InferenceSession(str(model.path), sess_options=so, providers=providers)
         except Exception as err:
             msg = " ".join(str(err).split())
-            if "ExecutionProvider" in msg and "CPUExecutionProvider" not in providers[0]:
-                raise DeviceError(f"onnxruntime could not use {providers[0]}: {msg}") from err
-            raise ModelError(f"model {str(model.path)!r}: onnxruntime cannot load it: {msg}") from err
+            first = providers[0][0] if isinstance(providers[0], tuple) else providers[0]
+            if first != "CPUExecutionProvider" and ("ExecutionProvider" in msg or "provider" in msg.lower()):
+                raise DeviceError(f"onnxruntime could not start {first}: {msg[:300]}") from err
+            raise ModelError(f"model {str(model.path)!r}: onnxruntime cannot load it: {msg[:400]}") from err
 
     def bind_input(self, index: int, array: np.ndarray) -> None:
         # OrtValue.ortvalue_from_numpy shares the array's memory: later in-place changes are seen by each run.
@@ -164,12 +189,14 @@ class OnnxRuntimeBackend(Backend):
         self._bound[index] = (array, value)  # keep both alive while bound
 
     def run(self) -> None:
+        for name in self._dynamic_outputs:  # else ORT keeps the first run's buffer and refuses another shape
+            self._binding.bind_output(name, "cpu")
         self._session.run_with_iobinding(self._binding)
 
     def output(self, index: int) -> np.ndarray:
         arr = self._out_arrays[index]
         if arr is None:
-            return self._binding.get_outputs()[index].numpy()
+            return self._binding.copy_outputs_to_cpu()[index]
         return arr
 
     def fast_handles(self) -> FastHandles | None:

@@ -8,10 +8,12 @@ from __future__ import annotations
 import numpy as np
 
 from edge_runtime.backends.base import Backend, FastHandles, LoadOptions, TensorInfo, require
-from edge_runtime.errors import DeviceError, ModelError
+from edge_runtime.errors import DeviceError, ModelError, UserError
 from edge_runtime.model import ModelFile
 
 DEVICES = ("CPU", "GPU", "NPU", "AUTO")
+# Properties of the OpenVINO core rather than of a device plugin, accepted by compile_model for any device.
+CORE_PROPERTIES = {"CACHE_DIR", "CACHE_MODE", "ENABLE_MMAP", "FORCE_TBB_TERMINATE", "CACHE_ENCRYPTION_CALLBACKS"}
 
 
 def _ov():
@@ -66,20 +68,13 @@ class OpenVinoBackend(Backend):
             )
             device = "CPU"
 
-        config: dict[str, object] = {"PERFORMANCE_HINT": "LATENCY"}
+        user = {key.upper(): value for key, value in options.options.items()}
         if device == "CPU":
-            config["NUM_STREAMS"] = 1
-            # OpenVINO runs FP32 layers in bf16 on CPUs with AMX/AVX512-BF16 unless told otherwise; keep f32 so a
-            # result does not change meaning with the CPU it ran on. --option INFERENCE_PRECISION_HINT=bf16 opts in.
-            config["INFERENCE_PRECISION_HINT"] = "f32"
-            if options.threads:
-                config["INFERENCE_NUM_THREADS"] = options.threads
-            if options.cpus:
-                # OpenVINO keeps its workers inside the process affinity mask (set by the Session); pinning each
-                # worker to a core of that mask is what ENABLE_CPU_PINNING does.
-                config["ENABLE_CPU_PINNING"] = True
-        for key, value in options.options.items():
-            config[key.upper()] = value
+            config = _cpu_config(
+                options, self._user_options_for_cpu(core, user, options, fallback=self.fallback_reason is not None)
+            )
+        else:
+            config = {"PERFORMANCE_HINT": "LATENCY", **user}
 
         try:
             ov_model = core.read_model(str(model.path))
@@ -88,12 +83,15 @@ class OpenVinoBackend(Backend):
         try:
             compiled = core.compile_model(ov_model, device, config)
         except Exception as err:
-            if device != "CPU":
-                self._refuse_or_fallback(options, f"openvino could not compile for {device}: {_short(err)}")
-                device = "CPU"
-                compiled = self._compile_cpu(core, ov_model, model, options)
-            else:
+            if device == "CPU":
                 raise _compile_error(model, err) from err
+            self._refuse_or_fallback(options, f"openvino could not compile for {device}: {_short(err)}")
+            device = "CPU"
+            config = _cpu_config(options, self._user_options_for_cpu(core, user, options, fallback=True))
+            try:
+                compiled = core.compile_model(ov_model, "CPU", config)
+            except Exception as err2:
+                raise _compile_error(model, err2) from err2
         self._compiled = compiled
         self.details = {"performance_hint": str(config.get("PERFORMANCE_HINT", ""))}
         try:
@@ -108,21 +106,27 @@ class OpenVinoBackend(Backend):
             except Exception:  # noqa: BLE001 - older plugins do not report it
                 pass
 
-        self.inputs = [_info(p) for p in compiled.inputs]
-        self.outputs = [_info(p) for p in compiled.outputs]
+        self.inputs = [_info(p, "input") for p in compiled.inputs]
+        self.outputs = [_info(p, "output") for p in compiled.outputs]
         self._request = compiled.create_infer_request()
         self._bound: list[object] = [None] * len(self.inputs)
 
-    def _compile_cpu(self, core, ov_model, model: ModelFile, options: LoadOptions):
-        config: dict[str, object] = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1, "INFERENCE_PRECISION_HINT": "f32"}
-        for key, value in options.options.items():
-            config[key.upper()] = value
-        if options.threads:
-            config["INFERENCE_NUM_THREADS"] = options.threads
+    def _user_options_for_cpu(self, core, user: dict, options: LoadOptions, fallback: bool) -> dict:
+        """The user's --option properties the CPU plugin knows. Asked for CPU, an unknown one is an error; after a
+        fallback from another device, the ones meant for that device are dropped, and the fallback reason says so."""
         try:
-            return core.compile_model(ov_model, "CPU", config)
-        except Exception as err:
-            raise _compile_error(model, err) from err
+            known = set(core.get_property("CPU", "SUPPORTED_PROPERTIES")) | CORE_PROPERTIES
+        except Exception:  # noqa: BLE001 - cannot tell: let compile_model judge
+            return user
+        unknown = [k for k in user if k not in known]
+        if unknown and not fallback:
+            raise UserError(
+                f"openvino option(s) {', '.join(map(repr, unknown))}: not a property of the CPU plugin",
+                hint="see `benchmark_app -h` or OpenVINO's CPU device properties",
+            )
+        if unknown:
+            self.fallback_reason = f"{self.fallback_reason}; option(s) {', '.join(unknown)} dropped for CPU"
+        return {k: v for k, v in user.items() if k in known}
 
     def _refuse_or_fallback(self, options: LoadOptions, why: str) -> None:
         if not options.fallback:
@@ -154,6 +158,24 @@ class OpenVinoBackend(Backend):
         self._compiled = None
 
 
+def _cpu_config(options: LoadOptions, user: dict) -> dict[str, object]:
+    config: dict[str, object] = {
+        "PERFORMANCE_HINT": "LATENCY",
+        "NUM_STREAMS": 1,
+        # OpenVINO runs FP32 layers in bf16 on CPUs with AMX/AVX512-BF16 unless told otherwise; keep f32 so a result
+        # does not change meaning with the CPU it ran on. --option INFERENCE_PRECISION_HINT=bf16 opts in.
+        "INFERENCE_PRECISION_HINT": "f32",
+    }
+    if options.threads:
+        config["INFERENCE_NUM_THREADS"] = options.threads
+    if options.cpus:
+        # OpenVINO keeps its workers inside the process affinity mask (set by the Session); pinning each worker to a
+        # core of that mask is what ENABLE_CPU_PINNING does.
+        config["ENABLE_CPU_PINNING"] = True
+    config.update(user)
+    return config
+
+
 def _short(err: Exception) -> str:
     """OpenVINO messages start with C++ source locations and check expressions; keep the sentences for people."""
     noise = ("Exception from ", "Check '", "FrontEnd API failed")
@@ -166,9 +188,9 @@ def _compile_error(model: ModelFile, err: Exception) -> ModelError:
     return ModelError(f"model {str(model.path)!r}: openvino cannot compile it: {_short(err)}")
 
 
-def _info(port) -> TensorInfo:
+def _info(port, kind: str) -> TensorInfo:
     ps = port.get_partial_shape()
     shape = tuple(d.get_length() if d.is_static else None for d in ps)
     dtype = np.dtype(port.get_element_type().to_dtype())
-    name = port.get_any_name() if port.get_names() else f"output{port.get_index()}"
+    name = port.get_any_name() if port.get_names() else f"{kind}{port.get_index()}"
     return TensorInfo(name, shape, dtype)

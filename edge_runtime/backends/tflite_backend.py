@@ -7,13 +7,16 @@ a delegate can fail later with RuntimeError: all of them are a delegate that can
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import sys
+import tempfile
 
 import numpy as np
 
 from edge_runtime.backends.base import Backend, FastHandles, LoadOptions, Quantization, TensorInfo
-from edge_runtime.errors import BackendNotInstalledError, DeviceError, ModelError
+from edge_runtime.errors import BackendNotInstalledError, DeviceError, FeedError, ModelError, UserError
 from edge_runtime.model import ModelFile
 
 # Which flavour to use can be forced, e.g. to test tflite_runtime on a machine that has both.
@@ -54,6 +57,9 @@ def _dist_version(dist: str) -> str:
 def _numpy_major() -> int:
     return int(np.__version__.split(".")[0])
 
+
+# --option keys this backend understands (delegate options go to --delegate-option).
+OPTIONS = {"xnnpack": "1|0: apply LiteRT's default XNNPACK CPU delegate (default 1)"}
 
 # Where board images put NPU delegates (boards/ profiles name the exact path per board).
 KNOWN_DELEGATES = (
@@ -106,6 +112,12 @@ class TfliteBackend(Backend):
                 self.delegate = options.delegate
             except _DELEGATE_ERRORS as err:
                 self._refuse_or_fallback(options, f"delegate {options.delegate!r} does not load: {_short(err)}")
+        unknown = [k for k in options.options if k not in OPTIONS]
+        if unknown:
+            raise UserError(
+                f"tflite option(s) {', '.join(map(repr, unknown))} not known",
+                hint=f"tflite options: {', '.join(f'{k} ({v})' for k, v in OPTIONS.items())}",
+            )
         xnnpack = str(options.options.get("xnnpack", "1")).lower() not in ("0", "false", "no", "off")
         resolver = mod.OpResolverType.AUTO if xnnpack else mod.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
         self.details["xnnpack"] = xnnpack
@@ -127,6 +139,8 @@ class TfliteBackend(Backend):
         self._in_idx = [d["index"] for d in self._interp.get_input_details()]
         self._in_shapes = [tuple(int(x) for x in d["shape"]) for d in self._interp.get_input_details()]
         self._out_idx = [d["index"] for d in self._interp.get_output_details()]
+        self._resized = False  # inputs resized since the last allocation
+        self._pending: dict[int, np.ndarray] = {}
         # The public set_tensor/invoke/get_tensor each wrap one pybind call in a Python frame, and invoke() first
         # checks that no numpy view of interpreter memory is alive (_ensure_safe). This backend never takes such a
         # view (SetTensor and GetTensor copy), so it calls the entry points the wrappers call: on a ~5 us model the
@@ -150,12 +164,13 @@ class TfliteBackend(Backend):
 
     def _create(self, mod, model: ModelFile, options: LoadOptions, delegates, resolver):
         try:
-            interp = mod.Interpreter(
-                model_path=str(model.path),
-                experimental_delegates=delegates or None,
-                num_threads=options.threads,
-                experimental_op_resolver_type=resolver,
-            )
+            with _drop_info_logs():
+                interp = mod.Interpreter(
+                    model_path=str(model.path),
+                    experimental_delegates=delegates or None,
+                    num_threads=options.threads,
+                    experimental_op_resolver_type=resolver,
+                )
         except _DELEGATE_ERRORS as err:
             if delegates:
                 raise
@@ -165,7 +180,8 @@ class TfliteBackend(Backend):
             self._explain_numpy(err)
             raise ModelError(f"model {str(model.path)!r}: tflite cannot load it: {_short(err)}") from err
         try:
-            interp.allocate_tensors()
+            with _drop_info_logs():
+                interp.allocate_tensors()  # XNNPACK is applied here and says so on stderr
         except RuntimeError as err:
             raise ModelError(f"model {str(model.path)!r}: tflite cannot allocate its tensors: {_short(err)}") from err
         return interp
@@ -184,13 +200,26 @@ class TfliteBackend(Backend):
         self.fallback_reason = why
 
     def bind_input(self, index: int, array: np.ndarray) -> None:
-        if array.shape != self._in_shapes[index]:  # a dynamic dimension changed: resize, then reallocate
+        if array.shape != self._in_shapes[index]:  # a dynamic dimension changed: resize now, allocate once in run()
             self._resize(self._in_idx[index], list(array.shape))
-            self._allocate()
             self._in_shapes[index] = tuple(array.shape)
-        self._set(self._in_idx[index], array)
+            self._resized = True
+        if self._resized:
+            self._pending[index] = array  # tensors move when reallocated: set after allocation
+        else:
+            self._set(self._in_idx[index], array)
 
     def run(self) -> None:
+        if self._resized:
+            try:
+                self._allocate()
+            except RuntimeError as err:
+                shapes = ", ".join(f"{t.name} {s}" for t, s in zip(self.inputs, self._in_shapes, strict=True))
+                raise FeedError(f"tflite cannot run with input shapes {shapes}: {_short(err)}") from err
+            self._resized = False
+            for index, array in self._pending.items():
+                self._set(self._in_idx[index], array)
+            self._pending.clear()
         self._invoke()
 
     def output(self, index: int) -> np.ndarray:
@@ -208,6 +237,30 @@ class TfliteBackend(Backend):
     def close(self) -> None:
         self._set = self._invoke = self._get_fn = self._resize = self._allocate = None  # type: ignore[assignment]
         self._interp = None
+
+
+@contextlib.contextmanager
+def _drop_info_logs():
+    """LiteRT prints "INFO: Created TensorFlow Lite XNNPACK delegate for CPU." on stderr for every interpreter, which
+    breaks the one-line error promise of the CLI and no environment variable silences it. Capture file descriptor 2
+    for the call and pass on every line that is not an INFO line (warnings and errors stay visible)."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):
+        yield
+        return
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            kept = [ln for ln in tmp.read().decode(errors="replace").splitlines(True) if not ln.startswith("INFO: ")]
+            if kept:
+                sys.stderr.write("".join(kept))
 
 
 def _check_delegate_library(path: str) -> None:
