@@ -8,7 +8,7 @@ TFLRT := .venv-tflite-runtime
 BUILD := .venv-build
 PIP_FLAGS := -q --disable-pip-version-check
 
-.PHONY: demo test lint bench models clean
+.PHONY: demo test lint bench models clean sys-tools
 
 $(VENV)/.done: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -26,15 +26,32 @@ $(BUILD)/.done: models/requirements-build.txt
 	$(BUILD)/bin/pip install $(PIP_FLAGS) -r models/requirements-build.txt
 	touch $@
 
-demo: $(VENV)/.done
+demo: $(VENV)/.done sys-tools
 	$(VENV)/bin/edge-runtime info
 	@echo
 	$(VENV)/bin/python -m bench.demo
+	@echo
+	@echo "A pinned run on CPU 1 while stress loads CPU 0, with its histogram (cyclictest layout) and interference:"
+	$(VENV)/bin/edge-runtime bench models/digits_cnn/digits_cnn_int8.tflite --cpus 1 --iterations 20000 \
+		--stress cpu:0 --histogram 25
 
 lint: $(VENV)/.done
 	$(VENV)/bin/ruff check .
 
-test: $(VENV)/.done $(TFLRT)/.done lint
+# Tools some tests drive (stress-ng, cyclictest): installed when running as root with apt, else those tests skip
+# and say how to enable them.
+SYS_TOOLS := stress-ng:stress-ng cyclictest:rt-tests
+sys-tools:
+	@missing=""; for t in $(SYS_TOOLS); do command -v $${t%%:*} >/dev/null || missing="$$missing $${t#*:}"; done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing$$missing"; \
+		(apt-get install -y -qq$$missing >/dev/null 2>&1 || \
+		 (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq$$missing >/dev/null 2>&1)) || \
+		echo "could not install$$missing: the tests that need them will skip"; \
+	else echo "not root: tests that need$$missing will skip (sudo apt-get install$$missing to run them)"; fi
+
+test: $(VENV)/.done $(TFLRT)/.done sys-tools lint
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests --ignore=tests/benchmarks
 	EDGE_RUNTIME_TFLITE_IMPL=tflite-runtime $(TFLRT)/bin/pytest -q -p no:cacheprovider -m tflite_runtime \
 		tests/test_tflite_runtime.py

@@ -286,10 +286,113 @@ def cmd_run(args) -> int:
 
 
 # ------------------------------------------------------------------------------------------------------------ main
+def cmd_bench(args) -> int:
+    import signal
+
+    from edge_runtime.benchmark import BenchConfig, format_report, run_bench
+    from edge_runtime.stats import cyclictest_histogram
+    from edge_runtime.stress import StressSpec
+    from edge_runtime.system import SystemRoot
+
+    for flag, value, low in (("--iterations", args.iterations, 1), ("--warmup", args.warmup, 0)):
+        if value is not None and value < low:
+            raise _UsageError(f"{flag} {value}: must be at least {low}")
+    if args.duration is not None and args.duration <= 0:
+        raise _UsageError(f"--duration {args.duration}: must be positive")
+    if args.rt_priority is not None and not 1 <= args.rt_priority <= 99:
+        raise _UsageError(f"--rt-priority {args.rt_priority}: must be 1-99 (SCHED_FIFO)")
+    cfg = BenchConfig(
+        model=args.model,
+        backend=args.backend,
+        device=args.device,
+        delegate=args.delegate,
+        delegate_options=_key_values(args.delegate_option, "--delegate-option"),
+        options=_key_values(args.option, "--option"),
+        fallback=args.allow_fallback,
+        threads=args.threads,
+        cpus=_cpus(args.cpus),
+        rt_priority=args.rt_priority,
+        mlock=args.mlock,
+        warmup=args.warmup,
+        warmup_s=args.warmup_time,
+        iterations=args.iterations if args.iterations is not None else (None if args.duration else 1000),
+        duration_s=args.duration,
+        stress=[StressSpec.parse(s) for s in args.stress or []],
+        platform_latency_s=args.platform_latency,
+        feeds_fn=(lambda session: _load_inputs(args.input, session, args.seed)[0]) if args.input else None,
+        seed=args.seed,
+        hdr_log=args.hdr_log,
+        isolate=not args.no_isolate,
+    )
+    tty = sys.stderr.isatty()
+
+    def progress(msg: str) -> None:
+        print(f"\r{msg}\033[K" if tty else msg, end="" if tty else "\n", file=sys.stderr, flush=True)
+
+    # SIGTERM ends the run like Ctrl-C: co-runners are stopped and scheduling restored on the way out.
+    def on_term(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, on_term)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = run_bench(cfg, SystemRoot(args.sysroot), progress)
+    finally:
+        signal.signal(signal.SIGTERM, old)
+        if tty:
+            print("\r\033[K", end="", file=sys.stderr)
+    for w in caught:
+        print(f"{PROG}: warning: {w.message}", file=sys.stderr)
+    samples = result.pop("_samples_ns")
+    us = samples // 1000
+    values, counts = np.unique(us, return_counts=True)
+    result["histogram_us"] = [[int(v), int(c)] for v, c in zip(values, counts, strict=True)]
+    if args.json:
+        write_json(result, args.json, protect=(Path(args.model),))
+        if args.json == "-":
+            return 0
+    sys.stdout.write(format_report(result))
+    if args.histogram is not None:
+        sys.stdout.write(cyclictest_histogram(samples, args.histogram or None))
+    return 0
+
+
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "info": (cmd_info, "backends, devices and delegates installed; CPUs and isolation; the board"),
     "run": (cmd_run, "load a model and run one inference (random inputs unless given)"),
+    "bench": (cmd_bench, "measure latency and jitter on pinned CPUs, with the interference that caused them"),
 }
+
+
+def _model_args(p: argparse.ArgumentParser) -> None:
+    """What `run` and `bench` share: the model, where it runs, its inputs."""
+    p.add_argument("model", metavar="MODEL", help=".onnx, .xml (OpenVINO IR) or .tflite file")
+    p.add_argument("--backend", help="onnxruntime, openvino or tflite (default: from the file type)")
+    p.add_argument("--device", help="onnxruntime: cpu|cuda|tensorrt|qnn|openvino|...; openvino: CPU|GPU|NPU|AUTO")
+    p.add_argument("--delegate", metavar="PATH", help="TFLite external delegate library (e.g. libvx_delegate.so)")
+    p.add_argument("--delegate-option", action="append", metavar="K=V", help="option for the delegate (repeatable)")
+    p.add_argument(
+        "--option",
+        action="append",
+        metavar="K=V",
+        help="backend option: onnxruntime provider option or session.* entry, OpenVINO property, "
+        "tflite xnnpack=0 (repeatable)",
+    )
+    p.add_argument(
+        "--allow-fallback",
+        action="store_true",
+        help="run on CPU when the device or delegate cannot be used (always reported)",
+    )
+    p.add_argument("--threads", type=int, metavar="N", help="inference threads (default: backend's, or len(--cpus))")
+    p.add_argument("--cpus", metavar="LIST", help="pin the process and all its threads to these CPUs (e.g. 2-3)")
+    p.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="input from a .npy file (repeatable)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument(
+        "--no-isolate",
+        action="store_true",
+        help="skip the crash check in a child process (faster; a crashing model then crashes this process)",
+    )
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -318,31 +421,48 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
 
     p = sub.add_parser("run", help=COMMANDS["run"][1], description=COMMANDS["run"][1])
-    p.add_argument("model", metavar="MODEL", help=".onnx, .xml (OpenVINO IR) or .tflite file")
-    p.add_argument("--backend", help="onnxruntime, openvino or tflite (default: from the file type)")
-    p.add_argument("--device", help="onnxruntime: cpu|cuda|tensorrt|qnn|openvino|...; openvino: CPU|GPU|NPU|AUTO")
-    p.add_argument("--delegate", metavar="PATH", help="TFLite external delegate library (e.g. libvx_delegate.so)")
-    p.add_argument("--delegate-option", action="append", metavar="K=V", help="option for the delegate (repeatable)")
-    p.add_argument(
-        "--option",
-        action="append",
-        metavar="K=V",
-        help="backend option: onnxruntime provider option, OpenVINO property, tflite xnnpack=0 (repeatable)",
-    )
-    p.add_argument(
-        "--allow-fallback",
-        action="store_true",
-        help="run on CPU when the device or delegate cannot be used (always reported)",
-    )
-    p.add_argument("--threads", type=int, metavar="N", help="inference threads (default: backend's, or len(--cpus))")
-    p.add_argument("--cpus", metavar="LIST", help="pin the process and all its threads to these CPUs (e.g. 2-3)")
-    p.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="input from a .npy file (repeatable)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    _model_args(p)
     p.add_argument("--top", type=int, default=5, metavar="K", help="how many top values per output to show (default 5)")
+    _json_flag(p)
+    _common(p)
+
+    p = sub.add_parser("bench", help=COMMANDS["bench"][1], description=COMMANDS["bench"][1])
+    _model_args(p)
+    p.add_argument("--rt-priority", type=int, metavar="P", help="SCHED_FIFO priority (1-99) for all threads")
+    p.add_argument("--mlock", action="store_true", help="lock all memory (mlockall) for the run")
+    p.add_argument("--warmup", type=int, default=50, metavar="N", help="untimed calls first (default 50)")
+    p.add_argument("--warmup-time", type=float, metavar="SECONDS", help="warm up for this long instead of --warmup")
+    length = p.add_mutually_exclusive_group()
+    length.add_argument("--iterations", type=int, metavar="N", help="timed calls (default 1000)")
+    length.add_argument("--duration", type=float, metavar="SECONDS", help="time calls for this long instead")
     p.add_argument(
-        "--no-isolate",
-        action="store_true",
-        help="skip the crash check in a child process (faster; a crashing model then crashes this process)",
+        "--stress",
+        action="append",
+        metavar="KIND:CPUS",
+        help="co-runner on other CPUs during the run: cpu:LIST or memory:LIST (repeatable)",
+    )
+    p.add_argument(
+        "--platform-latency",
+        type=float,
+        nargs="?",
+        const=3.0,
+        metavar="SECONDS",
+        help="run cyclictest on the same CPUs first (default 3 s) and report it beside the model",
+    )
+    p.add_argument(
+        "--histogram",
+        type=int,
+        nargs="?",
+        const=0,
+        metavar="BUCKETS",
+        help="print a histogram in cyclictest's layout (1 us buckets)",
+    )
+    p.add_argument("--hdr-log", metavar="FILE", help="write an HdrHistogram interval log (values in ns)")
+    p.add_argument(
+        "--sysroot",
+        default="/",
+        metavar="DIR",
+        help="read the observed system (/proc, /sys) below DIR (default /); pinning acts on this process",
     )
     _json_flag(p)
     _common(p)

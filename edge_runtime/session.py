@@ -141,6 +141,7 @@ class Session:
         self._out_copy = not impl.output_is_copy
         self._closed = False
         handles = impl.fast_handles() if len(self.inputs) == 1 else None
+        self._handles = handles
         if handles is not None:
             self.infer = self._make_fast_infer(handles)  # type: ignore[method-assign]
 
@@ -270,6 +271,17 @@ class Session:
             f"model {self.model.path.name!r}: {self.backend.name} failed to run on inputs {shapes}: {msg}"
         )
 
+    def runner(self):
+        """The leanest zero-argument callable that runs the model once on the inputs as bound now, for timing loops.
+
+        It does not re-check, re-convert or re-copy inputs (a backend that copies inputs in, like TFLite, keeps what
+        `bind()` gave it): bind the data first, then time the runner. Outputs stay in the backend (`results()`).
+        """
+        self._check_open()
+        if any(a is None for a in self._bound_arr):
+            raise FeedError("runner() needs inputs bound first with bind(feeds)")
+        return self._handles.run if self._handles is not None else self._impl.run
+
     def results(self) -> dict[str, np.ndarray]:
         """The last run's outputs, as arrays the caller owns."""
         self._check_open()
@@ -318,6 +330,7 @@ class Session:
         if not self._closed:
             self._closed = True
             self.infer = self._infer_general  # type: ignore[method-assign]  # drop the fast path's references
+            self._handles = None
             self._impl.close()
 
     def __enter__(self) -> Session:

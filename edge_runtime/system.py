@@ -101,6 +101,29 @@ class SystemRoot:
         product = self.read("/sys/class/dmi/id/product_name", "") or ""
         return " ".join(p for p in (vendor.strip(), product.strip()) if p)
 
+    def irq_affinities(self) -> dict[str, list[int]]:
+        """IRQ number -> CPUs it may be delivered to (/proc/irq/N/smp_affinity_list, else the smp_affinity mask)."""
+        from edge_runtime.cpulist import parse_cpu_mask
+
+        out: dict[str, list[int]] = {}
+        base = self.path("/proc/irq")
+        try:
+            entries = sorted((e for e in base.iterdir() if e.name.isdigit()), key=lambda e: int(e.name))
+        except OSError:
+            return out
+        for e in entries:
+            text = self.read(f"/proc/irq/{e.name}/smp_affinity_list")
+            try:
+                if text is not None:
+                    out[e.name] = parse_cpu_list(text)
+                    continue
+                mask = self.read(f"/proc/irq/{e.name}/smp_affinity")
+                if mask is not None:
+                    out[e.name] = parse_cpu_mask(mask)
+            except ValueError:
+                continue  # garbled: unknown rather than guessed
+        return out
+
     def governors(self) -> dict[int, str]:
         out = {}
         for cpu in self.online_cpus():
@@ -118,17 +141,119 @@ class ThreadAffinity:
 
 
 def own_threads() -> list[ThreadAffinity]:
-    """Every thread of this process with its current CPU affinity, read live from /proc/self/task."""
+    """Every thread of this process with the CPUs it may run on, as /proc/self/task/TID/status says (live)."""
     out = []
     for entry in sorted(Path("/proc/self/task").iterdir(), key=lambda p: int(p.name)):
-        tid = int(entry.name)
         try:
-            name = (entry / "comm").read_text().strip()
-            cpus = tuple(sorted(os.sched_getaffinity(tid)))
+            status = (entry / "status").read_text()
         except OSError:
             continue  # the thread ended while we looked
-        out.append(ThreadAffinity(tid, name, cpus))
+        fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+        try:
+            cpus = tuple(parse_cpu_list(fields.get("Cpus_allowed_list", "")))
+        except ValueError:
+            cpus = ()
+        out.append(ThreadAffinity(int(entry.name), fields.get("Name", "").strip(), cpus))
     return out
+
+
+def task_status(tid: int) -> dict[str, str]:
+    """Fields of /proc/self/task/TID/status (live), e.g. Cpus_allowed_list, nonvoluntary_ctxt_switches."""
+    out = {}
+    try:
+        with open(f"/proc/self/task/{tid}/status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                out[key] = value.strip()
+    except OSError:
+        pass
+    return out
+
+
+def task_migrations(tid: int) -> int | None:
+    """se.nr_migrations of a thread (/proc/self/task/TID/sched, needs CONFIG_SCHED_DEBUG); None if not there."""
+    try:
+        with open(f"/proc/self/task/{tid}/sched") as f:
+            for line in f:
+                if line.startswith("se.nr_migrations"):
+                    return int(line.split(":")[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def major_faults() -> int:
+    """Major page faults of this process so far (field 12 of /proc/self/stat)."""
+    try:
+        with open("/proc/self/stat") as f:
+            stat = f.read()
+        return int(stat.rsplit(")", 1)[1].split()[9])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def set_fifo(priority: int, tids: list[int] | None = None) -> dict[int, tuple[int, int]]:
+    """SCHED_FIFO at `priority` for these threads (default: all of this process). Returns what to restore."""
+    tids = tids or [t.tid for t in own_threads()]
+    saved = {}
+    try:
+        for tid in tids:
+            saved[tid] = (os.sched_getscheduler(tid), os.sched_getparam(tid).sched_priority)
+            os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(priority))
+    except ProcessLookupError:
+        pass
+    except PermissionError as err:
+        restore_scheduling(saved)
+        raise PinningError(
+            f"--rt-priority {priority}: SCHED_FIFO not permitted for this user",
+            hint="run as root, grant CAP_SYS_NICE (setcap cap_sys_nice+ep), or raise RLIMIT_RTPRIO (ulimit -r 99)",
+        ) from err
+    except OSError as err:
+        restore_scheduling(saved)
+        raise PinningError(f"--rt-priority {priority}: {err.strerror or err} (valid: 1-99)") from err
+    return saved
+
+
+def restore_scheduling(saved: dict[int, tuple[int, int]]) -> None:
+    for tid, (policy, prio) in saved.items():
+        try:
+            os.sched_setscheduler(tid, policy, os.sched_param(prio))
+        except OSError:
+            continue  # the thread is gone
+
+
+MCL_CURRENT, MCL_FUTURE = 1, 2
+
+
+def mlock_all() -> None:
+    """Lock all current and future pages of this process in RAM (mlockall(2))."""
+    import ctypes
+    import errno
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.mlockall(MCL_CURRENT | MCL_FUTURE) != 0:
+        code = ctypes.get_errno()
+        raise PinningError(
+            f"--mlock: mlockall failed: {os.strerror(code)}",
+            hint="run as root, grant CAP_IPC_LOCK, or raise RLIMIT_MEMLOCK (ulimit -l unlimited)"
+            if code in (errno.EPERM, errno.ENOMEM)
+            else None,
+        )
+
+
+def munlock_all() -> None:
+    import ctypes
+
+    ctypes.CDLL(None).munlockall()
+
+
+def restore_affinity(cpus: set[int]) -> None:
+    """Give every thread of this process the CPU set `cpus` again (after a pinned run)."""
+    for entry in Path("/proc/self/task").iterdir():
+        try:
+            os.sched_setaffinity(int(entry.name), cpus)
+        except OSError:
+            continue  # the thread ended, or the set is no longer allowed: nothing better to do
 
 
 def pin_all_threads(cpus: list[int]) -> list[ThreadAffinity]:

@@ -87,6 +87,18 @@ def test_read_only_input_is_accepted(session):
     np.testing.assert_array_equal(session.infer({name: frozen})[out], session.infer({name: x})[out])
 
 
+def test_runner_runs_the_bound_inputs(session):
+    name, out = session.inputs[0].name, session.outputs[0].name
+    x = _sample(session, 9)
+    want = session.infer({name: x.copy()})[out]
+    session.bind({name: _sample(session, 10)})
+    session.run()
+    session.bind({name: x})
+    run = session.runner()
+    run()
+    np.testing.assert_array_equal(session.results()[out], want)
+
+
 def test_feeds_as_list_or_single_array(session):
     x = _sample(session, 4)
     out = session.outputs[0].name

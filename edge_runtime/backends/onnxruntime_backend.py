@@ -52,7 +52,12 @@ _DTYPES = {
 
 
 def _ort():
-    return require("onnxruntime", "onnxruntime", "onnxruntime")
+    ort = require("onnxruntime", "onnxruntime", "onnxruntime")
+    # A board-side runtime sends nothing anywhere; this also stops the telemetry warning ORT prints for users
+    # without a writable home directory.
+    if hasattr(ort, "disable_telemetry_events"):
+        ort.disable_telemetry_events()
+    return ort
 
 
 def _shape(dims) -> tuple[int | None, ...]:

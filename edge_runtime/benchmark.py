@@ -1,0 +1,418 @@
+"""`edge-runtime bench`: one model, measured on chosen CPUs, with everything that explains its numbers.
+
+Order of a run (each step says why it is where it is):
+1. isolation check and platform latency (cyclictest) first, so they see the system before the model loads it;
+2. co-runners started (`--stress`), so load and warm-up already happen under the same conditions;
+3. load with `--cpus` (the process and every thread pinned before the backend starts its pools);
+4. one call, then SCHED_FIFO for every thread (pools are complete by then) and mlockall;
+5. interference counters read, warm-up and measured loop, counters read again (so they cover the measured part only);
+6. pinning verified from /proc/self/task, co-runners stopped whatever happened.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+
+import numpy as np
+
+from edge_runtime import __version__
+from edge_runtime.cpulist import format_cpu_list
+from edge_runtime.interrupts import interrupt_delta, parse_interrupts
+from edge_runtime.measure import Measurement, measure, write_hdr_log
+from edge_runtime.stats import PERCENTILE_METHOD, jitter, stability, summarize
+from edge_runtime.stress import CoRunner, StressSpec
+from edge_runtime.system import (
+    SystemRoot,
+    major_faults,
+    mlock_all,
+    munlock_all,
+    own_threads,
+    restore_affinity,
+    restore_scheduling,
+    set_fifo,
+    task_migrations,
+    task_status,
+)
+
+SCHEMA = "edge-runtime/bench/1"
+SHOWN = [("min", "min"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p99.9", "p999"), ("p99.99", "p9999"),
+         ("max", "max")]  # fmt: skip
+
+
+@dataclass
+class BenchConfig:
+    model: str
+    backend: str | None = None
+    device: str | None = None
+    delegate: str | None = None
+    delegate_options: dict = field(default_factory=dict)
+    options: dict = field(default_factory=dict)
+    fallback: bool = False
+    threads: int | None = None
+    cpus: list[int] | None = None
+    rt_priority: int | None = None
+    mlock: bool = False
+    warmup: int = 50
+    warmup_s: float | None = None
+    iterations: int | None = None
+    duration_s: float | None = None
+    stress: list[StressSpec] = field(default_factory=list)
+    platform_latency_s: float | None = None
+    feeds_fn: Callable | None = None  # session -> {name: array}; random (seeded) inputs when None
+    seed: int = 0
+    hdr_log: str | None = None
+    isolate: bool = True
+
+
+# ------------------------------------------------------------------------------------------------- system checks
+def isolation_report(root: SystemRoot, cpus: list[int] | None) -> dict:
+    """Are the measured CPUs set apart, and can IRQs still land on them? Warnings, not errors."""
+    iso = root.isolation()
+    isolated = set(iso.get("isolcpus", [])) | set(iso.get("nohz_full", [])) | set(iso.get("sysfs_isolated", []))
+    out: dict = {
+        "isolcpus": iso.get("isolcpus", []),
+        "nohz_full": iso.get("nohz_full", []),
+        "rcu_nocbs": iso.get("rcu_nocbs", []),
+        "irqaffinity": iso.get("irqaffinity", []),
+        "sysfs_isolated": iso.get("sysfs_isolated", []),
+        "warnings": [],
+    }
+    if not cpus:
+        out["warnings"].append("not pinned: the scheduler may move the measuring thread (use --cpus)")
+        return out
+    not_isolated = [c for c in cpus if c not in isolated]
+    if not_isolated:
+        out["warnings"].append(
+            f"CPU {format_cpu_list(not_isolated)} not isolated (no isolcpus/nohz_full for it on the kernel command "
+            "line): other tasks may run there"
+        )
+    irqs = {irq: aff for irq, aff in root.irq_affinities().items() if set(aff) & set(cpus)}
+    out["irqs_routed_to_cpus"] = sorted(irqs, key=int)
+    if irqs:
+        shown = ", ".join(sorted(irqs, key=int)[:8]) + (" ..." if len(irqs) > 8 else "")
+        out["warnings"].append(f"{len(irqs)} IRQ(s) may be delivered to CPU {format_cpu_list(cpus)} ({shown})")
+    return out
+
+
+def thermal_snapshot(root: SystemRoot) -> dict[str, float]:
+    """Thermal zone temperatures in degrees C (millidegrees converted here, once); missing or garbled zones skipped."""
+    temps = {}
+    base = root.path("/sys/class/thermal")
+    try:
+        zones = sorted(p.name for p in base.iterdir() if p.name.startswith("thermal_zone"))
+    except OSError:
+        return temps
+    for z in zones:
+        raw = root.read(f"/sys/class/thermal/{z}/temp")
+        try:
+            temps[root.read(f"/sys/class/thermal/{z}/type", z) or z] = int(raw) / 1000.0  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            continue  # no reading or garbage: skip this zone
+    return temps
+
+
+def _packages(backend: str) -> dict[str, str]:
+    names = {"onnxruntime": ["onnxruntime"], "openvino": ["openvino"], "tflite": ["ai-edge-litert", "tflite-runtime"]}
+    out = {"edge-runtime": __version__, "numpy": np.__version__}
+    for dist in ["psutil", *names.get(backend, [])]:
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            continue
+    return out
+
+
+def environment(root: SystemRoot, cpus: list[int] | None, backend: str) -> dict:
+    govs = root.governors()
+    return {
+        "board": root.board_model() or None,
+        "kernel": root.kernel() or platform.release(),
+        "cmdline": root.cmdline(),
+        "cpu_model": root.cpu_model() or platform.processor() or None,
+        "governor": {str(c): govs[c] for c in (cpus or govs) if c in govs},
+        "isolated_cpus": root.cpus("isolated") or [],
+        "online_cpus": root.online_cpus(),
+        "python": platform.python_version(),
+        "packages": _packages(backend),
+        "hostname": platform.node(),
+    }
+
+
+# --------------------------------------------------------------------------------------------------------- the run
+def _random_feeds(session, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for t in session.inputs:
+        shape = [d if d is not None else 1 for d in t.shape]
+        if t.dtype.kind == "f":
+            feeds[t.name] = rng.random(shape, dtype=np.float64).astype(t.dtype)
+        elif t.dtype.kind in "iu":
+            info = np.iinfo(t.dtype)
+            feeds[t.name] = rng.integers(info.min, info.max, size=shape, endpoint=True, dtype=t.dtype)
+        else:
+            feeds[t.name] = np.zeros(shape, dtype=t.dtype)
+    return feeds
+
+
+def _counters(root: SystemRoot, tid: int) -> dict:
+    st = task_status(tid)
+    return {
+        "interrupts": parse_interrupts(root.read("/proc/interrupts", "") or ""),
+        "nonvoluntary": int(st.get("nonvoluntary_ctxt_switches", 0) or 0),
+        "voluntary": int(st.get("voluntary_ctxt_switches", 0) or 0),
+        "migrations": task_migrations(tid),
+        "majflt": major_faults(),
+    }
+
+
+def run_bench(cfg: BenchConfig, root: SystemRoot, progress: Callable[[str], None] | None = None) -> dict:
+    from edge_runtime.session import load
+
+    say = progress or (lambda _msg: None)
+    iso = isolation_report(root, cfg.cpus)
+    platform_latency = None
+    if cfg.platform_latency_s:
+        from edge_runtime import platform_latency as pl
+
+        if not pl.available():
+            iso["warnings"].append("--platform-latency: cyclictest not installed (apt-get install rt-tests)")
+        else:
+            target = cfg.cpus or root.online_cpus()
+            say(f"platform latency: cyclictest on CPU {format_cpu_list(target)} for {cfg.platform_latency_s:g} s")
+            platform_latency = pl.run_cyclictest(target, cfg.platform_latency_s, priority=cfg.rt_priority or 80)
+
+    expected_s = cfg.duration_s or 0.0
+    corunner = CoRunner(cfg.stress, max_seconds=max(60.0, expected_s * 3 + 60.0), measured_cpus=cfg.cpus)
+    temps_start = thermal_snapshot(root)
+    saved_affinity = os.sched_getaffinity(0)  # put back at the end: a library call must not leave its caller pinned
+    saved_sched: dict = {}
+    locked = False
+    with corunner:
+        session = load(
+            cfg.model,
+            backend=cfg.backend,
+            device=cfg.device,
+            delegate=cfg.delegate,
+            delegate_options=cfg.delegate_options,
+            options=cfg.options,
+            threads=cfg.threads,
+            cpus=cfg.cpus,
+            fallback=cfg.fallback,
+            isolate=cfg.isolate,
+        )
+        try:
+            feeds = cfg.feeds_fn(session) if cfg.feeds_fn else _random_feeds(session, cfg.seed)
+            session.bind(feeds)
+            session.run()  # backend pools exist after one call
+            tid = threading.get_native_id()
+            if cfg.rt_priority:
+                saved_sched = set_fifo(cfg.rt_priority)
+            if cfg.mlock:
+                mlock_all()
+                locked = True
+            before = _counters(root, tid)
+            last = [0.0]
+
+            def tick(done: int, total: int | None, elapsed: float) -> None:
+                if elapsed - last[0] < 1.0:
+                    return
+                last[0] = elapsed
+                if total:
+                    say(f"measuring: {done:,}/{total:,} ({done / total:.0%}) {elapsed:.1f} s")
+                else:
+                    say(f"measuring: {elapsed:.1f}/{cfg.duration_s:g} s, {done:,} inferences")
+
+            m: Measurement = measure(
+                session.runner(),
+                iterations=cfg.iterations,
+                duration_s=cfg.duration_s,
+                warmup=cfg.warmup,
+                warmup_s=cfg.warmup_s,
+                progress=tick,
+            )
+            after = _counters(root, tid)
+            threads = own_threads()
+        finally:
+            if locked:
+                munlock_all()
+            restore_scheduling(saved_sched)
+            model_info, backend_info = session.model, session.backend
+            session.close()
+            if cfg.cpus:
+                restore_affinity(saved_affinity)
+    temps_end = thermal_snapshot(root)
+
+    lat = summarize(m.samples_ns)
+    unstable, quality_warnings = stability(m.samples_ns, lat)
+    if m.truncated:
+        quality_warnings.append("the run filled its sample buffer before --duration ended")
+    measured_cpus = cfg.cpus or sorted(os.sched_getaffinity(0))
+    fired = interrupt_delta(before["interrupts"], after["interrupts"], measured_cpus)
+    migrations = (
+        after["migrations"] - before["migrations"]
+        if after["migrations"] is not None and before["migrations"] is not None
+        else None
+    )
+    if cfg.hdr_log:
+        write_hdr_log(cfg.hdr_log, m.samples_ns, m.start_ns, m.wall_s, f"edge-runtime bench {model_info.path.name}")
+
+    requested = set(cfg.cpus or [])
+    thread_rows = [{"tid": t.tid, "name": t.name, "cpus": list(t.cpus)} for t in threads]
+    result = {
+        "schema": SCHEMA,
+        "model": {
+            "path": str(model_info.path),
+            "sha256": model_info.sha256,
+            "format": model_info.format,
+            "precision": _precision(model_info.path),
+        },
+        "backend": {
+            "name": backend_info.name,
+            "version": backend_info.version,
+            "device": backend_info.device,
+            "delegate": backend_info.delegate,
+            "fallback": backend_info.fallback,
+            "fallback_reason": backend_info.fallback_reason,
+            "details": backend_info.details,
+        },
+        "config": {
+            "threads": cfg.threads if cfg.threads is not None else (len(cfg.cpus) if cfg.cpus else None),
+            "cpus": cfg.cpus,
+            "rt_priority": cfg.rt_priority,
+            "mlock": cfg.mlock,
+            "warmup": m.warmup_calls,
+            "iterations": cfg.iterations,
+            "duration_s": cfg.duration_s,
+            "stress": corunner.describe(),
+            "timed_call": "Session.runner(): the backend's run call on inputs bound once (outputs not copied out), "
+            "timed in Python around the call as an application sees it",
+        },
+        "latency_us": lat,
+        "jitter_us": jitter(lat),
+        "throughput_ips": len(m.samples_ns) / m.wall_s if m.wall_s > 0 else None,
+        "pinning": {
+            "requested": cfg.cpus,
+            "all_threads_pinned": bool(requested) and all(set(t.cpus) <= requested for t in threads),
+            "threads": thread_rows,
+        },
+        "interference": {
+            "cpus": measured_cpus,
+            "interrupts": sum(c for rows in fired.values() for _, _, c in rows),
+            "interrupts_per_cpu": {
+                str(cpu): [{"source": n, "label": lbl, "count": c} for n, lbl, c in rows] for cpu, rows in fired.items()
+            },
+            "context_switches_involuntary": after["nonvoluntary"] - before["nonvoluntary"],
+            "context_switches_voluntary": after["voluntary"] - before["voluntary"],
+            "migrations": migrations,
+            "page_faults_major": after["majflt"] - before["majflt"],
+        },
+        "isolation": iso,
+        "platform_latency": platform_latency,
+        "thermal": _thermal(temps_start, temps_end),
+        "power": {"available": False, "rail": None, "avg_w": None, "energy_per_inference_uj": None},
+        "quality": {
+            "timer_overhead_ns": m.timer_overhead_ns,
+            "percentile_method": PERCENTILE_METHOD,
+            "unstable": unstable,
+            "warnings": quality_warnings + iso["warnings"],
+        },
+        "environment": environment(root, cfg.cpus, backend_info.name),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(m.start_ns / 1e9)),
+        "wall_s": m.wall_s,
+    }
+    result["_samples_ns"] = m.samples_ns  # for --histogram; dropped before writing JSON
+    return result
+
+
+def _thermal(start: dict[str, float], end: dict[str, float]) -> dict:
+    if not start:
+        return {"available": False, "start_c": None, "max_c": None, "end_c": None, "limit_c": None,
+                "headroom_c": None, "throttled": None, "zones": []}  # fmt: skip
+    return {
+        "available": True,
+        "start_c": max(start.values()),
+        "max_c": max([*start.values(), *end.values()]),
+        "end_c": max(end.values()) if end else None,
+        "limit_c": None,
+        "headroom_c": None,
+        "throttled": None,
+        "zones": [{"type": k, "start_c": v, "end_c": end.get(k)} for k, v in start.items()],
+    }
+
+
+def _precision(path) -> str:
+    """From the manifest naming convention where we can tell; the manifest itself says for reference models."""
+    name = path.stem.lower()
+    for p in ("int8", "fp32", "fp16"):
+        if p in name:
+            return p
+    return "unknown"
+
+
+# ---------------------------------------------------------------------------------------------------------- report
+def format_report(r: dict) -> str:
+    lat, b, cfg = r["latency_us"], r["backend"], r["config"]
+    where = b["device"] + (f", delegate {b['delegate']}" if b["delegate"] else "")
+    if b["details"].get("inference_precision"):
+        where += f" ({b['details']['inference_precision']})"
+    setup = [f"{cfg['threads']} thread(s)" if cfg["threads"] else "backend's threads"]
+    setup.append(f"pinned to CPU {format_cpu_list(cfg['cpus'])}" if cfg["cpus"] else "not pinned")
+    if cfg["rt_priority"]:
+        setup.append(f"SCHED_FIFO {cfg['rt_priority']}")
+    if cfg["mlock"]:
+        setup.append("memory locked")
+    for s in cfg["stress"]:
+        setup.append(f"{s['kind']} stress on CPU {format_cpu_list(s['cpus'])} ({s['tool']})")
+    lines = [
+        f"model        {r['model']['path']}  ({r['model']['format']}, {r['model']['precision']})",
+        f"backend      {b['name']} {b['version']} on {where}"
+        + (f"  FALLBACK to CPU: {b['fallback_reason']}" if b["fallback"] else ""),
+        f"setup        {', '.join(setup)}",
+        "latency us   "
+        + "  ".join(f"{k} {lat[key]:.1f}" for k, key in SHOWN)
+        + f"   mean {lat['mean']:.1f} ± {lat['std']:.1f}",
+        f"jitter us    p99-p50 {r['jitter_us']['p99_minus_p50']:.1f}   max-min {r['jitter_us']['max_minus_min']:.1f}",
+        f"throughput   {r['throughput_ips']:,.0f} inferences/s, {lat['count']:,} timed in {r['wall_s']:.2f} s "
+        f"(after {cfg['warmup']} warm-up); timer overhead {r['quality']['timer_overhead_ns']} ns",
+    ]
+    pin = r["pinning"]
+    if pin["requested"]:
+        off = [t for t in pin["threads"] if not set(t["cpus"]) <= set(pin["requested"])]
+        strays = ", ".join("{}({}) on {}".format(t["name"], t["tid"], format_cpu_list(t["cpus"])) for t in off)
+        if pin["all_threads_pinned"]:
+            lines.append(f"pinning      all {len(pin['threads'])} threads on CPU {format_cpu_list(pin['requested'])}")
+        else:
+            lines.append(f"pinning      NOT all pinned: {strays}")
+    inter = r["interference"]
+    per_cpu = []
+    for cpu, rows in inter["interrupts_per_cpu"].items():
+        top = ", ".join(f"{x['count']} {x['label']}" for x in rows[:4]) or "no interrupts"
+        per_cpu.append(f"CPU{cpu}: {top}")
+    lines.append(f"interference {'; '.join(per_cpu)}")
+    mig = inter["migrations"]
+    lines.append(
+        f"             {inter['context_switches_involuntary']} involuntary context switches, "
+        f"{'?' if mig is None else mig} migrations, {inter['page_faults_major']} major page faults"
+    )
+    pl = r.get("platform_latency")
+    if pl:
+        lines.append(
+            f"platform     cyclictest on CPU {format_cpu_list(pl['cpus'])}: min {pl['min_us']} avg {pl['avg_us']:.0f} "
+            f"max {pl['max_us']} us ({pl['duration_s']} s, SCHED_FIFO {pl['priority']})"
+        )
+    t = r["thermal"]
+    lines.append(
+        f"thermal      start {t['start_c']:.1f} C, max {t['max_c']:.1f} C, end {t['end_c']:.1f} C"
+        if t["available"]
+        else "thermal      no thermal sensors on this machine"
+    )
+    q = r["quality"]
+    lines.append(f"quality      {'UNSTABLE' if q['unstable'] else 'stable'}; percentiles: nearest rank")
+    lines += [f"warning      {w}" for w in q["warnings"]]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,153 @@
+"""The measuring loop: warm-up excluded, then a count or a duration of timed calls into a preallocated array.
+
+Inside the loop there is nothing but the call and two `perf_counter_ns` reads: no allocation beyond the ints the
+timer returns, no logging, no conversion. Garbage collection is paused for the loop and restored after. Long runs are
+cut into chunks of about half a second so progress can be reported between chunks, never inside one.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+MAX_SAMPLES = 50_000_000  # 400 MB of int64: the ceiling for --duration runs
+CHUNK_S = 0.5
+
+
+@dataclass
+class Measurement:
+    samples_ns: np.ndarray  # one latency per call, in order
+    start_ns: int  # time.time_ns() when the measured part began (for logs and timelines)
+    wall_s: float  # measured part, from the first call's start to the last call's end
+    warmup_calls: int
+    timer_overhead_ns: int  # median cost of one loop turn around an empty call
+    truncated: bool = False  # a --duration run that filled MAX_SAMPLES before its end
+
+
+def _timed(fn: Callable[[], object], out: np.ndarray, start: int, stop: int, deadline: int | None) -> int:
+    """Time fn() into out[start:stop]; stop early at `deadline` (perf_counter_ns). Returns the next free index."""
+    t = time.perf_counter_ns
+    i = start
+    if deadline is None:
+        for i in range(start, stop):
+            t0 = t()
+            fn()
+            out[i] = t() - t0
+        return stop
+    while i < stop:
+        t0 = t()
+        if t0 >= deadline:
+            break
+        fn()
+        out[i] = t() - t0
+        i += 1
+    return i
+
+
+def timer_overhead_ns(n: int = 20_000) -> int:
+    """What one loop turn costs around a call that does nothing (reported, not subtracted)."""
+    buf = np.empty(n, dtype=np.int64)
+    _timed(lambda: None, buf, 0, n, None)
+    return int(np.median(buf))
+
+
+def measure(
+    fn: Callable[[], object],
+    *,
+    iterations: int | None = None,
+    duration_s: float | None = None,
+    warmup: int = 10,
+    warmup_s: float | None = None,
+    progress: Callable[[int, int | None, float], None] | None = None,
+) -> Measurement:
+    """Time `fn` after warming up (`warmup` calls, or `warmup_s` seconds). Give `iterations` or `duration_s`."""
+    if (iterations is None) == (duration_s is None):
+        raise ValueError("give iterations or duration_s")
+    overhead = timer_overhead_ns()
+    # Warm-up: also gives the per-call time used to size chunks and the buffer of a --duration run.
+    warm_calls = 0
+    t_end = time.perf_counter_ns() + int(warmup_s * 1e9) if warmup_s else None
+    t0 = time.perf_counter_ns()
+    while (warm_calls < warmup) if t_end is None else (time.perf_counter_ns() < t_end):
+        fn()
+        warm_calls += 1
+    per_call_ns = max(1, (time.perf_counter_ns() - t0) // max(warm_calls, 1))
+    if warm_calls == 0:  # no warm-up asked: one untimed probe call for sizing
+        t0 = time.perf_counter_ns()
+        fn()
+        per_call_ns = max(1, time.perf_counter_ns() - t0)
+
+    if iterations is not None:
+        capacity = iterations
+    else:
+        capacity = min(MAX_SAMPLES, int(duration_s * 1e9 / per_call_ns * 1.5) + 1000)
+    samples = np.empty(capacity, dtype=np.int64)
+    samples[:] = 0  # touch every page now, not during the loop
+    chunk = max(1, int(CHUNK_S * 1e9 / per_call_ns)) if progress else capacity
+
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    start_wall = time.time_ns()
+    begin = time.perf_counter_ns()
+    deadline = begin + int(duration_s * 1e9) if duration_s is not None else None
+    n = 0
+    try:
+        while n < capacity:
+            stop = min(capacity, n + chunk)
+            got = _timed(fn, samples, n, stop, deadline)
+            n = got
+            if got < stop:
+                break  # deadline reached
+            if progress:
+                progress(n, iterations, (time.perf_counter_ns() - begin) / 1e9)
+    finally:
+        if was_enabled:
+            gc.enable()
+    wall_s = (time.perf_counter_ns() - begin) / 1e9
+    truncated = duration_s is not None and n == capacity and wall_s < duration_s
+    return Measurement(samples[:n].copy(), start_wall, wall_s, warm_calls, overhead, truncated)
+
+
+def hdr_histogram(samples_ns: np.ndarray):
+    """An HdrHistogram (hdrhistogram package) of the samples, in nanoseconds, 3 significant digits."""
+    try:
+        from hdrh.histogram import HdrHistogram
+    except ImportError as err:
+        from edge_runtime.errors import UserError
+
+        raise UserError("--hdr-log needs the hdrhistogram package", hint="pip install 'edge-runtime[hdr]'") from err
+    h = HdrHistogram(1, max(int(samples_ns.max()) * 2, 3_600_000_000_000), 3)
+    values, counts = np.unique(samples_ns, return_counts=True)
+    for v, c in zip(values.tolist(), counts.tolist(), strict=True):
+        h.record_value(max(1, v), c)
+    return h
+
+
+def write_hdr_log(path, samples_ns: np.ndarray, start_ns: int, wall_s: float, comment: str) -> None:
+    """Standard HdrHistogram interval log (one interval), readable by HistogramLogProcessor and hdrh's reader.
+
+    Values are nanoseconds. hdrhistogram 0.10.x's HistogramLogWriter.output_start_time raises AttributeError, so the
+    StartTime line is written here in the format the Java and C writers use.
+    """
+    from datetime import datetime, timezone
+
+    from hdrh.log import HistogramLogWriter
+
+    h = hdr_histogram(samples_ns)
+    # StartTime and BaseTime must be the same number: readers skip intervals that start before StartTime.
+    start_ms = start_ns // 1_000_000
+    start_s = start_ms / 1000.0
+    with open(path, "w") as f:
+        w = HistogramLogWriter(f)
+        w.output_comment(comment)
+        w.output_log_format_version()
+        stamp = datetime.fromtimestamp(start_s, tz=timezone.utc).strftime("%a %b %d %H:%M:%S UTC %Y")
+        f.write(f"#[StartTime: {start_s:f} (seconds since epoch), {stamp}]\n")
+        w.output_base_time(start_ms)
+        w.output_legend()
+        w.output_interval_histogram(h, start_time_stamp_sec=0.0, end_time_stamp_sec=wall_s, max_value_unit_ratio=1e6)

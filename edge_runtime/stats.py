@@ -1,0 +1,73 @@
+"""Latency statistics. One percentile definition, used everywhere: nearest rank.
+
+Nearest rank (the value at 1-based rank ceil(p/100 * N) of the sorted samples) is what OpenVINO's benchmark_app
+reports; ONNX Runtime's perf_test uses a floor index instead. It never interpolates, so every reported percentile is
+a latency that really happened. numpy's `percentile(..., method="inverted_cdf")` is the same definition.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+PERCENTILE_METHOD = "nearest-rank (value at rank ceil(p/100*N); as OpenVINO benchmark_app)"
+PERCENTILES = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9, "p9999": 99.99}
+# A run is flagged unstable, as pyperf does, when its standard deviation is more than 10% of its mean; or when the
+# median of its last tenth differs from that of its first tenth by more than 10% (drift: heat, frequency, load).
+UNSTABLE_STD_RATIO = 0.10
+UNSTABLE_DRIFT_RATIO = 0.10
+
+
+def nearest_rank(sorted_ns: np.ndarray, p: float) -> int:
+    n = len(sorted_ns)
+    rank = max(1, math.ceil(p / 100.0 * n))
+    return int(sorted_ns[min(rank, n) - 1])
+
+
+def summarize(samples_ns: np.ndarray) -> dict:
+    """Statistics in microseconds (float) of latencies given in nanoseconds."""
+    if len(samples_ns) == 0:
+        raise ValueError("no samples")
+    s = np.sort(samples_ns)
+    out = {"count": len(s), "min": s[0] / 1e3, "mean": np.mean(s) / 1e3, "std": np.std(s) / 1e3}
+    for key, p in PERCENTILES.items():
+        out[key] = nearest_rank(s, p) / 1e3
+    out["max"] = s[-1] / 1e3
+    return {k: (v if k == "count" else float(v)) for k, v in out.items()}
+
+
+def jitter(lat: dict) -> dict:
+    return {"p99_minus_p50": lat["p99"] - lat["p50"], "max_minus_min": lat["max"] - lat["min"]}
+
+
+def stability(samples_ns: np.ndarray, lat: dict) -> tuple[bool, list[str]]:
+    warnings = []
+    if lat["mean"] > 0 and lat["std"] / lat["mean"] > UNSTABLE_STD_RATIO:
+        warnings.append(
+            f"unstable: standard deviation {lat['std']:.1f} us is {lat['std'] / lat['mean']:.0%} of the mean "
+            f"(> {UNSTABLE_STD_RATIO:.0%})"
+        )
+    tenth = len(samples_ns) // 10
+    if tenth >= 10:
+        first, last = float(np.median(samples_ns[:tenth])), float(np.median(samples_ns[-tenth:]))
+        drift = (last - first) / first if first else 0.0
+        if abs(drift) > UNSTABLE_DRIFT_RATIO:
+            warnings.append(f"unstable: median drifted {drift:+.0%} from the first to the last tenth of the run")
+    return bool(warnings), warnings
+
+
+def cyclictest_histogram(samples_ns: np.ndarray, buckets: int | None = None) -> str:
+    """A text histogram in cyclictest's `-h` layout: 1 us buckets, `%06d %06lu` rows, then the summary lines."""
+    us = (np.asarray(samples_ns) // 1000).astype(np.int64)
+    top = int(us.max()) + 1
+    n = min(top, buckets) if buckets else min(top, 100_000)
+    counts = np.bincount(np.minimum(us, n), minlength=n + 1)
+    lines = ["# Histogram"]
+    lines += [f"{i:06d} {int(c):06d}" for i, c in enumerate(counts[:n])]
+    lines.append(f"# Total: {len(us):09d}")
+    lines.append(f"# Min Latencies: {int(us.min()):05d}")
+    lines.append(f"# Avg Latencies: {round(float(us.mean())):05d}")
+    lines.append(f"# Max Latencies: {int(us.max()):05d}")
+    lines.append(f"# Histogram Overflows: {int(counts[n]):05d}")
+    return "\n".join(lines) + "\n"

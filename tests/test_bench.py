@@ -1,0 +1,351 @@
+"""`edge-runtime bench` end to end: real backends, real threads, fake system trees from ../shared/fixtures."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import FIXTURES, ROOT, artifact, need
+from test_bad_input import assert_one_line_error, run_cli
+
+from edge_runtime.benchmark import SCHEMA, BenchConfig, run_bench
+from edge_runtime.stress import StressSpec
+from edge_runtime.system import SystemRoot
+
+MODEL = ("digits_cnn", "_int8.onnx")
+DESIGN_KEYS = {
+    "model": {"path", "sha256", "format", "precision"},
+    "backend": {"name", "version", "device", "delegate", "fallback"},
+    "config": {"threads", "cpus", "rt_priority", "mlock", "warmup", "iterations", "duration_s"},
+    "latency_us": {"count", "min", "mean", "std", "p50", "p90", "p95", "p99", "p999", "p9999", "max"},
+    "jitter_us": {"p99_minus_p50", "max_minus_min"},
+    "pinning": {"requested", "all_threads_pinned", "threads"},
+    "interference": {"interrupts", "context_switches_involuntary", "migrations", "page_faults_major"},
+    "thermal": {"available", "start_c", "max_c", "end_c", "limit_c", "headroom_c", "throttled", "zones"},
+    "power": {"available", "rail", "avg_w", "energy_per_inference_uj"},
+    "quality": {"timer_overhead_ns", "percentile_method", "unstable", "warnings"},
+    "environment": {"board", "kernel", "cmdline", "cpu_model", "governor", "isolated_cpus", "python", "packages"},
+}
+
+
+def stress_processes() -> list[str]:
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout.splitlines()
+    return [ln for ln in out if "stress-ng" in ln or "edge_runtime_hog" in ln]
+
+
+def test_json_result_has_the_design_schema():
+    need("onnxruntime")
+    proc = run_cli("bench", str(artifact(*MODEL)), "--iterations", "300", "--cpus", "1", "--json")
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout)
+    assert r["schema"] == SCHEMA
+    for section, keys in DESIGN_KEYS.items():
+        assert keys <= set(r[section]), (section, keys - set(r[section]))
+    assert "throughput_ips" in r and r["throughput_ips"] > 0
+    lat = r["latency_us"]
+    assert lat["count"] == 300
+    assert lat["min"] <= lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["p999"] <= lat["max"]
+    assert sum(c for _, c in r["histogram_us"]) == 300
+    assert r["pinning"]["all_threads_pinned"] is True
+    assert all(t["cpus"] == [1] for t in r["pinning"]["threads"])
+    assert r["config"]["threads"] == 1  # one CPU given: the backend's pool matches it
+    assert r["quality"]["timer_overhead_ns"] > 0
+    assert "nearest-rank" in r["quality"]["percentile_method"]
+    assert r["environment"]["packages"]["onnxruntime"]
+
+
+def test_text_report_and_histogram():
+    need("openvino")
+    proc = run_cli(
+        "bench", str(artifact("digits_cnn", "_int8.xml")), "--iterations", "200", "--cpus", "0", "--histogram"
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    for line in ("latency us   min", "pinning      all", "interference CPU0:", "# Histogram", "# Max Latencies:"):
+        assert line in out
+    rows = [ln for ln in out.splitlines() if ln[:6].isdigit()]
+    assert sum(int(ln.split()[1]) for ln in rows) + int(out.split("# Histogram Overflows: ")[1].split()[0]) == 200
+
+
+def test_pinning_seen_from_outside_the_process():
+    """While a bench runs, read /proc/PID/task/*/status of it: every thread must be allowed on CPU 1 only."""
+    need("onnxruntime")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edge_runtime.cli", "bench", str(artifact(*MODEL)), "--cpus", "1", "--threads", "2",
+         "--duration", "4", "--json"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        seen: dict[str, str] = {}
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+            tasks = Path(f"/proc/{proc.pid}/task")
+            try:
+                for t in tasks.iterdir():
+                    status = (t / "status").read_text()
+                    seen[t.name] = next(ln for ln in status.splitlines() if ln.startswith("Cpus_allowed_list"))
+            except (OSError, StopIteration):
+                continue
+            if len(seen) >= 3 and all(v.endswith("\t1") for v in seen.values()):
+                break
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert len(seen) >= 3
+    assert {v.split(":")[1].strip() for v in seen.values()} == {"1"}, seen
+    r = json.loads(out)
+    assert r["pinning"]["all_threads_pinned"] and len(r["pinning"]["threads"]) >= 3
+
+
+def _fake_root(tmp_path: Path, board: str = "rpi5", irq_tree: str = "amlogic-a53-irqbalance-issue") -> Path:
+    """A board tree for 2 CPUs: the board's captures, IRQ affinities from a real capture, /proc/interrupts from x86."""
+    src = FIXTURES / board
+    if not src.exists():
+        pytest.skip(f"fixture {src} not found")
+    root = tmp_path / "root"
+    shutil.copytree(src, root)
+    shutil.copytree(FIXTURES / irq_tree / "proc" / "irq", root / "proc" / "irq")
+    (root / "sys/devices/system/cpu").mkdir(parents=True, exist_ok=True)
+    (root / "sys/devices/system/cpu/online").write_text("0-1\n")
+    return root
+
+
+def test_isolation_warnings_on_a_board_tree(tmp_path):
+    need("onnxruntime")
+    root = _fake_root(tmp_path)
+    cfg = BenchConfig(model=str(artifact(*MODEL)), cpus=[1], iterations=100, isolate=False)
+    r = run_bench(cfg, SystemRoot(root))
+    warnings = r["quality"]["warnings"]
+    assert any("CPU 1 not isolated" in w for w in warnings)
+    # In the Amlogic capture IRQ 15 is pinned to CPU 1 (mask 2) and most others may go anywhere (mask f).
+    assert "15" in r["isolation"]["irqs_routed_to_cpus"] and "14" not in r["isolation"]["irqs_routed_to_cpus"]
+    assert any("IRQ(s) may be delivered to CPU 1" in w for w in warnings)
+
+    cmdline = root / "proc/cmdline"
+    cmdline.write_text(cmdline.read_text().strip() + " isolcpus=managed_irq,domain,1 nohz_full=1 rcu_nocbs=1\n")
+    r = run_bench(cfg, SystemRoot(root))
+    assert not any("not isolated" in w for w in r["quality"]["warnings"])
+    assert r["isolation"]["isolcpus"] == [1] and r["environment"]["cmdline"].endswith("rcu_nocbs=1")
+
+
+@pytest.mark.parametrize("capture", ["x86-node-exporter", "arm64-node-exporter"])
+def test_interference_counts_the_interrupts_of_the_measured_part(tmp_path, capture):
+    """A helper thread rewrites the fake /proc/interrupts while a real bench runs: the result names what fired."""
+    need("onnxruntime")
+    root = _fake_root(tmp_path)
+    text = (FIXTURES / capture / "proc/interrupts").read_text()
+    interrupts = root / "proc/interrupts"
+    interrupts.write_text(text)
+    lines = text.splitlines()
+    loc = "LOC" if any(ln.strip().startswith("LOC:") for ln in lines) else "IPI0"
+
+    def bump():
+        time.sleep(0.8)  # the bench has read its "before" by now: it measures for 2 s
+        out = []
+        for line in lines:
+            name, sep, rest = line.partition(":")
+            if sep and name.strip() == loc:
+                parts = rest.split()
+                parts[1] = str(int(parts[1]) + 412)  # CPU1
+                line = f"{name}:" + " ".join(parts)
+            out.append(line)
+        interrupts.write_text("\n".join(out) + "\n")
+
+    t = threading.Thread(target=bump)
+    t.start()
+    cfg = BenchConfig(model=str(artifact(*MODEL)), cpus=[1], duration_s=2.0, isolate=False)
+    r = run_bench(cfg, SystemRoot(root))
+    t.join()
+    inter = r["interference"]
+    assert inter["interrupts"] == 412
+    assert inter["interrupts_per_cpu"]["1"] == [{"source": loc, "label": loc, "count": 412}]
+    from edge_runtime.benchmark import format_report
+
+    r["_samples_ns"] = None
+    assert f"CPU1: 412 {loc}" in format_report(r)
+
+
+@pytest.mark.parametrize("tool", ["stress-ng", "builtin"])
+def test_stress_co_runner_runs_and_is_stopped(tool, monkeypatch):
+    need("onnxruntime")
+    if tool == "stress-ng" and not shutil.which("stress-ng"):
+        pytest.skip("stress-ng not installed: apt-get install stress-ng (make test does this as root)")
+    monkeypatch.setenv("EDGE_RUNTIME_STRESS_TOOL", tool)
+    seen_during = []
+
+    def watch():
+        time.sleep(1.0)
+        seen_during.extend(stress_processes())
+
+    t = threading.Thread(target=watch)
+    t.start()
+    cfg = BenchConfig(model=str(artifact(*MODEL)), cpus=[1], duration_s=2.0, stress=[StressSpec.parse("cpu:0")],
+                      isolate=False)  # fmt: skip
+    r = run_bench(cfg, SystemRoot("/"))
+    t.join()
+    assert r["config"]["stress"] == [{"kind": "cpu", "cpus": [0], "tool": tool}]
+    assert seen_during, "no co-runner was running during the measurement"
+    assert stress_processes() == []
+
+
+def test_stress_is_stopped_when_the_run_fails(tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x08\x07" + os.urandom(300))
+    proc = run_cli("bench", str(bad), "--stress", "cpu:0", "--iterations", "10")
+    assert_one_line_error(proc, str(bad))
+    assert stress_processes() == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_stress_is_stopped_on_ctrl_c_and_sigterm(sig):
+    need("onnxruntime")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edge_runtime.cli", "bench", str(artifact(*MODEL)), "--cpus", "1", "--duration", "30",
+         "--stress", "cpu:0"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not stress_processes() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert stress_processes(), "co-runner never started"
+        time.sleep(1.0)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    time.sleep(0.3)
+    assert stress_processes() == []
+
+
+def test_stress_refuses_the_measured_cpus():
+    need("onnxruntime")
+    proc = run_cli("bench", str(artifact(*MODEL)), "--cpus", "1", "--stress", "cpu:1", "--iterations", "10")
+    assert_one_line_error(proc, "overlaps the measured CPUs 1")
+    assert_one_line_error(run_cli("bench", str(artifact(*MODEL)), "--stress", "gpu:0"), "--stress 'gpu:0'")
+
+
+def test_hdr_log_reads_back_with_hdrhistogram(tmp_path):
+    need("onnxruntime")
+    hdrh_log = pytest.importorskip("hdrh.log", reason="hdrhistogram not installed: pip install 'edge-runtime[dev]'")
+    from hdrh.histogram import HdrHistogram
+
+    log = tmp_path / "run.hlog"
+    proc = run_cli("bench", str(artifact(*MODEL)), "--iterations", "500", "--hdr-log", str(log), "--json")
+    r = json.loads(proc.stdout)
+    text = log.read_text()
+    assert text.startswith("#") and "#[StartTime: " in text and '"StartTimestamp","Interval_Length"' in text
+    reader = hdrh_log.HistogramLogReader(str(log), HdrHistogram(1, 3_600_000_000_000, 3))
+    h = reader.get_next_interval_histogram()
+    assert h is not None and h.get_total_count() == 500
+    # HDR keeps 3 significant digits: its percentiles are within 0.1% of the exact nearest-rank ones.
+    assert h.get_value_at_percentile(50) / 1e3 == pytest.approx(r["latency_us"]["p50"], rel=2e-3)
+    assert h.get_max_value() / 1e3 == pytest.approx(r["latency_us"]["max"], rel=2e-3)
+
+
+def test_rt_priority_and_mlock_are_applied_as_root():
+    need("onnxruntime")
+    if os.geteuid() != 0:
+        pytest.skip("needs root (or CAP_SYS_NICE and CAP_IPC_LOCK)")
+    code = (
+        "import os, json, edge_runtime.benchmark as b, edge_runtime.system as s\n"
+        "seen = {}\n"
+        "orig = b.measure\n"
+        "def spy(fn, **kw):\n"
+        "    seen['policy'] = {t.tid: os.sched_getscheduler(t.tid) for t in s.own_threads()}\n"
+        "    seen['locked'] = [l for l in open('/proc/self/status') if l.startswith('VmLck')][0].split()[1]\n"
+        "    return orig(fn, **kw)\n"
+        "b.measure = spy\n"
+        f"b.run_bench(b.BenchConfig(model={str(artifact(*MODEL))!r}, cpus=[1], rt_priority=10, mlock=True,"
+        " iterations=50, isolate=False), s.SystemRoot('/'))\n"
+        "print(json.dumps({'policies': sorted(set(seen['policy'].values())), 'locked_kb': int(seen['locked']),"
+        " 'after': os.sched_getscheduler(0)}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["policies"] == [os.SCHED_FIFO]  # every thread, the backend's too, during the measurement
+    assert got["locked_kb"] > 0
+    assert got["after"] == os.SCHED_OTHER  # restored afterwards
+
+
+@pytest.mark.parametrize(("flag", "needle"), [("--rt-priority=10", "CAP_SYS_NICE"), ("--mlock", "RLIMIT_MEMLOCK")])
+def test_missing_privilege_says_what_to_grant(flag, needle):
+    need("onnxruntime")
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv (util-linux) to drop to an unprivileged user")
+    # --no-isolate: the probe child would re-exec sys.executable, which may live where nobody cannot go (~root).
+    cmd = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "--inh-caps=-all",
+        sys.executable,
+        "-m",
+        "edge_runtime.cli",
+        "bench",
+        str(artifact(*MODEL)),
+        "--iterations",
+        "10",
+        "--no-isolate",
+        flag,
+    ]
+    env = {**os.environ, "HOME": "/tmp", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd="/tmp", timeout=120, env=env)
+    if "Permission denied" in proc.stderr and "edge-runtime: error" not in proc.stderr:
+        pytest.skip(f"the unprivileged user cannot run this Python: {proc.stderr.strip()[-200:]}")
+    assert_one_line_error(proc, needle)
+
+
+def test_platform_latency_from_cyclictest():
+    need("onnxruntime")
+    if not shutil.which("cyclictest"):
+        pytest.skip("cyclictest not installed: apt-get install rt-tests (make test does this as root)")
+    proc = run_cli("bench", str(artifact(*MODEL)), "--cpus", "1", "--iterations", "100", "--platform-latency", "1",
+                   "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    pl = json.loads(proc.stdout)["platform_latency"]
+    assert pl["tool"] == "cyclictest" and pl["cpus"] == [1]
+    assert 0 <= pl["min_us"] <= pl["avg_us"] <= pl["max_us"]
+    assert sum(c for _, c in pl["histogram"]) > 1000  # 1 s at 200 us intervals
+
+
+def test_bench_bad_flags():
+    need("onnxruntime")
+    m = str(artifact(*MODEL))
+    assert_one_line_error(run_cli("bench", m, "--iterations", "0"), "--iterations 0")
+    assert_one_line_error(run_cli("bench", m, "--rt-priority", "120"), "--rt-priority 120")
+    assert_one_line_error(run_cli("bench", m, "--iterations", "5", "--duration", "1"), "not allowed with argument")
+
+
+def test_a_pinned_run_leaves_the_caller_as_it_was():
+    need("onnxruntime")
+    before = os.sched_getaffinity(0)
+    run_bench(BenchConfig(model=str(artifact(*MODEL)), cpus=[1], iterations=50, isolate=False), SystemRoot("/"))
+    assert os.sched_getaffinity(0) == before
+
+
+def test_duration_mode_and_warmup_are_excluded():
+    need("tflite")
+    cfg = BenchConfig(model=str(artifact("digits_cnn", "_int8.tflite")), duration_s=0.5, warmup=123, isolate=False)
+    r = run_bench(cfg, SystemRoot("/"))
+    assert r["config"]["warmup"] == 123
+    assert 0.45 <= r["wall_s"] <= 0.8
+    assert r["latency_us"]["count"] == pytest.approx(r["throughput_ips"] * r["wall_s"], rel=1e-6)
+    assert np.isfinite(r["latency_us"]["p9999"])

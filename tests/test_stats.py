@@ -1,0 +1,61 @@
+"""Statistics against an independent reference (numpy's inverted-CDF percentiles = nearest rank), stability flags,
+and the cyclictest-layout histogram read back by the cyclictest parser."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edge_runtime.platform_latency import parse_cyclictest
+from edge_runtime.stats import PERCENTILES, cyclictest_histogram, jitter, nearest_rank, stability, summarize
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 10, 99, 100, 1001, 12345])
+def test_percentiles_match_numpy_inverted_cdf(n):
+    rng = np.random.default_rng(n)
+    samples = rng.lognormal(mean=10, sigma=0.5, size=n).astype(np.int64) + 1
+    got = summarize(samples)
+    for key, p in PERCENTILES.items():
+        want = np.percentile(samples, p, method="inverted_cdf") / 1e3
+        assert got[key] == pytest.approx(want, rel=0, abs=1e-9), key
+    assert got["count"] == n
+    assert got["min"] == samples.min() / 1e3 and got["max"] == samples.max() / 1e3
+    assert got["mean"] == pytest.approx(samples.mean() / 1e3)
+    assert got["std"] == pytest.approx(samples.std() / 1e3)
+
+
+def test_nearest_rank_by_hand():
+    s = np.array([10, 20, 30, 40, 50, 60, 70, 80, 90, 100])
+    assert nearest_rank(s, 50) == 50  # rank ceil(5) = 5
+    assert nearest_rank(s, 90) == 90
+    assert nearest_rank(s, 99) == 100  # rank ceil(9.9) = 10
+    assert nearest_rank(s, 0.0) == 10
+
+
+def test_jitter():
+    lat = summarize(np.array([1000, 1000, 1000, 5000]))
+    assert jitter(lat) == {"p99_minus_p50": 4.0, "max_minus_min": 4.0}
+
+
+def test_stability_flags_spread_and_drift():
+    rng = np.random.default_rng(0)
+    steady = (50_000 + rng.normal(0, 500, 10_000)).astype(np.int64)
+    assert stability(steady, summarize(steady)) == (False, [])
+    wide = (50_000 + rng.normal(0, 15_000, 10_000)).clip(1).astype(np.int64)
+    unstable, why = stability(wide, summarize(wide))
+    assert unstable and "standard deviation" in why[0]
+    drifting = np.linspace(50_000, 70_000, 10_000).astype(np.int64)  # e.g. a board heating up
+    unstable, why = stability(drifting, summarize(drifting))
+    assert unstable and any("drifted +" in w for w in why)
+
+
+def test_cyclictest_layout_reads_back_with_the_cyclictest_parser():
+    samples = np.array([1_200, 1_900, 2_100, 2_400, 7_800, 40_000], dtype=np.int64)  # ns
+    text = cyclictest_histogram(samples, buckets=10)
+    lines = text.splitlines()
+    assert lines[0] == "# Histogram"
+    assert lines[1:4] == ["000000 000000", "000001 000002", "000002 000002"]
+    assert "# Histogram Overflows: 00001" in lines  # 40 us is past 10 buckets
+    parsed = parse_cyclictest(text)
+    assert (parsed["min_us"], parsed["max_us"]) == (1, 40)
+    assert parsed["histogram"] == [[1, 2], [2, 2], [7, 1]]
