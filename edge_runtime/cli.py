@@ -236,18 +236,7 @@ def cmd_run(args) -> int:
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        session = load(
-            args.model,
-            backend=args.backend,
-            device=args.device,
-            delegate=args.delegate,
-            delegate_options=_key_values(args.delegate_option, "--delegate-option"),
-            options=_key_values(args.option, "--option"),
-            threads=args.threads,
-            cpus=_cpus(args.cpus),
-            fallback=args.allow_fallback,
-            isolate=not args.no_isolate,
-        )
+        session = load(args.model, **_load_kwargs(args), isolate=not args.no_isolate)
     for w in caught:
         print(f"{PROG}: warning: {w.message}", file=sys.stderr)
     load_ms = (time.perf_counter() - t0) * 1e3
@@ -303,14 +292,7 @@ def cmd_bench(args) -> int:
         raise _UsageError(f"--rt-priority {args.rt_priority}: must be 1-99 (SCHED_FIFO)")
     cfg = BenchConfig(
         model=args.model,
-        backend=args.backend,
-        device=args.device,
-        delegate=args.delegate,
-        delegate_options=_key_values(args.delegate_option, "--delegate-option"),
-        options=_key_values(args.option, "--option"),
-        fallback=args.allow_fallback,
-        threads=args.threads,
-        cpus=_cpus(args.cpus),
+        **_load_kwargs(args),
         rt_priority=args.rt_priority,
         mlock=args.mlock,
         warmup=args.warmup,
@@ -363,6 +345,20 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "run": (cmd_run, "load a model and run one inference (random inputs unless given)"),
     "bench": (cmd_bench, "measure latency and jitter on pinned CPUs, with the interference that caused them"),
 }
+
+
+def _load_kwargs(args) -> dict:
+    """The `load()` arguments that `_model_args` flags describe."""
+    return {
+        "backend": args.backend,
+        "device": args.device,
+        "delegate": args.delegate,
+        "delegate_options": _key_values(args.delegate_option, "--delegate-option"),
+        "options": _key_values(args.option, "--option"),
+        "threads": args.threads,
+        "cpus": _cpus(args.cpus),
+        "fallback": args.allow_fallback,
+    }
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:
