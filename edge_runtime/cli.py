@@ -84,10 +84,22 @@ def _key_values(pairs: list[str] | None, flag: str) -> dict[str, str]:
     return out
 
 
-def _cpus(text: str | None) -> list[int] | None:
+def _cpus(text: str | None, root=None) -> list[int] | None:
+    """A CPU list, or `board`: the detected board profile's CPUs to isolate."""
     if text is None:
         return None
     from edge_runtime.cpulist import parse_cpu_list
+
+    if text == "board":
+        from edge_runtime.boards import detect
+        from edge_runtime.system import SystemRoot
+
+        root = root or SystemRoot("/")
+        board = detect(root)
+        chosen = board.suggested_isolated(root.online_cpus()) if board else []
+        if not chosen:
+            raise _UsageError("--cpus board: no board profile matches this machine", hint="give --cpus LIST")
+        return chosen
 
     try:
         cpus = parse_cpu_list(text)
@@ -123,6 +135,9 @@ def cmd_info(args) -> int:
                 "install": f"pip install 'edge-runtime[{cls.extra}]'",
             }
     iso = root.isolation()
+    from edge_runtime.boards import detect
+
+    profile = detect(root)
     doc = {
         "schema": "edge-runtime/info/1",
         "edge_runtime": __version__,
@@ -130,6 +145,15 @@ def cmd_info(args) -> int:
         "numpy": np.__version__,
         "sysroot": str(root.root),
         "board": root.board_model() or None,
+        "board_profile": None
+        if profile is None
+        else {
+            "name": profile.name,
+            "description": profile.description,
+            "suggested_isolated_cpus": profile.suggested_isolated(root.online_cpus()),
+            "npu": profile.npu.kind,
+            "cmdline_file": profile.cmdline.file,
+        },
         "cpu_model": root.cpu_model() or None,
         "kernel": root.kernel() or None,
         "cpus": {"online": root.online_cpus(), "isolated": iso.get("sysfs_isolated", [])},
@@ -143,6 +167,10 @@ def cmd_info(args) -> int:
     p = print
     p(f"edge-runtime {__version__}  (python {doc['python']}, numpy {doc['numpy']})")
     p(f"  board    {doc['board'] or 'unknown (no device-tree model or DMI product here)'}")
+    bp = doc["board_profile"]
+    if bp:
+        iso_hint = format_cpu_list(bp["suggested_isolated_cpus"]) or "-"
+        p(f"  profile  {bp['name']}: {bp['description']}; isolate CPU {iso_hint} (--cpus board)")
     p(f"  cpu      {doc['cpu_model'] or 'unknown'}")
     p(f"  kernel   {doc['kernel'] or 'unknown'}")
     online, isolated = doc["cpus"]["online"], doc["cpus"]["isolated"]
@@ -340,10 +368,63 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def _tune_cpus(args, root) -> list[int]:
+    """--cpus, else the detected board's suggestion, else the CPUs the kernel already isolates."""
+    if args.cpus:
+        return _cpus(args.cpus, root)
+    from edge_runtime.boards import detect
+
+    board = detect(root)
+    if board is not None:
+        chosen = board.suggested_isolated(root.online_cpus())
+        if chosen:
+            return chosen
+    isolated = root.cpus("isolated") or []
+    if isolated:
+        return isolated
+    raise _UsageError("tune: which CPUs? give --cpus LIST (no board profile or isolated CPUs to start from)")
+
+
+def cmd_tune(args) -> int:
+    from edge_runtime import tuning
+    from edge_runtime.cpulist import format_cpu_list
+    from edge_runtime.system import SystemRoot
+
+    root = SystemRoot(args.sysroot)
+    if args.action == "show":
+        cpus = _tune_cpus(args, root)
+        checks = tuning.audit(root, cpus)
+        failed = [c for c in checks if c.status == "fail"]
+        doc = {"schema": "edge-runtime/tune/1", "cpus": cpus, "tuned": not failed,
+               "checks": [c.to_dict() for c in checks]}  # fmt: skip
+        if args.json:
+            write_json(doc, args.json)
+            if args.json == "-":
+                return 1 if failed else 0
+        print(f"tuning for CPU {format_cpu_list(cpus)} (sysroot {args.sysroot})")
+        for c in checks:
+            print(f"  {c.status.upper():<5} {c.knob:<22} {c.seen}")
+            if c.advice and c.status in ("fail", "warn"):
+                print(f"        {'':<22} -> {c.advice}")
+        print("not tuned: " + ", ".join(c.knob for c in failed) if failed else "tuned")
+        return 1 if failed else 0
+    state = tuning.state_dir(args.state_dir)
+    if args.action == "apply":
+        cpus = _tune_cpus(args, root)
+        lines, save = tuning.apply(cpus, args.governor, args.sysroot, args.dry_run, state)
+        print("\n".join(lines))
+        if save is not None:
+            print(f"saved what was there before in {save} (edge-runtime tune reset puts it back)")
+        return 0
+    print("\n".join(tuning.reset(args.sysroot, args.dry_run, state)))
+    return 0
+
+
 COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "info": (cmd_info, "backends, devices and delegates installed; CPUs and isolation; the board"),
     "run": (cmd_run, "load a model and run one inference (random inputs unless given)"),
     "bench": (cmd_bench, "measure latency and jitter on pinned CPUs, with the interference that caused them"),
+    "tune": (cmd_tune, "audit CPU isolation (show), or apply/reset it with the system_tuning scripts"),
 }
 
 
@@ -381,7 +462,11 @@ def _model_args(p: argparse.ArgumentParser) -> None:
         help="run on CPU when the device or delegate cannot be used (always reported)",
     )
     p.add_argument("--threads", type=int, metavar="N", help="inference threads (default: backend's, or len(--cpus))")
-    p.add_argument("--cpus", metavar="LIST", help="pin the process and all its threads to these CPUs (e.g. 2-3)")
+    p.add_argument(
+        "--cpus",
+        metavar="LIST",
+        help="pin the process and all its threads to these CPUs (e.g. 2-3; 'board': the board profile's)",
+    )
     p.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="input from a .npy file (repeatable)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     p.add_argument(
@@ -413,6 +498,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("info", help=COMMANDS["info"][1], description=COMMANDS["info"][1])
     p.add_argument("--sysroot", default="/", metavar="DIR", help="read /proc and /sys below DIR (default /)")
+    _json_flag(p)
+    _common(p)
+
+    p = sub.add_parser("tune", help=COMMANDS["tune"][1], description=COMMANDS["tune"][1])
+    p.add_argument("action", choices=["show", "apply", "reset"], help="show: audit (exit 1 when not tuned)")
+    p.add_argument("--cpus", metavar="LIST", help="CPUs to set apart (default: the board profile's, or isolated ones)")
+    p.add_argument("--governor", default="performance", help="apply: cpufreq governor (default performance)")
+    p.add_argument("--dry-run", action="store_true", help="apply/reset: print what would change, change nothing")
+    p.add_argument("--state-dir", metavar="DIR", help="where apply keeps its save file (default /var/lib/edge-runtime)")
+    p.add_argument("--sysroot", default="/", metavar="DIR", help="operate on a tree below DIR (default /)")
     _json_flag(p)
     _common(p)
 

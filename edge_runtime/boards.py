@@ -1,0 +1,250 @@
+"""Board profiles (boards/*.toml): how to recognise a board, its CPU layout, thermal limits, NPU paths and where its
+kernel command line lives. Loaded into typed records; unknown keys warn; errors name the file, the key and what was
+expected. Detection reads the device tree and DMI through the one system root.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edge_runtime.errors import UserError
+from edge_runtime.system import SystemRoot
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+
+class BoardProfileError(UserError):
+    """A board profile that cannot be used: the message names the file and the key."""
+
+
+class BoardProfileWarning(UserWarning):
+    """Something in a board profile that is ignored (an unknown key)."""
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    cpus: tuple[int, ...]
+    big: bool = False
+
+
+@dataclass(frozen=True)
+class Detect:
+    compatible: tuple[str, ...] = ()
+    model: tuple[str, ...] = ()
+    dmi_vendor: tuple[str, ...] = ()
+    dmi_product: tuple[str, ...] = ()
+    cpu_vendor: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Cpus:
+    clusters: tuple[Cluster, ...] = ()
+    isolate: tuple[int, ...] = ()
+    housekeeping: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Thermal:
+    zones: tuple[str, ...] = ()
+    limit_c: float | None = None
+    critical_c: float | None = None
+
+
+@dataclass(frozen=True)
+class Npu:
+    kind: str = "none"
+    tflite_delegate: str = ""
+    onnxruntime_device: str = ""
+    openvino_device: str = ""
+    runtime: str = ""
+
+
+@dataclass(frozen=True)
+class Cmdline:
+    file: str = ""
+    how: str = ""
+
+
+@dataclass(frozen=True)
+class BoardProfile:
+    name: str
+    description: str
+    arch: str
+    path: Path
+    detect: Detect = field(default_factory=Detect)
+    cpus: Cpus = field(default_factory=Cpus)
+    thermal: Thermal = field(default_factory=Thermal)
+    npu: Npu = field(default_factory=Npu)
+    cmdline: Cmdline = field(default_factory=Cmdline)
+
+    def suggested_isolated(self, online: list[int]) -> list[int]:
+        """The profile's CPUs to isolate that are online here; for a generic profile, the last online CPU."""
+        if not online:  # not known (a captured tree without sysfs): trust the profile
+            return list(self.cpus.isolate)
+        chosen = [c for c in self.cpus.isolate if c in online]
+        if chosen or self.cpus.isolate:
+            return chosen
+        return online[-1:] if len(online) > 1 else []
+
+
+# Schema: section -> key -> (type, description). Top-level keys under "".
+_SCHEMA: dict[str, dict[str, tuple[type, str]]] = {
+    "": {"name": (str, "a string"), "description": (str, "a string"), "arch": (str, "a string")},
+    "detect": {
+        k: (list, "a list of strings") for k in ("compatible", "model", "dmi_vendor", "dmi_product", "cpu_vendor")
+    },
+    "cpus": {
+        "clusters": (list, "a list of {name, cpus, big}"),
+        "isolate": (list, "a list of CPU numbers"),
+        "housekeeping": (list, "a list of CPU numbers"),
+    },
+    "thermal": {
+        "zones": (list, "a list of zone types"),
+        "limit_c": (float, "degrees C"),
+        "critical_c": (float, "degrees C"),
+    },
+    "npu": {
+        k: (str, "a string") for k in ("kind", "tflite_delegate", "onnxruntime_device", "openvino_device", "runtime")
+    },
+    "cmdline": {"file": (str, "a string"), "how": (str, "a string")},
+}
+_NPU_KINDS = ("none", "npu", "gpu", "dsp")
+
+
+def _check(path: Path, section: str, key: str, value, kind: type, what: str):
+    where = f"{path.name}: {section + '.' if section else ''}{key}"
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise BoardProfileError(f"board profile {where} = {value!r}: expected {what}")
+    if kind is list and key in ("isolate", "housekeeping"):
+        if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in value):
+            raise BoardProfileError(f"board profile {where} = {value!r}: expected {what}")
+    elif kind is list and key != "clusters" and not all(isinstance(s, str) for s in value):
+        raise BoardProfileError(f"board profile {where} = {value!r}: expected {what}")
+    return value
+
+
+def load_profile(path: str | os.PathLike[str]) -> BoardProfile:
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as err:
+        raise BoardProfileError(f"board profile {str(path)!r}: cannot read: {err.strerror or err}") from err
+    except tomllib.TOMLDecodeError as err:
+        raise BoardProfileError(f"board profile {path.name}: not valid TOML: {err}") from err
+    values: dict[str, dict] = {s: {} for s in _SCHEMA}
+    for key, value in data.items():
+        if isinstance(value, dict) and key in _SCHEMA and key:
+            for sub, v in value.items():
+                if sub not in _SCHEMA[key]:
+                    warnings.warn(
+                        f"board profile {path.name}: unknown key {key}.{sub} (ignored; known: "
+                        f"{', '.join(_SCHEMA[key])})",
+                        BoardProfileWarning,
+                        stacklevel=2,
+                    )
+                    continue
+                values[key][sub] = _check(path, key, sub, v, *_SCHEMA[key][sub])
+        elif key in _SCHEMA[""]:
+            values[""][key] = _check(path, "", key, value, *_SCHEMA[""][key])
+        else:
+            warnings.warn(
+                f"board profile {path.name}: unknown key {key!r} (ignored)", BoardProfileWarning, stacklevel=2
+            )
+    for key in ("name", "description", "arch"):
+        if key not in values[""]:
+            raise BoardProfileError(f"board profile {path.name}: missing {key}")
+    if values[""]["name"] != path.stem:
+        raise BoardProfileError(f"board profile {path.name}: name = {values['']['name']!r} must match the file name")
+    clusters = []
+    for i, c in enumerate(values["cpus"].get("clusters", [])):
+        if not isinstance(c, dict) or not isinstance(c.get("cpus"), list):
+            raise BoardProfileError(
+                f"board profile {path.name}: cpus.clusters[{i}] = {c!r}: expected {{ name = ..., cpus = [...] }}"
+            )
+        clusters.append(Cluster(str(c.get("name", f"cluster{i}")), tuple(c["cpus"]), bool(c.get("big", False))))
+    npu = values["npu"]
+    if npu.get("kind", "none") not in _NPU_KINDS:
+        raise BoardProfileError(
+            f"board profile {path.name}: npu.kind = {npu['kind']!r}: expected one of {', '.join(_NPU_KINDS)}"
+        )
+    cpus = values["cpus"]
+    overlap = set(cpus.get("isolate", [])) & set(cpus.get("housekeeping", []))
+    if overlap:
+        raise BoardProfileError(
+            f"board profile {path.name}: cpus.isolate and cpus.housekeeping share CPU {sorted(overlap)}"
+        )
+    return BoardProfile(
+        name=values[""]["name"],
+        description=values[""]["description"],
+        arch=values[""]["arch"],
+        path=path,
+        detect=Detect(**{k: tuple(v) for k, v in values["detect"].items()}),
+        cpus=Cpus(tuple(clusters), tuple(cpus.get("isolate", [])), tuple(cpus.get("housekeeping", []))),
+        thermal=Thermal(
+            tuple(values["thermal"].get("zones", [])),
+            values["thermal"].get("limit_c"),
+            values["thermal"].get("critical_c"),
+        ),
+        npu=Npu(**npu),
+        cmdline=Cmdline(**values["cmdline"]),
+    )
+
+
+def boards_dir() -> Path:
+    """boards/ beside the package (source or editable install), or EDGE_RUNTIME_BOARDS."""
+    env = os.environ.get("EDGE_RUNTIME_BOARDS")
+    return Path(env) if env else Path(__file__).resolve().parent.parent / "boards"
+
+
+def load_all(directory: Path | None = None) -> list[BoardProfile]:
+    d = directory or boards_dir()
+    return [load_profile(p) for p in sorted(d.glob("*.toml"))]
+
+
+def detect(root: SystemRoot, profiles: list[BoardProfile] | None = None) -> BoardProfile | None:
+    """The profile whose device-tree compatible or model, or DMI vendor/product, matches; generic ones last."""
+    profiles = profiles if profiles is not None else load_all()
+    raw = root.read_bytes("/proc/device-tree/compatible") or root.read_bytes("/sys/firmware/devicetree/base/compatible")
+    compatible = [s.decode(errors="replace") for s in (raw or b"").split(b"\x00") if s]
+    model_raw = root.read_bytes("/proc/device-tree/model") or b""
+    model = model_raw.split(b"\x00")[0].decode(errors="replace").strip()
+    vendor = (root.read("/sys/class/dmi/id/sys_vendor", "") or "").strip()
+    product = (root.read("/sys/class/dmi/id/product_name", "") or "").strip()
+    cpuinfo = root.read("/proc/cpuinfo", "") or ""
+
+    def specific(p: BoardProfile) -> bool:
+        d = p.detect
+        if any(c in compatible for c in d.compatible):
+            return True
+        if model and any(model.startswith(m) for m in d.model):
+            return True
+        return (
+            bool(vendor)
+            and any(fnmatch.fnmatch(vendor, v) for v in d.dmi_vendor if v != "*")
+            and (not d.dmi_product or any(fnmatch.fnmatch(product, x) for x in d.dmi_product))
+        )
+
+    def generic(p: BoardProfile) -> bool:
+        d = p.detect
+        if compatible:
+            return False  # a device-tree board is not a PC
+        if "*" in d.dmi_vendor and (vendor or product):
+            return True
+        return any(f"vendor_id\t: {v}" in cpuinfo for v in d.cpu_vendor)
+
+    for test in (specific, generic):
+        for p in profiles:
+            if test(p):
+                return p
+    return None

@@ -1,0 +1,286 @@
+"""`edge-runtime tune`: audit how well CPUs are set apart (Python reads), and apply or reset it (the shell scripts
+in system_tuning/ write). There is no second implementation of what the scripts change: `apply` and `reset` run them.
+
+Each knob is one `Check` with what was seen and what to do, in the spirit of pyperf's `system show`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from edge_runtime.cpulist import format_cpu_list, parse_cpu_list, parse_cpu_mask
+from edge_runtime.errors import UserError
+from edge_runtime.system import SystemRoot
+
+
+@dataclass(frozen=True)
+class Check:
+    knob: str
+    status: str  # "ok" | "fail" (not tuned: exit 1) | "warn" (worth knowing) | "n/a" (knob not on this system)
+    seen: str
+    advice: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def scripts_dir() -> Path:
+    env = os.environ.get("EDGE_RUNTIME_SCRIPTS")
+    return Path(env) if env else Path(__file__).resolve().parent.parent / "system_tuning"
+
+
+def _cpus_of_mask(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return parse_cpu_mask(text)
+    except ValueError:
+        return None
+
+
+def audit(root: SystemRoot, cpus: list[int]) -> list[Check]:
+    """One Check per knob for the CPUs meant to be quiet."""
+    L = format_cpu_list(cpus)
+    want = set(cpus)
+    checks: list[Check] = []
+
+    iso = root.isolation()
+    missing = {k: sorted(want - set(iso.get(k, []))) for k in ("isolcpus", "nohz_full", "rcu_nocbs")}
+    if not any(missing.values()):
+        checks.append(Check("kernel command line", "ok", f"isolcpus, nohz_full and rcu_nocbs cover CPU {L}"))
+    else:
+        gaps = "; ".join(f"{k} lacks {format_cpu_list(v)}" for k, v in missing.items() if v)
+        checks.append(
+            Check(
+                "kernel command line",
+                "fail",
+                gaps,
+                f"boot with the arguments `system_tuning/kernel_cmdline.sh --cpus {L}` prints",
+            )
+        )
+
+    affinities = root.irq_affinities()
+    if not affinities:
+        checks.append(Check("IRQ affinity", "n/a", "no /proc/irq here"))
+    else:
+        movable = sorted((irq for irq, aff in affinities.items() if set(aff) & want and not set(aff) <= want), key=int)
+        bound = sorted((irq for irq, aff in affinities.items() if aff and set(aff) <= want), key=int)
+        if movable:
+            shown = ", ".join(movable[:10]) + (" ..." if len(movable) > 10 else "")
+            checks.append(
+                Check(
+                    "IRQ affinity",
+                    "fail",
+                    f"{len(movable)} IRQ(s) may land on CPU {L} ({shown})",
+                    f"system_tuning/irq_affinity.sh --cpus {L}",
+                )
+            )
+        else:
+            checks.append(Check("IRQ affinity", "ok", f"no movable IRQ may land on CPU {L}"))
+        if bound:
+            checks.append(
+                Check(
+                    "per-CPU IRQs",
+                    "warn",
+                    f"IRQ {', '.join(bound)} bound to CPU {L} only",
+                    "per-CPU or managed interrupts cannot be moved; isolcpus=managed_irq keeps new managed ones off",
+                )
+            )
+    default = _cpus_of_mask(root.read("/proc/irq/default_smp_affinity"))
+    if default is not None:
+        hit = sorted(set(default) & want)
+        checks.append(
+            Check(
+                "default IRQ affinity",
+                "fail" if hit else "ok",
+                f"new IRQs may go to CPU {format_cpu_list(default)}",
+                f"system_tuning/irq_affinity.sh --cpus {L}" if hit else "",
+            )
+        )
+
+    running = False
+    try:
+        for comm in root.path("/proc").glob("[0-9]*/comm"):
+            if (root.read(str(comm.relative_to(root.root))) or "") == "irqbalance":
+                running = True
+                break
+    except OSError:
+        pass
+    banned = None
+    for conf in ("/etc/default/irqbalance", "/etc/sysconfig/irqbalance"):
+        for line in (root.read(conf, "") or "").splitlines():
+            if line.startswith("IRQBALANCE_BANNED_CPULIST="):
+                try:
+                    banned = parse_cpu_list(line.split("=", 1)[1].strip().strip('"'))
+                except ValueError:
+                    banned = []
+    if not running:
+        checks.append(Check("irqbalance", "ok", "not running"))
+    elif banned is not None and want <= set(banned):
+        checks.append(Check("irqbalance", "ok", f"running, banned from CPU {format_cpu_list(banned)}"))
+    else:
+        checks.append(
+            Check(
+                "irqbalance",
+                "fail",
+                "running and free to move IRQs onto CPU " + L,
+                f"system_tuning/irq_affinity.sh --cpus {L} sets IRQBALANCE_BANNED_CPULIST; then restart irqbalance",
+            )
+        )
+
+    govs = {c: root.read(f"/sys/devices/system/cpu/cpu{c}/cpufreq/scaling_governor") for c in cpus}
+    govs = {c: g for c, g in govs.items() if g}
+    if not govs:
+        checks.append(Check("cpufreq governor", "n/a", "no cpufreq for these CPUs"))
+    else:
+        slow = {c: g for c, g in govs.items() if g != "performance"}
+        seen = ", ".join(f"CPU{c} {g}" for c, g in govs.items())
+        checks.append(
+            Check(
+                "cpufreq governor",
+                "fail" if slow else "ok",
+                seen,
+                f"system_tuning/cpufreq.sh --cpus {L} --governor performance" if slow else "",
+            )
+        )
+        low = []
+        for c in govs:
+            d = f"/sys/devices/system/cpu/cpu{c}/cpufreq"
+            top = root.read(f"{d}/cpuinfo_max_freq") or root.read(f"{d}/scaling_max_freq")
+            floor = root.read(f"{d}/scaling_min_freq")
+            if top and floor and floor != top:
+                low.append(f"CPU{c} {int(floor) // 1000}-{int(top) // 1000} MHz")
+        checks.append(
+            Check(
+                "frequency range",
+                "warn" if low else "ok",
+                ", ".join(low) if low else "minimum = maximum: the clock cannot move",
+                f"system_tuning/cpufreq.sh --cpus {L} raises the minimum" if low else "",
+            )
+        )
+
+    no_turbo = root.read("/sys/devices/system/cpu/intel_pstate/no_turbo")
+    boost = root.read("/sys/devices/system/cpu/cpufreq/boost")
+    if no_turbo is None and boost is None:
+        checks.append(Check("turbo/boost", "n/a", "no turbo or boost knob"))
+    else:
+        on = no_turbo == "0" or boost == "1"
+        seen = f"intel_pstate/no_turbo={no_turbo}" if no_turbo is not None else f"cpufreq/boost={boost}"
+        checks.append(
+            Check(
+                "turbo/boost",
+                "fail" if on else "ok",
+                seen,
+                f"system_tuning/cpufreq.sh --cpus {L} turns it off" if on else "",
+            )
+        )
+
+    rt = root.read("/proc/sys/kernel/sched_rt_runtime_us")
+    period = root.read("/proc/sys/kernel/sched_rt_period_us") or "1000000"
+    if rt is None:
+        checks.append(Check("RT throttling", "n/a", "no sched_rt_runtime_us"))
+    elif rt.strip() == "-1":
+        checks.append(Check("RT throttling", "ok", "off (sched_rt_runtime_us=-1)"))
+    else:
+        share = int(rt) / int(period)
+        checks.append(
+            Check(
+                "RT throttling",
+                "warn",
+                f"SCHED_FIFO tasks get at most {share:.0%} of each period",
+                "fine for most runs; sysctl kernel.sched_rt_runtime_us=-1 lifts it on a dedicated core",
+            )
+        )
+
+    wq = root.read("/sys/devices/virtual/workqueue/cpumask")
+    mask = _cpus_of_mask(wq)
+    if mask is None:
+        checks.append(Check("workqueues", "n/a", "no workqueue cpumask"))
+    else:
+        hit = sorted(set(mask) & want)
+        checks.append(
+            Check(
+                "workqueues",
+                "fail" if hit else "ok",
+                f"unbound workqueues on CPU {format_cpu_list(mask)}",
+                f"system_tuning/isolate_cpus.sh --cpus {L}" if hit else "",
+            )
+        )
+
+    tm = root.read("/proc/sys/kernel/timer_migration")
+    if tm is None:
+        checks.append(Check("timer migration", "n/a", "no kernel.timer_migration"))
+    else:
+        checks.append(
+            Check(
+                "timer migration",
+                "fail" if tm.strip() != "0" else "ok",
+                f"kernel.timer_migration={tm}",
+                f"system_tuning/isolate_cpus.sh --cpus {L}" if tm.strip() != "0" else "",
+            )
+        )
+    return checks
+
+
+def state_dir(explicit: str | None) -> Path:
+    if explicit:
+        return Path(explicit)
+    if os.geteuid() == 0:
+        return Path("/var/lib/edge-runtime")
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "edge-runtime"
+
+
+def run_script(name: str, args: list[str]) -> subprocess.CompletedProcess:
+    script = scripts_dir() / name
+    if not script.exists():
+        raise UserError(f"tuning script {str(script)!r} not found", hint="set EDGE_RUNTIME_SCRIPTS to system_tuning/")
+    return subprocess.run(["sh", str(script), *args], capture_output=True, text=True, timeout=300)
+
+
+def apply(cpus: list[int], governor: str, root: str, dry_run: bool, state: Path) -> tuple[list[str], Path | None]:
+    """Run isolate_cpus.sh and cpufreq.sh with one save file; return their messages and the save file."""
+    L = format_cpu_list(cpus)
+    common = ["--root", root] if root not in ("", "/") else []
+    save = None
+    if dry_run:
+        common.append("--dry-run")
+    else:
+        try:
+            state.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise UserError(f"--state-dir {str(state)!r}: cannot create: {err.strerror or err}") from err
+        save = state / f"tuning-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.save"
+        common += ["--save", str(save)]
+    out: list[str] = []
+    for script, extra in (("isolate_cpus.sh", []), ("cpufreq.sh", ["--governor", governor])):
+        proc = run_script(script, ["--cpus", L, *extra, *common])
+        out += proc.stdout.splitlines()
+        if proc.returncode != 0:
+            raise UserError((proc.stderr.strip().splitlines() or [f"{script} failed"])[-1])
+    proc = run_script("kernel_cmdline.sh", ["--cpus", L, *(["--root", root] if root not in ("", "/") else [])])
+    out += [f"boot arguments: {line}" for line in proc.stdout.splitlines()] + proc.stderr.splitlines()
+    if save is not None and save.exists():
+        (state / "latest").write_text(str(save) + "\n")
+    return out, save
+
+
+def reset(root: str, dry_run: bool, state: Path) -> list[str]:
+    latest = state / "latest"
+    if not latest.exists():
+        raise UserError(f"nothing to reset: no saved tuning in {str(state)!r}", hint="tune apply records one")
+    save = Path(latest.read_text().strip())
+    args = ["--restore", str(save)] + (["--root", root] if root not in ("", "/") else [])
+    if dry_run:
+        args.append("--dry-run")
+    proc = run_script("isolate_cpus.sh", args)
+    if proc.returncode != 0:
+        raise UserError((proc.stderr.strip().splitlines() or ["restore failed"])[-1])
+    if not dry_run:
+        latest.unlink()
+        save.rename(save.with_suffix(".restored"))
+    return [*proc.stdout.splitlines(), f"restored what {save.name} recorded"]
