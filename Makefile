@@ -35,12 +35,16 @@ demo: $(VENV)/.done sys-tools
 	$(VENV)/bin/edge-runtime bench models/digits_cnn/digits_cnn_int8.tflite --cpus 1 --iterations 20000 \
 		--stress cpu:0 --histogram 25
 
-lint: $(VENV)/.done
+lint: $(VENV)/.done sys-tools
 	$(VENV)/bin/ruff check .
+	@if command -v shellcheck >/dev/null; then \
+		echo "shellcheck -x -s sh system_tuning/*.sh system_tuning/*.init"; \
+		shellcheck -x -s sh system_tuning/*.sh system_tuning/*.init; \
+	else echo "shellcheck not installed: scripts not linted (apt-get install shellcheck)"; fi
 
-# Tools some tests drive (stress-ng, cyclictest): installed when running as root with apt, else those tests skip
+# Tools some tests drive (stress-ng, cyclictest, busybox and dash for the scripts, shellcheck): installed when running as root with apt, else those tests skip
 # and say how to enable them.
-SYS_TOOLS := stress-ng:stress-ng cyclictest:rt-tests
+SYS_TOOLS := stress-ng:stress-ng cyclictest:rt-tests busybox:busybox shellcheck:shellcheck dash:dash
 sys-tools:
 	@missing=""; for t in $(SYS_TOOLS); do command -v $${t%%:*} >/dev/null || missing="$$missing $${t#*:}"; done; \
 	if [ -z "$$missing" ]; then exit 0; fi; \

@@ -62,3 +62,12 @@ def digits() -> tuple:
 
     d = np.load(MODELS / "digits_cnn" / "digits_test.npz")
     return d["x"], d["y"]
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--real-system",
+        action="store_true",
+        default=False,
+        help="also run tests that change this machine's tuning (as root) and restore it",
+    )

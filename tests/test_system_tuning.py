@@ -1,0 +1,355 @@
+"""system_tuning/ scripts under busybox sh and dash on fake trees built from ../shared/fixtures (x86 and ARM), the
+`edge-runtime tune` audit on those trees, and board profiles and detection.
+
+Every script: values written, dry run (nothing changes), refusals, IRQs the kernel will not move (a read-only bind
+mount of one entry: needs root), and a byte-identical tree after --restore.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import warnings
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES, ROOT
+from test_bad_input import run_cli
+
+from edge_runtime.boards import BoardProfileError, BoardProfileWarning, detect, load_all, load_profile
+from edge_runtime.system import SystemRoot
+
+SCRIPTS = ROOT / "system_tuning"
+SHELLS = {"busybox": ["busybox", "sh"], "dash": ["dash"]}
+
+
+def _fixture(name: str) -> Path:
+    p = FIXTURES / name
+    if not p.exists():
+        pytest.skip(f"fixture {p} not found (../shared/fixtures beside the checkout)")
+    return p
+
+
+@pytest.fixture(params=list(SHELLS))
+def shell(request):
+    cmd = SHELLS[request.param]
+    if not shutil.which(cmd[0]):
+        pytest.skip(f"{cmd[0]} not installed: apt-get install {cmd[0]} (make test does this as root)")
+    return cmd
+
+
+def sh(shell_cmd, script: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*shell_cmd, str(SCRIPTS / script), *args], capture_output=True, text=True, timeout=120)
+
+
+def x86_tree(tmp: Path) -> Path:
+    """x86: node_exporter's sysfs capture (4 CPUs, intel_pstate cpufreq), IRQs of its /proc/interrupts capture."""
+    src = _fixture("x86-node-exporter")
+    t = tmp / "x86"
+    shutil.copytree(src / "sys", t / "sys")
+    for line in (src / "proc/interrupts").read_text().splitlines()[1:]:
+        irq = line.split(":")[0].strip()
+        if irq.isdigit():
+            (t / f"proc/irq/{irq}").mkdir(parents=True)
+            (t / f"proc/irq/{irq}/smp_affinity_list").write_text("0-3\n")
+    (t / "proc/irq/default_smp_affinity").write_text("f\n")
+    (t / "proc/sys/kernel").mkdir(parents=True)
+    (t / "proc/sys/kernel/timer_migration").write_text("1\n")
+    (t / "proc/sys/kernel/sched_rt_runtime_us").write_text("950000\n")
+    for wq in ("sys/devices/virtual/workqueue", "sys/devices/virtual/workqueue/writeback"):
+        (t / wq).mkdir(parents=True, exist_ok=True)
+        (t / wq / "cpumask").write_text("f\n")
+    for q, mask in (("rx-0", "0"), ("rx-1", "c")):
+        (t / f"sys/class/net/eth0/queues/{q}").mkdir(parents=True)
+        (t / f"sys/class/net/eth0/queues/{q}/rps_cpus").write_text(mask + "\n")
+    (t / "sys/devices/system/cpu/intel_pstate").mkdir(parents=True, exist_ok=True)
+    (t / "sys/devices/system/cpu/intel_pstate/no_turbo").write_text("0\n")
+    (t / "etc/default").mkdir(parents=True)
+    (t / "etc/default/irqbalance").write_text("#IRQBALANCE_ONESHOT=\nIRQBALANCE_BANNED_CPULIST=1\n")
+    return t
+
+
+def arm_tree(tmp: Path) -> Path:
+    """ARM: Raspberry Pi 5 identity and command line, the Amlogic A53 IRQ masks (no smp_affinity_list files)."""
+    t = tmp / "arm"
+    shutil.copytree(_fixture("rpi5"), t)
+    shutil.copytree(_fixture("amlogic-a53-irqbalance-issue") / "proc/irq", t / "proc/irq")
+    (t / "proc/irq/default_smp_affinity").write_text("f\n")
+    (t / "sys/devices/system/cpu").mkdir(parents=True)
+    (t / "sys/devices/system/cpu/online").write_text("0-3\n")
+    (t / "proc/sys/kernel").mkdir(parents=True)
+    (t / "proc/sys/kernel/timer_migration").write_text("1\n")
+    return t
+
+
+def snapshot(tree: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(tree)): p.read_bytes() for p in sorted(tree.rglob("*")) if p.is_file()}
+
+
+def test_x86_scripts_write_what_they_say_and_restore_byte_identical(shell, tmp_path):
+    t = x86_tree(tmp_path)
+    before = snapshot(t)
+    save = tmp_path / "x86.save"
+    irqs = list((t / "proc/irq").glob("*/smp_affinity_list"))
+    r = sh(shell, "isolate_cpus.sh", "--cpus", "2-3", "--root", str(t), "--save", str(save))
+    assert r.returncode == 0, r.stderr
+    assert f"moved {len(irqs)} IRQ(s) to CPU 0-1 (housekeeping), away from CPU 2-3" in r.stdout
+    assert irqs and all(p.read_text() == "0-1\n" for p in irqs)
+    assert (t / "proc/irq/default_smp_affinity").read_text() == "00000003\n"
+    assert (t / "sys/devices/virtual/workqueue/cpumask").read_text() == "00000003\n"
+    assert (t / "sys/devices/virtual/workqueue/writeback/cpumask").read_text() == "00000003\n"
+    assert (t / "sys/class/net/eth0/queues/rx-0/rps_cpus").read_text() == "0\n"  # RPS off stays off
+    assert (t / "sys/class/net/eth0/queues/rx-1/rps_cpus").read_text() == "00000003\n"  # was on CPU 2-3
+    assert (t / "proc/sys/kernel/timer_migration").read_text() == "0\n"
+    conf = (t / "etc/default/irqbalance").read_text()
+    assert "IRQBALANCE_BANNED_CPULIST=2-3\n" in conf and "BANNED_CPULIST=1" not in conf
+    r = sh(shell, "cpufreq.sh", "--cpus", "2-3", "--root", str(t), "--save", str(save))
+    assert r.returncode == 0, r.stderr
+    for c in (2, 3):
+        d = t / f"sys/devices/system/cpu/cpu{c}/cpufreq"
+        assert (d / "scaling_governor").read_text() == "performance\n"
+        assert (d / "scaling_min_freq").read_text() == (d / "scaling_max_freq").read_text()
+    assert (t / "sys/devices/system/cpu/cpu0/cpufreq/scaling_governor").read_text() == "powersave\n"  # untouched
+    assert (t / "sys/devices/system/cpu/intel_pstate/no_turbo").read_text() == "1\n"
+    r = sh(shell, "isolate_cpus.sh", "--restore", str(save), "--root", str(t))
+    assert r.returncode == 0, r.stderr
+    assert snapshot(t) == before
+
+
+def test_arm_masks_and_restore(shell, tmp_path):
+    t = arm_tree(tmp_path)
+    before = snapshot(t)
+    save = tmp_path / "arm.save"
+    r = sh(shell, "irq_affinity.sh", "--cpus", "3", "--root", str(t), "--save", str(save))
+    assert r.returncode == 0, r.stderr
+    masks = {p.parent.name: p.read_text() for p in (t / "proc/irq").glob("*/smp_affinity")}
+    assert masks and set(masks.values()) == {"00000007\n"}  # CPU 0-2 as a mask: no list files on this board
+    r = sh(shell, "irq_affinity.sh", "--restore", str(save), "--root", str(t))
+    assert r.returncode == 0, r.stderr
+    assert snapshot(t) == before
+
+
+@pytest.mark.parametrize("script", ["irq_affinity.sh", "isolate_cpus.sh", "cpufreq.sh", "apply_at_boot.sh"])
+def test_dry_run_changes_nothing(shell, tmp_path, script):
+    t = x86_tree(tmp_path)
+    (t / "etc/edge-runtime").mkdir(parents=True)
+    (t / "etc/edge-runtime/tuning.conf").write_text("CPUS=2-3\nGOVERNOR=performance\n")
+    before = snapshot(t)
+    args = [] if script == "apply_at_boot.sh" else ["--cpus", "2-3"]
+    r = sh(shell, script, *args, "--root", str(t), "--dry-run", "--save", str(tmp_path / "s"))
+    assert r.returncode == 0, r.stderr
+    assert "would " in r.stdout
+    assert snapshot(t) == before
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize(
+    ("cpus", "needle"),
+    [("0-3", "refusing to leave no housekeeping CPU"), ("2,7", "CPU 7 does not exist (online: 0-3)"),
+     ("2-x", "'2-x' is not a CPU list"), ("3-1", "goes down")],
+)  # fmt: skip
+@pytest.mark.parametrize("script", ["irq_affinity.sh", "isolate_cpus.sh", "kernel_cmdline.sh"])
+def test_refusals(shell, tmp_path, script, cpus, needle):
+    t = x86_tree(tmp_path)
+    before = snapshot(t)
+    r = sh(shell, script, "--cpus", cpus, "--root", str(t))
+    assert r.returncode == 2
+    assert needle in r.stderr
+    assert snapshot(t) == before
+
+
+def test_cpufreq_refuses_a_governor_the_cpu_lacks(shell, tmp_path):
+    t = x86_tree(tmp_path)
+    r = sh(shell, "cpufreq.sh", "--cpus", "2", "--governor", "ondemand", "--root", str(t))
+    assert r.returncode == 2 and "offers only: performance powersave" in r.stderr
+
+
+def test_irq_the_kernel_will_not_move_is_skipped_and_named(shell, tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to bind-mount one IRQ entry read-only")
+    t = x86_tree(tmp_path)
+    stuck = t / "proc/irq/9/smp_affinity_list"
+    assert stuck.exists()
+    mounted = subprocess.run(["mount", "--bind", str(stuck), str(stuck)], capture_output=True).returncode == 0
+    if not mounted or subprocess.run(["mount", "-o", "remount,ro,bind", str(stuck)], capture_output=True).returncode:
+        if mounted:
+            subprocess.run(["umount", str(stuck)])
+        pytest.skip("cannot bind-mount read-only here")
+    try:
+        before = snapshot(t)
+        save = tmp_path / "s"
+        r = sh(shell, "irq_affinity.sh", "--cpus", "2-3", "--root", str(t), "--save", str(save))
+        assert r.returncode == 0, r.stderr
+        assert "skipped IRQ 9: the kernel refused to move them" in r.stdout
+        assert stuck.read_text() == "0-3\n"
+        assert (t / "proc/irq/8/smp_affinity_list").read_text() == "0-1\n"
+        assert "/proc/irq/9/" not in save.read_text()  # not changed, so not to be restored
+        r = sh(shell, "irq_affinity.sh", "--restore", str(save), "--root", str(t))
+        assert r.returncode == 0, r.stderr
+        assert snapshot(t) == before
+    finally:
+        subprocess.run(["umount", str(stuck)])
+
+
+def test_kernel_cmdline_names_the_board_file(shell, tmp_path):
+    t = arm_tree(tmp_path)
+    r = sh(shell, "kernel_cmdline.sh", "--cpus", "2-3", "--root", str(t))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "isolcpus=managed_irq,domain,2-3 nohz_full=2-3 rcu_nocbs=2-3 irqaffinity=0-1"
+    assert "board raspberry-pi-5" in r.stderr and "/boot/firmware/cmdline.txt" in r.stderr
+    r = sh(shell, "kernel_cmdline.sh", "--cpus", "3", "--board", "rk3588", "--root", str(t))
+    assert "/boot/extlinux/extlinux.conf" in r.stderr
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in SCRIPTS.glob("*.sh") if p.name != "lib.sh"))
+def test_help(shell, script):
+    r = sh(shell, script, "--help")
+    assert r.returncode == 0 and r.stdout.startswith("usage:")
+    for flag in ("--dry-run", "--root", "--save", "--restore"):
+        assert flag in r.stdout
+    r = sh(shell, script, "--frobnicate")
+    assert r.returncode == 2 and "unknown option '--frobnicate'" in r.stderr
+
+
+def test_shellcheck_clean():
+    if not shutil.which("shellcheck"):
+        pytest.skip("shellcheck not installed: apt-get install shellcheck (make test does this as root)")
+    files = [str(p) for p in sorted(SCRIPTS.glob("*.sh"))] + [str(SCRIPTS / "edge-runtime-tuning.init")]
+    r = subprocess.run(["shellcheck", "-x", "-s", "sh", *files], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout
+
+
+# ------------------------------------------------------------------------------------------------- tune (Python)
+def _tune(*args: str) -> tuple[int, dict]:
+    proc = run_cli("tune", *args, "--json")
+    return proc.returncode, json.loads(proc.stdout) if proc.stdout.strip() else {}
+
+
+def test_tune_show_verdicts_before_and_after_the_scripts(tmp_path):
+    t = x86_tree(tmp_path)
+    code, doc = _tune("show", "--sysroot", str(t), "--cpus", "2-3")
+    assert code == 1 and doc["tuned"] is False
+    status = {c["knob"]: c["status"] for c in doc["checks"]}
+    assert status == {
+        "kernel command line": "fail", "IRQ affinity": "fail", "default IRQ affinity": "fail", "irqbalance": "ok",
+        "cpufreq governor": "fail", "frequency range": "warn", "turbo/boost": "fail", "RT throttling": "warn",
+        "workqueues": "fail", "timer migration": "fail",
+    }  # fmt: skip
+    save = tmp_path / "s"
+    for script in ("isolate_cpus.sh", "cpufreq.sh"):
+        assert sh(["sh"], script, "--cpus", "2-3", "--root", str(t), "--save", str(save)).returncode == 0
+    (t / "proc").mkdir(exist_ok=True)
+    (t / "proc/cmdline").write_text("root=/dev/sda1 isolcpus=managed_irq,domain,2-3 nohz_full=2-3 rcu_nocbs=2-3\n")
+    code, doc = _tune("show", "--sysroot", str(t), "--cpus", "2-3")
+    status = {c["knob"]: c["status"] for c in doc["checks"]}
+    assert code == 0 and doc["tuned"] is True, status
+    assert status["frequency range"] == "ok" and status["RT throttling"] == "warn"
+
+
+def test_tune_show_on_a_board_capture_picks_the_board_cpus(tmp_path):
+    t = arm_tree(tmp_path)
+    code, doc = _tune("show", "--sysroot", str(t))
+    assert doc["cpus"] == [3]  # raspberry-pi-5 profile: isolate CPU 3
+    status = {c["knob"]: c["status"] for c in doc["checks"]}
+    assert status["IRQ affinity"] == "fail"  # the Amlogic masks put every IRQ everywhere
+    assert status["per-CPU IRQs"] == "warn"  # IRQ 17 has mask 8: CPU 3 alone
+    assert status["cpufreq governor"] == "n/a"
+    assert code == 1
+
+
+def test_tune_apply_and_reset_through_the_scripts(tmp_path):
+    t = x86_tree(tmp_path)
+    before = snapshot(t)
+    state = tmp_path / "state"
+    proc = run_cli("tune", "apply", "--sysroot", str(t), "--cpus", "2-3", "--state-dir", str(state))
+    assert proc.returncode == 0, proc.stderr
+    assert "boot arguments: isolcpus=managed_irq,domain,2-3" in proc.stdout
+    assert (t / "proc/sys/kernel/timer_migration").read_text() == "0\n"
+    proc = run_cli("tune", "reset", "--sysroot", str(t), "--state-dir", str(state))
+    assert proc.returncode == 0, proc.stderr
+    assert snapshot(t) == before
+    proc = run_cli("tune", "reset", "--sysroot", str(t), "--state-dir", str(state))
+    assert proc.returncode == 2 and "nothing to reset" in proc.stderr
+
+
+def test_real_system_apply_and_restore(request, tmp_path):
+    """Opt-in (pytest --real-system, as root): apply on this machine, then check the restore put everything back."""
+    if not request.config.getoption("--real-system"):
+        pytest.skip("changes this machine's IRQ, workqueue and cpufreq settings: run with --real-system as root")
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    online = SystemRoot("/").online_cpus()
+    if len(online) < 2:
+        pytest.skip("needs at least 2 CPUs")
+    watched = [p for p in Path("/proc/irq").glob("*/smp_affinity_list")] + [
+        Path("/proc/irq/default_smp_affinity"), Path("/proc/sys/kernel/timer_migration"),
+        Path("/sys/devices/virtual/workqueue/cpumask"),
+    ]  # fmt: skip
+
+    def read_all():
+        out = {}
+        for p in watched:
+            try:
+                out[str(p)] = p.read_text()
+            except OSError:
+                continue
+        return out
+
+    before = read_all()
+    state = tmp_path / "state"
+    cpus = str(online[-1])
+    assert run_cli("tune", "apply", "--cpus", cpus, "--state-dir", str(state)).returncode == 0
+    assert Path("/proc/sys/kernel/timer_migration").read_text().strip() == "0"
+    assert run_cli("tune", "reset", "--state-dir", str(state)).returncode == 0
+    assert read_all() == before
+
+
+# --------------------------------------------------------------------------------------------------------- boards
+@pytest.mark.parametrize(
+    ("capture", "board"),
+    [("rpi4", "raspberry-pi-4"), ("rpi5", "raspberry-pi-5"), ("jetson-orin-nano", "jetson-orin-nano"),
+     ("jetson-orin-nano-jp6-aaeon", "jetson-orin-nano"), ("imx8mp-evk", "imx8mp"), ("rock5b", "rk3588"),
+     ("x86-node-exporter", "generic-x86"), ("x86-procfs", "generic-x86"), ("jetson-nano", None)],
+)  # fmt: skip
+def test_board_detection_on_captures(capture, board):
+    found = detect(SystemRoot(_fixture(capture)))
+    assert (found.name if found else None) == board
+
+
+def test_every_profile_loads_cleanly_and_fits_its_board():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        profiles = {p.name: p for p in load_all()}
+    assert set(profiles) == {"raspberry-pi-4", "raspberry-pi-5", "jetson-orin-nano", "imx8mp", "rk3588", "generic-x86"}
+    assert profiles["imx8mp"].npu.tflite_delegate == "/usr/lib/libvx_delegate.so"
+    assert profiles["rk3588"].cpus.isolate == (4, 5, 6, 7)
+    assert [c.big for c in profiles["rk3588"].cpus.clusters] == [False, True, True]
+    for p in profiles.values():
+        assert p.cmdline.file and (p.thermal.limit_c or 0) > 0
+        assert not set(p.cpus.isolate) & set(p.cpus.housekeeping)
+
+
+def test_profile_errors_name_the_file_and_key(tmp_path):
+    good = (ROOT / "boards/raspberry-pi-5.toml").read_text()
+    p = tmp_path / "raspberry-pi-5.toml"
+    p.write_text(good.replace("[thermal]", "[thermal]\nfan_curve = 3"))
+    with pytest.warns(BoardProfileWarning, match=r"raspberry-pi-5.toml: unknown key thermal.fan_curve"):
+        load_profile(p)
+    p.write_text(good.replace("limit_c = 85.0", 'limit_c = "hot"'))
+    with pytest.raises(BoardProfileError, match=r"raspberry-pi-5.toml: thermal.limit_c = 'hot': expected degrees C"):
+        load_profile(p)
+    p.write_text(good.replace('kind = "none"', 'kind = "tpu"'))
+    with pytest.raises(BoardProfileError, match=r"npu.kind = 'tpu': expected one of none, npu, gpu, dsp"):
+        load_profile(p)
+    q = tmp_path / "other.toml"
+    q.write_text(good)
+    with pytest.raises(BoardProfileError, match="must match the file name"):
+        load_profile(q)
+
+
+def test_info_shows_the_detected_board():
+    proc = run_cli("info", "--sysroot", str(_fixture("imx8mp-evk")), "--json")
+    doc = json.loads(proc.stdout)
+    assert doc["board_profile"]["name"] == "imx8mp" and doc["board_profile"]["npu"] == "npu"
