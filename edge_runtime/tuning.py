@@ -42,6 +42,15 @@ def _cpus_of_mask(text: str | None) -> list[int] | None:
         return None
 
 
+def _mask_check(knob: str, mask_text: str | None, want: set[int], seen: str, fix: str) -> Check:
+    """A knob that is a CPU mask: fails when it reaches any CPU of `want`."""
+    mask = _cpus_of_mask(mask_text)
+    if mask is None:
+        return Check(knob, "n/a", f"no {knob} knob here")
+    hit = set(mask) & want
+    return Check(knob, "fail" if hit else "ok", f"{seen} {format_cpu_list(mask)}", fix if hit else "")
+
+
 def audit(root: SystemRoot, cpus: list[int]) -> list[Check]:
     """One Check per knob for the CPUs meant to be quiet."""
     L = format_cpu_list(cpus)
@@ -90,17 +99,15 @@ def audit(root: SystemRoot, cpus: list[int]) -> list[Check]:
                     "per-CPU or managed interrupts cannot be moved; isolcpus=managed_irq keeps new managed ones off",
                 )
             )
-    default = _cpus_of_mask(root.read("/proc/irq/default_smp_affinity"))
-    if default is not None:
-        hit = sorted(set(default) & want)
-        checks.append(
-            Check(
-                "default IRQ affinity",
-                "fail" if hit else "ok",
-                f"new IRQs may go to CPU {format_cpu_list(default)}",
-                f"system_tuning/irq_affinity.sh --cpus {L}" if hit else "",
-            )
-        )
+    default = _mask_check(
+        "default IRQ affinity",
+        root.read("/proc/irq/default_smp_affinity"),
+        want,
+        "new IRQs may go to CPU",
+        f"system_tuning/irq_affinity.sh --cpus {L}",
+    )
+    if default.status != "n/a":
+        checks.append(default)
 
     running = False
     try:
@@ -196,20 +203,15 @@ def audit(root: SystemRoot, cpus: list[int]) -> list[Check]:
             )
         )
 
-    wq = root.read("/sys/devices/virtual/workqueue/cpumask")
-    mask = _cpus_of_mask(wq)
-    if mask is None:
-        checks.append(Check("workqueues", "n/a", "no workqueue cpumask"))
-    else:
-        hit = sorted(set(mask) & want)
-        checks.append(
-            Check(
-                "workqueues",
-                "fail" if hit else "ok",
-                f"unbound workqueues on CPU {format_cpu_list(mask)}",
-                f"system_tuning/isolate_cpus.sh --cpus {L}" if hit else "",
-            )
+    checks.append(
+        _mask_check(
+            "workqueues",
+            root.read("/sys/devices/virtual/workqueue/cpumask"),
+            want,
+            "unbound workqueues on CPU",
+            f"system_tuning/isolate_cpus.sh --cpus {L}",
         )
+    )
 
     tm = root.read("/proc/sys/kernel/timer_migration")
     if tm is None:

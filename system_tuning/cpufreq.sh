@@ -19,11 +19,8 @@ does not move during a measurement.
 
   --cpus LIST       CPUs to set (e.g. 2-3)
   --governor NAME   governor to set (default performance); must be in scaling_available_governors
-  --dry-run         print what would be written, write nothing
-  --root DIR        operate on a tree below DIR instead of /
-  --save FILE       record every value before changing it (append)
-  --restore FILE    put back exactly what --save recorded
 USAGE
+    er_common_usage
 }
 er_extra_option() {
     case "$1" in

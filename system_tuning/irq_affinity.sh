@@ -19,11 +19,8 @@ If irqbalance is installed, IRQBALANCE_BANNED_CPULIST=LIST is set in its configu
 if it runs without that setting it will move IRQs back, and this says so.
 
   --cpus LIST     CPUs to keep IRQs away from (e.g. 2-3); at least one online CPU must remain
-  --dry-run       print what would be written, write nothing
-  --root DIR      operate on a tree below DIR instead of / (for tests and captured boards)
-  --save FILE     record every value before changing it (append)
-  --restore FILE  put back exactly what --save recorded
 USAGE
+    er_common_usage
 }
 er_extra_option() { return 1; }
 er_parse "$@"

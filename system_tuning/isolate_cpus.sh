@@ -19,11 +19,8 @@ LIST (/sys/class/net/*/queues/rx-*/rps_cpus), movable kernel threads (on the liv
 kernel.timer_migration=0. What only the boot command line can do is printed by kernel_cmdline.sh.
 
   --cpus LIST     CPUs to set apart (e.g. 2-3); at least one online CPU must remain
-  --dry-run       print what would be written, write nothing
-  --root DIR      operate on a tree below DIR instead of /
-  --save FILE     record every value before changing it (append)
-  --restore FILE  put back exactly what --save recorded
 USAGE
+    er_common_usage
 }
 er_extra_option() { return 1; }
 er_parse "$@"

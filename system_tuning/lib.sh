@@ -16,6 +16,16 @@ ER_RESTORE=""
 ER_CPUS=""
 ER_TAB=$(printf '\t')
 
+# The options every script takes, for the end of its --help.
+er_common_usage() {
+    cat <<'USAGE'
+  --dry-run       print what would be written, write nothing
+  --root DIR      operate on a tree below DIR instead of / (for tests and captured boards)
+  --save FILE     record every value before changing it (append)
+  --restore FILE  put back exactly what --save recorded
+USAGE
+}
+
 er_say() { printf '%s: %s\n' "$ER_NAME" "$*"; }
 er_die() { printf '%s: error: %s\n' "$ER_NAME" "$*" >&2; exit 2; }
 
