@@ -11,6 +11,7 @@ Order of a run (each step says why it is where it is):
 
 from __future__ import annotations
 
+import itertools
 import os
 import platform
 import threading
@@ -23,8 +24,10 @@ import numpy as np
 
 from edge_runtime import __version__
 from edge_runtime.cpulist import format_cpu_list
+from edge_runtime.errors import CheckFailedError
 from edge_runtime.interrupts import interrupt_delta, parse_interrupts
 from edge_runtime.measure import Measurement, measure, write_hdr_log
+from edge_runtime.sampler import Sampler
 from edge_runtime.stats import PERCENTILE_METHOD, jitter, stability, summarize
 from edge_runtime.stress import CoRunner, StressSpec
 from edge_runtime.system import (
@@ -39,10 +42,18 @@ from edge_runtime.system import (
     task_migrations,
     task_status,
 )
+from edge_runtime.thermal import TegraStats, pick_rail, read_snapshot, thermal_limit, throttle_reasons
 
 SCHEMA = "edge-runtime/bench/1"
-SHOWN = [("min", "min"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p99.9", "p999"), ("p99.99", "p9999"),
-         ("max", "max")]  # fmt: skip
+SHOWN = [
+    ("min", "min"),
+    ("p50", "p50"),
+    ("p90", "p90"),
+    ("p99", "p99"),
+    ("p99.9", "p999"),
+    ("p99.99", "p9999"),
+    ("max", "max"),
+]
 
 
 @dataclass
@@ -68,6 +79,10 @@ class BenchConfig:
     seed: int = 0
     hdr_log: str | None = None
     isolate: bool = True
+    thermal_limit_c: float | None = None
+    cooldown_to_c: float | None = None
+    cooldown_timeout_s: float = 600.0
+    sample_interval_s: float = 0.25
 
 
 # ------------------------------------------------------------------------------------------------- system checks
@@ -98,23 +113,6 @@ def isolation_report(root: SystemRoot, cpus: list[int] | None) -> dict:
         shown = ", ".join(sorted(irqs, key=int)[:8]) + (" ..." if len(irqs) > 8 else "")
         out["warnings"].append(f"{len(irqs)} IRQ(s) may be delivered to CPU {format_cpu_list(cpus)} ({shown})")
     return out
-
-
-def thermal_snapshot(root: SystemRoot) -> dict[str, float]:
-    """Thermal zone temperatures in degrees C (millidegrees converted here, once); missing or garbled zones skipped."""
-    temps = {}
-    base = root.path("/sys/class/thermal")
-    try:
-        zones = sorted(p.name for p in base.iterdir() if p.name.startswith("thermal_zone"))
-    except OSError:
-        return temps
-    for z in zones:
-        raw = root.read(f"/sys/class/thermal/{z}/temp")
-        try:
-            temps[root.read(f"/sys/class/thermal/{z}/type", z) or z] = int(raw) / 1000.0  # type: ignore[arg-type]
-        except (TypeError, ValueError):
-            continue  # no reading or garbage: skip this zone
-    return temps
 
 
 def _packages(backend: str) -> dict[str, str]:
@@ -189,7 +187,14 @@ def run_bench(cfg: BenchConfig, root: SystemRoot, progress: Callable[[str], None
 
     expected_s = cfg.duration_s or 0.0
     corunner = CoRunner(cfg.stress, max_seconds=max(60.0, expected_s * 3 + 60.0), measured_cpus=cfg.cpus)
-    temps_start = thermal_snapshot(root)
+    from edge_runtime.boards import detect
+
+    snap_start = read_snapshot(root, cfg.cpus)
+    limit_c, limit_source = thermal_limit(cfg.thermal_limit_c, detect(root), snap_start)
+    cooldown = _cool_down(root, cfg, snap_start, say, iso["warnings"]) if cfg.cooldown_to_c is not None else None
+    if cooldown:
+        snap_start = read_snapshot(root, cfg.cpus)
+    tegra = TegraStats() if root.root.as_posix() == "/" else None
     saved_affinity = os.sched_getaffinity(0)  # put back at the end: a library call must not leave its caller pinned
     saved_sched: dict = {}
     locked = False
@@ -217,6 +222,8 @@ def run_bench(cfg: BenchConfig, root: SystemRoot, progress: Callable[[str], None
                 mlock_all()
                 locked = True
             before = _counters(root, tid)
+            sampler = Sampler(root, cfg.sample_interval_s, cfg.cpus, limit_c, tegra)
+            sampler.start(t0=0.0)
             last = [0.0]
 
             def tick(done: int, total: int | None, elapsed: float) -> None:
@@ -235,10 +242,17 @@ def run_bench(cfg: BenchConfig, root: SystemRoot, progress: Callable[[str], None
                 warmup=cfg.warmup,
                 warmup_s=cfg.warmup_s,
                 progress=tick,
+                should_stop=sampler.over_limit,
+                chunk_s=min(0.5, cfg.sample_interval_s),
             )
+            sampler.stop()
             after = _counters(root, tid)
             threads = own_threads()
         finally:
+            if "sampler" in locals():
+                sampler.stop()
+            if tegra is not None:
+                tegra.close()
             if locked:
                 munlock_all()
             restore_scheduling(saved_sched)
@@ -246,7 +260,7 @@ def run_bench(cfg: BenchConfig, root: SystemRoot, progress: Callable[[str], None
             session.close()
             if cfg.cpus:
                 restore_affinity(saved_affinity)
-    temps_end = thermal_snapshot(root)
+    snap_end = read_snapshot(root, cfg.cpus)
 
     lat = summarize(m.samples_ns)
     unstable, quality_warnings = stability(m.samples_ns, lat)
@@ -314,8 +328,8 @@ def run_bench(cfg: BenchConfig, root: SystemRoot, progress: Callable[[str], None
         },
         "isolation": iso,
         "platform_latency": platform_latency,
-        "thermal": _thermal(temps_start, temps_end),
-        "power": {"available": False, "rail": None, "avg_w": None, "energy_per_inference_uj": None},
+        "thermal": _thermal_section(snap_start, snap_end, sampler, m, limit_c, limit_source, cooldown, lat),
+        "power": _power_section(snap_start, sampler, m),
         "quality": {
             "timer_overhead_ns": m.timer_overhead_ns,
             "percentile_method": PERCENTILE_METHOD,
@@ -326,23 +340,120 @@ def run_bench(cfg: BenchConfig, root: SystemRoot, progress: Callable[[str], None
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(m.start_ns / 1e9)),
         "wall_s": m.wall_s,
     }
+    if m.stopped:
+        result["aborted"] = {
+            "reason": f"thermal limit {limit_c:g} C exceeded ({sampler.over_limit_c:.1f} C)",
+            "at_s": round((sampler.over_limit_at or 0.0) - m.begin_perf_s, 3),
+            "partial": True,
+        }
+        result["quality"]["warnings"].append(
+            f"aborted above the thermal limit: partial result of {len(m.samples_ns):,} inferences"
+        )
     result["_samples_ns"] = m.samples_ns  # for --histogram; dropped before writing JSON
     return result
 
 
-def _thermal(start: dict[str, float], end: dict[str, float]) -> dict:
-    if not start:
-        return {"available": False, "start_c": None, "max_c": None, "end_c": None, "limit_c": None,
-                "headroom_c": None, "throttled": None, "zones": []}  # fmt: skip
+def _cool_down(root: SystemRoot, cfg: BenchConfig, snap, say, warnings: list[str]) -> dict | None:
+    """Wait, with progress, until the hottest sensor is below --cooldown-to."""
+    if not snap.available:
+        warnings.append("--cooldown-to: no thermal sensors here, nothing to wait for")
+        return None
+    target = cfg.cooldown_to_c
+    t0 = time.monotonic()
+    start_c = snap.max_c()
+    while True:
+        now_c = read_snapshot(root, cfg.cpus).max_c()
+        waited = time.monotonic() - t0
+        if now_c is None or now_c <= target:
+            return {"to_c": target, "start_c": start_c, "reached_c": now_c, "waited_s": round(waited, 2)}
+        if waited > cfg.cooldown_timeout_s:
+            raise CheckFailedError(
+                f"--cooldown-to {target:g}: still {now_c:.1f} C after {cfg.cooldown_timeout_s:g} s",
+                hint="improve cooling or raise the target",
+            )
+        say(f"cooling down: {now_c:.1f} C > {target:g} C, waited {waited:.0f} s")
+        time.sleep(min(1.0, max(0.1, cfg.sample_interval_s)))
+
+
+def _sample_index(chunks: list[tuple[int, float]] | None, t: float) -> int | None:
+    """The latency sample being measured at time t (seconds since the measured part began), from chunk bounds."""
+    if not chunks or t < 0:
+        return None
+    for (i0, t0), (i1, t1) in itertools.pairwise(chunks):
+        if t0 <= t <= t1:
+            return int(i0 + (i1 - i0) * ((t - t0) / (t1 - t0) if t1 > t0 else 0))
+    return chunks[-1][0]
+
+
+def _thermal_section(start, end, sampler, m: Measurement, limit_c, limit_source, cooldown, lat) -> dict:
+    timeline = []
+    for p in sampler.timeline:
+        t = p["t_s"] - m.begin_perf_s
+        timeline.append({**p, "t_s": round(t, 4), "sample_index": _sample_index(m.chunks, t)})
+    temps = [p["max_c"] for p in timeline if p["max_c"] is not None]
+    temps += [x for x in (start.max_c(), end.max_c()) if x is not None]
+    on_measured = any(set(p.get("sampler_cpus") or []) & sampler.measured for p in timeline)
+    n = len(m.samples_ns)
+    tenth = n // 10
+    drift = None
+    if tenth >= 10:
+        first, last = float(np.median(m.samples_ns[:tenth])), float(np.median(m.samples_ns[-tenth:]))
+        drift = round((last - first) / first * 100.0, 2) if first else None
+    reasons = throttle_reasons(end, start, sorted(sampler.measured) or None)
+    throttled = bool(sampler.throttle_started_s is not None or reasons)
+    available = start.available or end.available
+    max_c = max(temps) if temps else None
+    return {
+        "available": available,
+        "start_c": start.max_c(),
+        "max_c": max_c,
+        "end_c": end.max_c(),
+        "limit_c": limit_c,
+        "limit_source": limit_source,
+        "headroom_c": round(limit_c - max_c, 2) if limit_c is not None and max_c is not None else None,
+        "throttled": throttled if available or reasons else None,
+        "throttle_started_s": round(sampler.throttle_started_s - m.begin_perf_s, 3)
+        if sampler.throttle_started_s is not None
+        else None,
+        "throttle_reasons": sampler.throttle_why or reasons,
+        "latency_drift_pct": drift,
+        "zones": [
+            {
+                "name": z.name,
+                "type": z.type,
+                "start_c": z.temp_c,
+                "end_c": next((e.temp_c for e in end.zones if e.name == z.name), None),
+                "trips": [{"type": t.type, "temp_c": t.temp_c, "hysteresis_c": t.hysteresis_c} for t in z.trips],
+            }
+            for z in start.zones
+        ],
+        "firmware_throttled": end.throttled,
+        "sensors_skipped": start.skipped,
+        "cooldown": cooldown,
+        "sampler": {
+            "tid": sampler.tid,
+            "cpus": sampler.cpus,
+            "interval_s": sampler.interval_s,
+            "on_measured_cpu": on_measured,
+            "points": len(timeline),
+        },
+        "timeline": timeline,
+    }
+
+
+def _power_section(start, sampler, m: Measurement) -> dict:
+    rail = pick_rail(start.rails)
+    watts = [p["power_w"] for p in sampler.timeline if p.get("power_w") is not None]
+    if rail is None or not watts:
+        return {"available": False, "rail": None, "avg_w": None, "energy_per_inference_uj": None}
+    avg = float(np.mean(watts))
+    n = len(m.samples_ns)
     return {
         "available": True,
-        "start_c": max(start.values()),
-        "max_c": max([*start.values(), *end.values()]),
-        "end_c": max(end.values()) if end else None,
-        "limit_c": None,
-        "headroom_c": None,
-        "throttled": None,
-        "zones": [{"type": k, "start_c": v, "end_c": end.get(k)} for k, v in start.items()],
+        "rail": f"{rail.label} ({rail.source})",
+        "avg_w": round(avg, 4),
+        "energy_per_inference_uj": round(avg * m.wall_s / n * 1e6, 3) if n else None,
+        "note": "the board's own rail: whole-board power unless the rail says otherwise, not the accelerator alone",
     }
 
 
@@ -407,11 +518,32 @@ def format_report(r: dict) -> str:
             f"max {pl['max_us']} us ({pl['duration_s']} s, SCHED_FIFO {pl['priority']})"
         )
     t = r["thermal"]
-    lines.append(
-        f"thermal      start {t['start_c']:.1f} C, max {t['max_c']:.1f} C, end {t['end_c']:.1f} C"
-        if t["available"]
-        else "thermal      no thermal sensors on this machine"
-    )
+    drift = t.get("latency_drift_pct")
+    drift_txt = f"; latency drift first->last tenth {drift:+.1f}%" if drift is not None else ""
+    if t["available"]:
+        head = (
+            f"headroom {t['headroom_c']:.1f} C to {t['limit_c']:g} C ({t['limit_source']})"
+            if t["headroom_c"] is not None
+            else "no limit known"
+        )
+        thr = (
+            "THROTTLED"
+            + (f" from {t['throttle_started_s']:.1f} s" if t["throttle_started_s"] is not None else "")
+            + (f" ({'; '.join(t['throttle_reasons'])})" if t["throttle_reasons"] else "")
+            if t["throttled"]
+            else "not throttled"
+        )
+        temps = f"start {t['start_c']:.1f} C, max {t['max_c']:.1f} C, end {t['end_c']:.1f} C"
+        lines.append(f"thermal      {temps}; {head}; {thr}{drift_txt}")
+    else:
+        lines.append(f"thermal      no thermal sensors on this machine{drift_txt}")
+    pw = r.get("power") or {}
+    if pw.get("available"):
+        lines.append(
+            f"power        {pw['avg_w']:.2f} W on {pw['rail']}: {pw['energy_per_inference_uj']:.1f} uJ per inference"
+        )
+    if r.get("aborted"):
+        lines.append(f"ABORTED      {r['aborted']['reason']} at {r['aborted']['at_s']:.1f} s: partial result")
     q = r["quality"]
     lines.append(f"quality      {'UNSTABLE' if q['unstable'] else 'stable'}; percentiles: nearest rank")
     lines += [f"warning      {w}" for w in q["warnings"]]

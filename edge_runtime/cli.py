@@ -333,7 +333,13 @@ def cmd_bench(args) -> int:
         seed=args.seed,
         hdr_log=args.hdr_log,
         isolate=not args.no_isolate,
+        thermal_limit_c=args.thermal_limit,
+        cooldown_to_c=args.cooldown_to,
+        cooldown_timeout_s=args.cooldown_timeout,
+        sample_interval_s=args.sample_interval,
     )
+    if args.sample_interval <= 0:
+        raise _UsageError(f"--sample-interval {args.sample_interval}: must be positive")
     tty = sys.stderr.isatty()
 
     def progress(msg: str) -> None:
@@ -358,13 +364,128 @@ def cmd_bench(args) -> int:
     us = samples // 1000
     values, counts = np.unique(us, return_counts=True)
     result["histogram_us"] = [[int(v), int(c)] for v, c in zip(values, counts, strict=True)]
+    code = 1 if result.get("aborted") else 0  # a run stopped at the thermal limit is a failed check
+    if args.prom:
+        from edge_runtime.prom import write_textfile
+
+        write_textfile(args.prom, result)
     if args.json:
         write_json(result, args.json, protect=(Path(args.model),))
         if args.json == "-":
-            return 0
+            if code:
+                print(f"{PROG}: {result['aborted']['reason']}: partial result written", file=sys.stderr)
+            return code
     sys.stdout.write(format_report(result))
     if args.histogram is not None:
         sys.stdout.write(cyclictest_histogram(samples, args.histogram or None))
+    return code
+
+
+def cmd_thermal(args) -> int:
+    from edge_runtime.boards import detect
+    from edge_runtime.system import SystemRoot
+    from edge_runtime.thermal import pick_rail, read_snapshot, thermal_limit, throttle_reasons
+
+    root = SystemRoot(args.sysroot)
+    board = detect(root)
+
+    def snapshot_doc():
+        snap = read_snapshot(root)
+        limit, source = thermal_limit(args.thermal_limit, board, snap)
+        mx = snap.max_c()
+        rail = pick_rail(snap.rails)
+        return snap, {
+            "schema": "edge-runtime/thermal/1",
+            "available": snap.available,
+            "max_c": mx,
+            "limit_c": limit,
+            "limit_source": source,
+            "headroom_c": round(limit - mx, 2) if limit is not None and mx is not None else None,
+            "throttled": throttle_reasons(snap),
+            "firmware_throttled": snap.throttled,
+            "power": {"rail": rail.label, "source": rail.source, "w": rail.power_w} if rail else None,
+            "sensors_skipped": snap.skipped,
+            **snap.to_dict(),
+        }
+
+    if args.watch:
+        if args.watch <= 0:
+            raise _UsageError(f"--watch {args.watch}: must be positive")
+        n = 0
+        while args.count is None or n < args.count:
+            snap, doc = snapshot_doc()
+            if args.json:
+                print(
+                    json.dumps(
+                        {
+                            "t": time.time(),
+                            "max_c": doc["max_c"],
+                            "headroom_c": doc["headroom_c"],
+                            "temps_c": snap.temperatures(),
+                            "freq_khz": {f.cpu: f.cur_khz for f in snap.cpufreq},
+                            "power_w": doc["power"]["w"] if doc["power"] else None,
+                            "throttled": doc["throttled"],
+                        }
+                    ),
+                    flush=True,
+                )
+            else:
+                temps = "  ".join(f"{k} {v:.1f}" for k, v in snap.temperatures().items()) or "no sensors"
+                freqs = " ".join(f"{(f.cur_khz or 0) // 1000}" for f in snap.cpufreq)
+                extra = f"  headroom {doc['headroom_c']:.1f} C" if doc["headroom_c"] is not None else ""
+                thr = "  THROTTLED" if doc["throttled"] else ""
+                print(
+                    f"{time.strftime('%H:%M:%S')}  {temps}{extra}{'  MHz ' + freqs if freqs else ''}{thr}", flush=True
+                )
+            n += 1
+            if args.count is None or n < args.count:
+                time.sleep(args.watch)
+        return 0
+    snap, doc = snapshot_doc()
+    if args.json:
+        write_json(doc, args.json)
+        if args.json == "-":
+            return 0
+    if not snap.available and not snap.cpufreq and not snap.rails:
+        print(
+            f"no thermal sensors: nothing under {root.path('/sys/class/thermal')} or {root.path('/sys/class/hwmon')}"
+            " reports a temperature, and there is no cpufreq or power rail to show (a VM, or a board without those"
+            " drivers)"
+        )
+        return 0
+    print(f"{'zone':<24} {'temp C':>8}  trip points")
+    for z in snap.zones:
+        trips = ", ".join(
+            f"{t.type} {t.temp_c:g}" + (f" (hyst {t.hysteresis_c:g})" if t.hysteresis_c else "") for t in z.trips
+        )
+        temp = f"{z.temp_c:.1f}" if z.temp_c is not None else "-"
+        print(f"{z.type:<24} {temp:>8}  {trips or '-'}")
+        for c in z.cooling:
+            print(f"{'':<24} {'':>8}  cooling {c.type} {c.cur_state}/{c.max_state}")
+    for h in snap.hwmon:
+        crit = f"  crit {h.crit_c:g}" if h.crit_c else ""
+        print(f"{h.chip + '/' + h.label:<24} {h.temp_c:>8.1f}{crit}")
+    for f in snap.cpufreq:
+        cap = "  CAPPED" if f.capped else ""
+        top = (f.max_khz or f.scaling_max_khz or 0) // 1000
+        print(f"cpu{f.cpu:<21} {(f.cur_khz or 0) // 1000:>5} MHz  max {top} MHz{cap}")
+    for r in snap.rails:
+        print(f"{r.label + ' (' + r.source + ')':<24} {r.power_w:>8.2f} W")
+    if snap.throttled:
+        t = snap.throttled
+        print(
+            f"firmware throttle flags {t['raw']}: now {', '.join(t['now']) or 'none'}; "
+            f"since boot {', '.join(t['since_boot']) or 'none'}"
+        )
+    if doc["headroom_c"] is not None:
+        print(
+            f"headroom {doc['headroom_c']:.1f} C: hottest {doc['max_c']:.1f} C, limit {doc['limit_c']:g} C "
+            f"({doc['limit_source']})"
+        )
+    if doc["throttled"]:
+        print("THROTTLED: " + "; ".join(doc["throttled"]))
+    if snap.skipped:
+        print(f"({snap.skipped} sensor reading(s) missing or garbled, skipped)")
     return 0
 
 
@@ -395,8 +516,12 @@ def cmd_tune(args) -> int:
         cpus = _tune_cpus(args, root)
         checks = tuning.audit(root, cpus)
         failed = [c for c in checks if c.status == "fail"]
-        doc = {"schema": "edge-runtime/tune/1", "cpus": cpus, "tuned": not failed,
-               "checks": [c.to_dict() for c in checks]}  # fmt: skip
+        doc = {
+            "schema": "edge-runtime/tune/1",
+            "cpus": cpus,
+            "tuned": not failed,
+            "checks": [c.to_dict() for c in checks],
+        }
         if args.json:
             write_json(doc, args.json)
             if args.json == "-":
@@ -425,6 +550,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "run": (cmd_run, "load a model and run one inference (random inputs unless given)"),
     "bench": (cmd_bench, "measure latency and jitter on pinned CPUs, with the interference that caused them"),
     "tune": (cmd_tune, "audit CPU isolation (show), or apply/reset it with the system_tuning scripts"),
+    "thermal": (cmd_thermal, "thermal zones, sensors, trip points, frequencies, power rails and headroom"),
 }
 
 
@@ -501,6 +627,14 @@ def build_parser() -> argparse.ArgumentParser:
     _json_flag(p)
     _common(p)
 
+    p = sub.add_parser("thermal", help=COMMANDS["thermal"][1], description=COMMANDS["thermal"][1])
+    p.add_argument("--watch", type=float, metavar="SECONDS", help="a live line every SECONDS (Ctrl-C to stop)")
+    p.add_argument("--count", type=int, metavar="N", help="with --watch: stop after N lines")
+    p.add_argument("--thermal-limit", type=float, metavar="C", help="limit for the headroom (default: board, trips)")
+    p.add_argument("--sysroot", default="/", metavar="DIR", help="read /sys below DIR (default /)")
+    _json_flag(p)
+    _common(p)
+
     p = sub.add_parser("tune", help=COMMANDS["tune"][1], description=COMMANDS["tune"][1])
     p.add_argument("action", choices=["show", "apply", "reset"], help="show: audit (exit 1 when not tuned)")
     p.add_argument("--cpus", metavar="LIST", help="CPUs to set apart (default: the board profile's, or isolated ones)")
@@ -549,6 +683,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="print a histogram in cyclictest's layout (1 us buckets)",
     )
     p.add_argument("--hdr-log", metavar="FILE", help="write an HdrHistogram interval log (values in ns)")
+    p.add_argument(
+        "--thermal-limit",
+        type=float,
+        metavar="C",
+        help="abort above this temperature (default: board profile, else lowest passive/critical trip)",
+    )
+    p.add_argument("--cooldown-to", type=float, metavar="C", help="wait until the board is below C before measuring")
+    p.add_argument(
+        "--cooldown-timeout",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="give up waiting for --cooldown-to after this long (default 600; exit 1)",
+    )
+    p.add_argument(
+        "--sample-interval",
+        type=float,
+        default=0.25,
+        metavar="SECONDS",
+        help="thermal/frequency/power sampling period during the run (default 0.25)",
+    )
+    p.add_argument("--prom", metavar="FILE", help="also write the result as a Prometheus textfile (node_exporter)")
     p.add_argument(
         "--sysroot",
         default="/",

@@ -26,6 +26,10 @@ class Measurement:
     warmup_calls: int
     timer_overhead_ns: int  # median cost of one loop turn around an empty call
     truncated: bool = False  # a --duration run that filled MAX_SAMPLES before its end
+    stopped: bool = False  # should_stop() ended the run early (e.g. thermal limit)
+    # (samples done, seconds since the measured part began) at each chunk boundary: maps wall time to sample index
+    chunks: list[tuple[int, float]] | None = None
+    begin_perf_s: float = 0.0  # time.perf_counter() when the measured part began
 
 
 def _timed(fn: Callable[[], object], out: np.ndarray, start: int, stop: int, deadline: int | None) -> int:
@@ -63,6 +67,8 @@ def measure(
     warmup: int = 10,
     warmup_s: float | None = None,
     progress: Callable[[int, int | None, float], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    chunk_s: float = CHUNK_S,
 ) -> Measurement:
     """Time `fn` after warming up (`warmup` calls, or `warmup_s` seconds). Give `iterations` or `duration_s`."""
     if (iterations is None) == (duration_s is None):
@@ -87,7 +93,8 @@ def measure(
         capacity = min(MAX_SAMPLES, int(duration_s * 1e9 / per_call_ns * 1.5) + 1000)
     samples = np.empty(capacity, dtype=np.int64)
     samples[:] = 0  # touch every page now, not during the loop
-    chunk = max(1, int(CHUNK_S * 1e9 / per_call_ns)) if progress else capacity
+    chunked = progress is not None or should_stop is not None or duration_s is not None
+    chunk = max(1, int(chunk_s * 1e9 / per_call_ns)) if chunked else capacity
 
     was_enabled = gc.isenabled()
     gc.collect()
@@ -96,21 +103,37 @@ def measure(
     begin = time.perf_counter_ns()
     deadline = begin + int(duration_s * 1e9) if duration_s is not None else None
     n = 0
+    chunks: list[tuple[int, float]] = [(0, 0.0)]
+    stopped = False
     try:
-        while n < capacity:
+        while True:
+            if n >= capacity:
+                if deadline is None or capacity >= MAX_SAMPLES:
+                    break
+                # A --duration run faster than its warm-up suggested: grow the buffer between chunks, never inside.
+                grown = np.zeros(min(MAX_SAMPLES, capacity * 2), dtype=np.int64)
+                grown[:n] = samples[:n]
+                samples, capacity = grown, len(grown)
             stop = min(capacity, n + chunk)
             got = _timed(fn, samples, n, stop, deadline)
             n = got
+            elapsed = (time.perf_counter_ns() - begin) / 1e9
+            chunks.append((n, elapsed))
             if got < stop:
                 break  # deadline reached
             if progress:
-                progress(n, iterations, (time.perf_counter_ns() - begin) / 1e9)
+                progress(n, iterations, elapsed)
+            if should_stop is not None and should_stop():
+                stopped = True
+                break
     finally:
         if was_enabled:
             gc.enable()
     wall_s = (time.perf_counter_ns() - begin) / 1e9
     truncated = duration_s is not None and n == capacity and wall_s < duration_s
-    return Measurement(samples[:n].copy(), start_wall, wall_s, warm_calls, overhead, truncated)
+    return Measurement(
+        samples[:n].copy(), start_wall, wall_s, warm_calls, overhead, truncated, stopped, chunks, begin / 1e9
+    )
 
 
 def hdr_histogram(samples_ns: np.ndarray):

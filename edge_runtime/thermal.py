@@ -1,0 +1,381 @@
+"""Thermal and power readings through the one system root: thermal zones with trip points and cooling devices,
+hwmon temperatures and power rails, cpufreq caps, Raspberry Pi throttle flags and Jetson tegrastats lines.
+
+Millidegrees become degrees in exactly one function (`millidegrees`). A sensor that is missing or garbled is
+skipped and counted in `Snapshot.skipped`, never fatal: boards ship half-working drivers.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+
+from edge_runtime.system import SystemRoot
+
+
+def millidegrees(text: str | None) -> float | None:
+    """sysfs millidegrees Celsius ("45123") -> degrees (45.123); None when missing or not a number."""
+    if text is None:
+        return None
+    try:
+        return int(text.strip()) / 1000.0
+    except ValueError:
+        return None
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text.strip()) if text is not None else None
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Trip:
+    index: int
+    type: str  # passive | active | hot | critical
+    temp_c: float
+    hysteresis_c: float | None = None
+
+
+@dataclass(frozen=True)
+class Cooling:
+    name: str
+    type: str
+    cur_state: int | None
+    max_state: int | None
+
+
+@dataclass(frozen=True)
+class Zone:
+    name: str  # thermal_zoneN
+    type: str  # cpu-thermal, x86_pkg_temp, ...
+    temp_c: float | None
+    policy: str | None
+    trips: tuple[Trip, ...] = ()
+    cooling: tuple[Cooling, ...] = ()
+
+
+@dataclass(frozen=True)
+class HwmonTemp:
+    chip: str
+    label: str
+    temp_c: float
+    crit_c: float | None = None
+    max_c: float | None = None
+
+
+@dataclass(frozen=True)
+class CpuFreq:
+    cpu: int
+    cur_khz: int | None
+    max_khz: int | None  # hardware maximum (cpuinfo_max_freq)
+    scaling_max_khz: int | None
+
+    @property
+    def capped(self) -> bool:
+        """A scaling maximum below the hardware maximum: something (thermal, power, a user) holds the clock down."""
+        return bool(self.max_khz and self.scaling_max_khz and self.scaling_max_khz < self.max_khz)
+
+
+@dataclass(frozen=True)
+class Rail:
+    source: str  # "hwmon:ina3221" | "tegrastats"
+    label: str
+    power_w: float
+    voltage_v: float | None = None
+    current_a: float | None = None
+
+
+# Raspberry Pi firmware throttle bits (raspberrypi/documentation, "vcgencmd get_throttled").
+THROTTLE_BITS = {
+    0: "under-voltage detected",
+    1: "arm frequency capped",
+    2: "currently throttled",
+    3: "soft temperature limit active",
+    16: "under-voltage has occurred",
+    17: "arm frequency capping has occurred",
+    18: "throttling has occurred",
+    19: "soft temperature limit has occurred",
+}
+
+
+def decode_throttled(value: int) -> dict:
+    """All eight documented bits of get_throttled, split into what holds now and what happened since boot."""
+    now = [THROTTLE_BITS[b] for b in (0, 1, 2, 3) if value >> b & 1]
+    since = [THROTTLE_BITS[b] for b in (16, 17, 18, 19) if value >> b & 1]
+    return {"raw": f"0x{value:x}", "now": now, "since_boot": since, "throttled_now": bool(value & 0b1110)}
+
+
+def parse_throttled(text: str) -> int | None:
+    """`throttled=0x50005` (vcgencmd) or `50005` (sysfs soc:firmware/get_throttled, hex without 0x)."""
+    text = text.strip()
+    if text.startswith("throttled="):
+        text = text.split("=", 1)[1]
+    try:
+        return int(text, 16)
+    except ValueError:
+        return None
+
+
+_TEGRA_TEMP = re.compile(r"(\w+)@(-?[\d.]+)C(?:/[-\d.]+C)?")
+_TEGRA_RAIL = re.compile(r"\b((?:VDD|VIN)_\w+) (\d+)(?:mW)?/(\d+)(?:mW)?(?:/(\d+)(?:mW)?)?")
+
+
+def parse_tegrastats(line: str) -> dict:
+    """Temperatures (C) and power rails (W, current and average) of one tegrastats line, any JetPack layout."""
+    temps = {name: float(v) for name, v in _TEGRA_TEMP.findall(line)}
+    rails = {m[0]: {"now_w": int(m[1]) / 1000.0, "avg_w": int(m[2]) / 1000.0} for m in _TEGRA_RAIL.findall(line)}
+    return {"temps_c": temps, "rails": rails}
+
+
+@dataclass
+class Snapshot:
+    t_s: float
+    zones: list[Zone] = field(default_factory=list)
+    hwmon: list[HwmonTemp] = field(default_factory=list)
+    cpufreq: list[CpuFreq] = field(default_factory=list)
+    rails: list[Rail] = field(default_factory=list)
+    throttled: dict | None = None  # decoded Raspberry Pi flags
+    throttle_counts: dict[str, int] = field(default_factory=dict)  # x86 thermal_throttle counters, summed
+    skipped: int = 0
+
+    @property
+    def available(self) -> bool:
+        return any(z.temp_c is not None for z in self.zones) or bool(self.hwmon)
+
+    def temperatures(self) -> dict[str, float]:
+        out = {z.type: z.temp_c for z in self.zones if z.temp_c is not None}
+        for h in self.hwmon:
+            out.setdefault(f"{h.chip}/{h.label}", h.temp_c)
+        return out
+
+    def max_c(self) -> float | None:
+        temps = self.temperatures()
+        return max(temps.values()) if temps else None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _zones(root: SystemRoot, snap: Snapshot) -> None:
+    base = root.path("/sys/class/thermal")
+    try:
+        names = sorted(
+            (p.name for p in base.iterdir() if p.name.startswith("thermal_zone")),
+            key=lambda n: int(n[12:]) if n[12:].isdigit() else 0,
+        )
+    except OSError:
+        return
+    for name in names:
+        d = f"/sys/class/thermal/{name}"
+        ztype = root.read(f"{d}/type", name) or name
+        raw = root.read(f"{d}/temp")
+        temp = millidegrees(raw)
+        if raw is not None and temp is None:
+            snap.skipped += 1  # garbled reading
+        elif raw is None:
+            snap.skipped += 1  # zone without a readable temperature (disabled or driver error)
+        trips = []
+        k = 0
+        while True:
+            t = root.read(f"{d}/trip_point_{k}_temp")
+            if t is None:
+                break
+            tc = millidegrees(t)
+            if tc is None:
+                snap.skipped += 1
+            else:
+                trips.append(
+                    Trip(
+                        k,
+                        root.read(f"{d}/trip_point_{k}_type", "?") or "?",
+                        tc,
+                        millidegrees(root.read(f"{d}/trip_point_{k}_hyst")),
+                    )
+                )
+            k += 1
+        cooling = []
+        for cdev in sorted(root.path(d).glob("cdev[0-9]*")):
+            if not cdev.is_dir():
+                continue
+            rel = f"{d}/{cdev.name}"
+            cooling.append(
+                Cooling(
+                    cdev.name,
+                    root.read(f"{rel}/type", "?") or "?",
+                    _int(root.read(f"{rel}/cur_state")),
+                    _int(root.read(f"{rel}/max_state")),
+                )
+            )
+        snap.zones.append(Zone(name, ztype, temp, root.read(f"{d}/policy"), tuple(trips), tuple(cooling)))
+
+
+def _hwmon(root: SystemRoot, snap: Snapshot) -> None:
+    base = root.path("/sys/class/hwmon")
+    try:
+        chips = sorted(p.name for p in base.iterdir() if p.name.startswith("hwmon"))
+    except OSError:
+        return
+    for chip in chips:
+        d = f"/sys/class/hwmon/{chip}"
+        name = root.read(f"{d}/name", chip) or chip
+        files = {p.name for p in root.path(d).iterdir()} if root.path(d).is_dir() else set()
+        for f in sorted(files):
+            m = re.fullmatch(r"temp(\d+)_input", f)
+            if m:
+                i = m.group(1)
+                t = millidegrees(root.read(f"{d}/{f}"))
+                if t is None:
+                    snap.skipped += 1
+                    continue
+                snap.hwmon.append(
+                    HwmonTemp(
+                        name,
+                        root.read(f"{d}/temp{i}_label", f"temp{i}") or f"temp{i}",
+                        t,
+                        millidegrees(root.read(f"{d}/temp{i}_crit")),
+                        millidegrees(root.read(f"{d}/temp{i}_max")),
+                    )
+                )
+        # Power: power*_input in microwatts; else a voltage (mV) and current (mA) with the same index (INA3221).
+        for f in sorted(files):
+            m = re.fullmatch(r"power(\d+)_input", f)
+            if m:
+                uw = _int(root.read(f"{d}/{f}"))
+                if uw is None:
+                    snap.skipped += 1
+                    continue
+                label = root.read(f"{d}/power{m.group(1)}_label", f"power{m.group(1)}") or f"power{m.group(1)}"
+                snap.rails.append(Rail(f"hwmon:{name}", label, uw / 1e6))
+        for f in sorted(files):
+            m = re.fullmatch(r"curr(\d+)_input", f)
+            if not m or f"power{m.group(1)}_input" in files:
+                continue
+            i = m.group(1)
+            ma, mv = _int(root.read(f"{d}/{f}")), _int(root.read(f"{d}/in{i}_input"))
+            if ma is None or mv is None:
+                snap.skipped += 1
+                continue
+            label = root.read(f"{d}/in{i}_label") or root.read(f"{d}/curr{i}_label") or f"rail{i}"
+            snap.rails.append(Rail(f"hwmon:{name}", label, mv * ma / 1e6, mv / 1000.0, ma / 1000.0))
+
+
+def _cpufreq(root: SystemRoot, snap: Snapshot, cpus: list[int] | None) -> None:
+    for cpu in cpus if cpus is not None else root.online_cpus():
+        d = f"/sys/devices/system/cpu/cpu{cpu}/cpufreq"
+        cur = _int(root.read(f"{d}/scaling_cur_freq")) or _int(root.read(f"{d}/cpuinfo_cur_freq"))
+        hw_max = _int(root.read(f"{d}/cpuinfo_max_freq"))
+        smax = _int(root.read(f"{d}/scaling_max_freq"))
+        if cur is None and hw_max is None and smax is None:
+            continue
+        snap.cpufreq.append(CpuFreq(cpu, cur, hw_max, smax))
+        for kind in ("core", "package"):
+            n = _int(root.read(f"/sys/devices/system/cpu/cpu{cpu}/thermal_throttle/{kind}_throttle_count"))
+            if n is not None:
+                snap.throttle_counts[kind] = snap.throttle_counts.get(kind, 0) + n
+
+
+def _rpi_throttled(root: SystemRoot, snap: Snapshot) -> None:
+    raw = root.read("/sys/devices/platform/soc/soc:firmware/get_throttled")
+    value = parse_throttled(raw) if raw is not None else None
+    if value is None and root.root.as_posix() == "/" and shutil.which("vcgencmd"):
+        try:
+            out = subprocess.run(["vcgencmd", "get_throttled"], capture_output=True, text=True, timeout=2).stdout
+            value = parse_throttled(out)
+        except (OSError, subprocess.TimeoutExpired):
+            value = None
+    if value is not None:
+        snap.throttled = decode_throttled(value)
+
+
+def read_snapshot(root: SystemRoot, cpus: list[int] | None = None, tegra: TegraStats | None = None) -> Snapshot:
+    snap = Snapshot(time.monotonic())
+    _zones(root, snap)
+    _hwmon(root, snap)
+    _cpufreq(root, snap, cpus)
+    _rpi_throttled(root, snap)
+    if tegra is not None and tegra.last:
+        parsed = parse_tegrastats(tegra.last)
+        for name, c in parsed["temps_c"].items():
+            snap.hwmon.append(HwmonTemp("tegrastats", name, c))
+        for name, r in parsed["rails"].items():
+            snap.rails.append(Rail("tegrastats", name, r["now_w"]))
+    return snap
+
+
+def pick_rail(rails: list[Rail]) -> Rail | None:
+    """The board's input rail when it is there (VDD_IN / VIN_*: the whole board), else the first one."""
+    for pattern in ("VDD_IN", "VIN_", "IN", "TOTAL"):
+        for r in rails:
+            if r.label.upper().startswith(pattern) or r.label.upper() == pattern:
+                return r
+    return rails[0] if rails else None
+
+
+def thermal_limit(explicit: float | None, board, snap: Snapshot) -> tuple[float | None, str]:
+    """--thermal-limit, else the board profile's limit, else the lowest passive or critical trip point."""
+    if explicit is not None:
+        return explicit, "--thermal-limit"
+    if board is not None and board.thermal.limit_c is not None:
+        return board.thermal.limit_c, f"board profile {board.name}"
+    trips = [t.temp_c for z in snap.zones for t in z.trips if t.type in ("passive", "critical") and t.temp_c > 0]
+    if trips:
+        return min(trips), "lowest passive/critical trip point"
+    crits = [h.crit_c for h in snap.hwmon if h.crit_c]
+    if crits:
+        return min(crits), "lowest hwmon crit"
+    return None, "none known"
+
+
+def throttle_reasons(snap: Snapshot, base: Snapshot | None = None, cpus: list[int] | None = None) -> list[str]:
+    """Why this snapshot looks throttled (compared with `base` for counters)."""
+    why = []
+    for f in snap.cpufreq:
+        if f.capped and (cpus is None or f.cpu in cpus):
+            why.append(f"CPU{f.cpu} capped at {f.scaling_max_khz // 1000} of {f.max_khz // 1000} MHz")
+    if snap.throttled and snap.throttled["throttled_now"]:
+        why.append("firmware: " + ", ".join(snap.throttled["now"]))
+    if base is not None:
+        for kind, n in snap.throttle_counts.items():
+            if n > base.throttle_counts.get(kind, n):
+                why.append(f"{kind} thermal throttle count +{n - base.throttle_counts[kind]}")
+    for z in snap.zones:
+        for c in z.cooling:
+            if c.type.lower() in ("processor", "cpufreq") or c.type.startswith("cpufreq"):
+                if c.cur_state:
+                    why.append(f"{z.type}: cooling {c.type} at state {c.cur_state}/{c.max_state}")
+    return why
+
+
+class TegraStats:
+    """`tegrastats --interval MS` in the background on a Jetson; `last` is its latest line."""
+
+    def __init__(self, interval_ms: int = 250):
+        self.last: str | None = None
+        self.proc = None
+        if shutil.which("tegrastats"):
+            self.proc = subprocess.Popen(
+                ["tegrastats", "--interval", str(interval_ms)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+            threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.last = line.strip()
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
