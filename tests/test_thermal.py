@@ -1,0 +1,332 @@
+"""Thermal and power: parsing on fake trees built from real captures (several boards), then a real bench while a
+helper heats a fake tree: the timeline follows, cool-down waits, the limit aborts with a kept partial result, and
+the sampler never runs on a measured CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES, artifact, need
+from test_bad_input import run_cli
+
+from edge_runtime.benchmark import BenchConfig, run_bench
+from edge_runtime.system import SystemRoot
+from edge_runtime.thermal import (
+    decode_throttled,
+    millidegrees,
+    parse_tegrastats,
+    parse_throttled,
+    pick_rail,
+    read_snapshot,
+    thermal_limit,
+    throttle_reasons,
+)
+
+
+def _fixture(name: str) -> Path:
+    p = FIXTURES / name
+    if not p.exists():
+        pytest.skip(f"fixture {p} not found")
+    return p
+
+
+def zones_from_dts(tmp: Path, board: str) -> Path:
+    """A /sys/class/thermal tree whose trip points are the board's kernel-DTS values (shared/fixtures)."""
+    rows = (_fixture(board) / "kernel-dts/thermal-zones.tsv").read_text().splitlines()[1:]
+    root = tmp / board
+    zones: dict[str, list[list[str]]] = {}
+    for row in rows:
+        f = row.split("\t")
+        zones.setdefault(f[0], []).append(f)
+    for i, (zone, trips) in enumerate(zones.items()):
+        d = root / f"sys/class/thermal/thermal_zone{i}"
+        d.mkdir(parents=True)
+        (d / "type").write_text(zone + "\n")
+        (d / "temp").write_text("45000\n")
+        (d / "policy").write_text("step_wise\n")
+        for k, f in enumerate(t for t in trips if t[4] != "-"):
+            (d / f"trip_point_{k}_temp").write_text(f[4] + "\n")
+            (d / f"trip_point_{k}_type").write_text(f[6] + "\n")
+            (d / f"trip_point_{k}_hyst").write_text(f[5] + "\n")
+    return root
+
+
+def test_zones_and_trip_points_from_the_rk3588_dts(tmp_path):
+    root = zones_from_dts(tmp_path, "rock5b")
+    snap = read_snapshot(SystemRoot(root))
+    by_type = {z.type: z for z in snap.zones}
+    big = by_type["bigcore0-thermal"]
+    assert [(t.type, t.temp_c, t.hysteresis_c) for t in big.trips] == [("passive", 85.0, 2.0), ("critical", 115.0, 0.0)]
+    assert big.temp_c == 45.0 and big.policy == "step_wise"
+    limit, source = thermal_limit(None, None, snap)
+    assert (limit, source) == (85.0, "lowest passive/critical trip point")  # the fan trips (active) do not count
+    assert thermal_limit(70.0, None, snap) == (70.0, "--thermal-limit")
+
+
+def test_hwmon_temperatures_from_the_x86_capture():
+    snap = read_snapshot(SystemRoot(_fixture("x86-node-exporter")))
+    core0 = [h for h in snap.hwmon if h.chip == "coretemp" and h.label == "Core 0"]
+    assert core0 and core0[0].temp_c == 54.0 and core0[0].crit_c == 100.0 and core0[0].max_c == 84.0
+    assert snap.temperatures()["cpu-thermal"] == 12.376
+
+
+def test_negative_and_garbled_and_missing_readings(tmp_path):
+    assert millidegrees("-44000") == -44.0 and millidegrees("abc") is None and millidegrees(None) is None
+    d = tmp_path / "sys/class/thermal"
+    for i, temp in enumerate(["51000\n", "garbage\n", None]):
+        (d / f"thermal_zone{i}").mkdir(parents=True)
+        (d / f"thermal_zone{i}/type").write_text(f"zone{i}\n")
+        if temp is not None:
+            (d / f"thermal_zone{i}/temp").write_text(temp)
+    snap = read_snapshot(SystemRoot(tmp_path))
+    assert [z.temp_c for z in snap.zones] == [51.0, None, None]
+    assert snap.skipped == 2 and snap.max_c() == 51.0
+
+
+def test_cpufreq_cap_is_throttling(tmp_path):
+    for cpu, smax in ((0, "2400000"), (1, "1800000")):
+        d = tmp_path / f"sys/devices/system/cpu/cpu{cpu}/cpufreq"
+        d.mkdir(parents=True)
+        (d / "cpuinfo_max_freq").write_text("2400000\n")
+        (d / "scaling_max_freq").write_text(smax + "\n")
+        (d / "scaling_cur_freq").write_text("1800000\n")
+    (tmp_path / "sys/devices/system/cpu/online").write_text("0-1\n")
+    snap = read_snapshot(SystemRoot(tmp_path))
+    assert [f.capped for f in snap.cpufreq] == [False, True]
+    assert throttle_reasons(snap) == ["CPU1 capped at 1800 of 2400 MHz"]
+    assert throttle_reasons(snap, cpus=[0]) == []  # only the measured CPUs count
+
+
+@pytest.mark.parametrize(
+    ("text", "now", "since"),
+    [
+        ("throttled=0x0", [], []),
+        ("throttled=0x50000", [], ["under-voltage has occurred", "throttling has occurred"]),
+        (
+            "throttled=0x50005",
+            ["under-voltage detected", "currently throttled"],
+            ["under-voltage has occurred", "throttling has occurred"],
+        ),
+        ("throttled=0x80000", [], ["soft temperature limit has occurred"]),
+        ("throttled=0x80008", ["soft temperature limit active"], ["soft temperature limit has occurred"]),
+        ("80008", ["soft temperature limit active"], ["soft temperature limit has occurred"]),  # sysfs form
+    ],
+)
+def test_get_throttled_decoding(text, now, since):
+    lines = (_fixture("rpi") / "vcgencmd_get_throttled.txt").read_text().splitlines()
+    lines += (_fixture("rpi") / "soc_firmware_get_throttled_values.txt").read_text().splitlines()
+    assert text in lines  # every case is a real capture
+    d = decode_throttled(parse_throttled(text))
+    assert (d["now"], d["since_boot"]) == (now, since)
+    assert d["throttled_now"] == bool(set(now) - {"under-voltage detected"})
+
+
+def test_get_throttled_read_from_the_firmware_sysfs_file(tmp_path):
+    f = tmp_path / "sys/devices/platform/soc/soc:firmware/get_throttled"
+    f.parent.mkdir(parents=True)
+    f.write_text((_fixture("rpi") / "soc_firmware_get_throttled_values.txt").read_text().splitlines()[1] + "\n")
+    snap = read_snapshot(SystemRoot(tmp_path))
+    assert snap.throttled["raw"] == "0x80008"
+    assert "firmware: soft temperature limit active" in throttle_reasons(snap)
+
+
+def test_tegrastats_lines_of_three_jetson_generations():
+    nano = (_fixture("jetson-orin-nano") / "tegrastats.txt").read_text().splitlines()
+    p = parse_tegrastats(nano[0])
+    assert p["temps_c"]["cpu"] == 53.968 and p["temps_c"]["tj"] == 53.968
+    assert p["rails"]["VDD_IN"] == {"now_w": 12.479, "avg_w": 12.479}
+    assert parse_tegrastats(nano[1])["rails"]["VDD_SOC"]["now_w"] == 1.475
+    tx2 = parse_tegrastats((_fixture("jetson-tx2") / "tegrastats.txt").read_text())  # old "cur/avg" without mW
+    assert tx2["rails"]["VDD_IN"]["now_w"] == 5.297 and tx2["temps_c"]["Tdiode"] == 39.25
+    agx = parse_tegrastats((_fixture("jetson-agx-orin") / "tegrastats.txt").read_text())  # cur/avg/max
+    assert agx["temps_c"]["cpu"] == 52.968 and agx["rails"]["VIN_SYS_5V0"]["now_w"] == 5.5
+
+
+def ina3221(root: Path, vdd_in_mw: int = 12479) -> None:
+    """An INA3221 hwmon chip whose VDD_IN channel carries the power of a real Orin Nano tegrastats capture."""
+    d = root / "sys/class/hwmon/hwmon3"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "name").write_text("ina3221\n")
+    for i, (label, mv, mw) in enumerate([("VDD_IN", 5000, vdd_in_mw), ("VDD_CPU_GPU_CV", 5000, 4667)], start=1):
+        (d / f"in{i}_label").write_text(label + "\n")
+        (d / f"in{i}_input").write_text(f"{mv}\n")
+        (d / f"curr{i}_input").write_text(f"{round(mw * 1000 / mv)}\n")
+
+
+def test_power_rails_from_hwmon(tmp_path):
+    ina3221(tmp_path)
+    snap = read_snapshot(SystemRoot(tmp_path))
+    rail = pick_rail(snap.rails)
+    assert rail.label == "VDD_IN" and rail.source == "hwmon:ina3221"
+    assert rail.power_w == pytest.approx(12.48, abs=0.01) and rail.voltage_v == 5.0
+
+
+# -------------------------------------------------------------------------------------------- heating a fake board
+def board_tree(tmp: Path, start_c: float) -> tuple[Path, Path]:
+    root = zones_from_dts(tmp, "imx8mp-evk")  # passive trips at 85 C
+    (root / "sys/devices/system/cpu").mkdir(parents=True)
+    (root / "sys/devices/system/cpu/online").write_text("0-1\n")
+    temp = root / "sys/class/thermal/thermal_zone0/temp"
+    for t in root.glob("sys/class/thermal/thermal_zone*/temp"):
+        t.write_text(f"{int(start_c * 1000)}\n")
+    return root, temp
+
+
+def heater(temp: Path, schedule: list[tuple[float, float]]) -> threading.Thread:
+    """Rewrite `temp` at the given (seconds from now, degrees) points."""
+
+    def run():
+        t0 = time.monotonic()
+        for at, c in schedule:
+            time.sleep(max(0.0, at - (time.monotonic() - t0)))
+            tmp = temp.with_suffix(".new")
+            tmp.write_text(f"{int(c * 1000)}\n")
+            os.replace(tmp, temp)
+
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    return th
+
+
+def test_timeline_follows_a_heating_board_and_the_sampler_stays_off_the_measured_cpu(tmp_path):
+    need("onnxruntime")
+    root, temp = board_tree(tmp_path, 40.0)
+    ina3221(root)
+    h = heater(temp, [(0.5 + 0.4 * i, 41.0 + 4 * i) for i in range(6)])  # 41 .. 61 C
+    cfg = BenchConfig(
+        model=str(artifact("digits_cnn", "_int8.onnx")), cpus=[1], duration_s=3.0, sample_interval_s=0.1, isolate=False
+    )
+    r = run_bench(cfg, SystemRoot(root))
+    h.join()
+    t = r["thermal"]
+    line = [p["max_c"] for p in t["timeline"] if p["t_s"] >= 0]
+    assert len(line) >= 15
+    assert line == sorted(line) and line[0] <= 45.0 and line[-1] == 61.0  # it follows the heater, in order
+    idx = [p["sample_index"] for p in t["timeline"] if p["sample_index"] is not None]
+    assert idx == sorted(idx) and idx[-1] > 0  # aligned with the latency samples
+    assert (t["start_c"], t["max_c"], t["end_c"]) == (40.0, 61.0, 61.0)
+    assert t["limit_c"] == 85.0 and t["headroom_c"] == 24.0
+    assert t["sampler"]["cpus"] == [0] and t["sampler"]["on_measured_cpu"] is False
+    assert all(p["sampler_cpus"] == [0] for p in t["timeline"])
+    p = r["power"]
+    assert p["available"] and p["rail"] == "VDD_IN (hwmon:ina3221)"
+    assert p["energy_per_inference_uj"] == pytest.approx(
+        p["avg_w"] * r["wall_s"] / r["latency_us"]["count"] * 1e6, rel=1e-3
+    )
+
+
+def test_cooldown_waits_until_the_board_is_cool(tmp_path):
+    need("onnxruntime")
+    root, temp = board_tree(tmp_path, 40.0)
+    temp.write_text("70000\n")
+    h = heater(temp, [(1.2, 45.0)])
+    said: list[str] = []
+    cfg = BenchConfig(
+        model=str(artifact("digits_cnn", "_int8.onnx")),
+        cpus=[1],
+        iterations=200,
+        cooldown_to_c=50.0,
+        sample_interval_s=0.1,
+        isolate=False,
+    )
+    r = run_bench(cfg, SystemRoot(root), said.append)
+    h.join()
+    cd = r["thermal"]["cooldown"]
+    assert cd["start_c"] == 70.0 and cd["reached_c"] <= 50.0 and cd["waited_s"] >= 1.0
+    assert any(m.startswith("cooling down: 70.0 C > 50 C") for m in said)
+
+
+def test_the_limit_aborts_the_run_and_keeps_a_partial_result(tmp_path):
+    need("onnxruntime")
+    root, temp = board_tree(tmp_path, 50.0)
+    heater(temp, [(1.0, 66.0)])
+    out = tmp_path / "result.json"
+    proc = run_cli(
+        "bench",
+        str(artifact("digits_cnn", "_int8.onnx")),
+        "--cpus",
+        "1",
+        "--duration",
+        "20",
+        "--thermal-limit",
+        "60",
+        "--sample-interval",
+        "0.1",
+        "--sysroot",
+        str(root),
+        "--json",
+        str(out),
+    )
+    assert proc.returncode == 1, proc.stderr
+    r = json.loads(out.read_text())
+    assert r["aborted"]["partial"] is True and "thermal limit 60 C exceeded (66.0 C)" in r["aborted"]["reason"]
+    assert 0 < r["aborted"]["at_s"] < 5 and r["wall_s"] < 10  # stopped long before its 20 s
+    assert r["latency_us"]["count"] > 0 and r["thermal"]["max_c"] == 66.0 and r["thermal"]["headroom_c"] == -6.0
+    assert "ABORTED      thermal limit 60 C exceeded" in proc.stdout
+
+
+def test_prometheus_textfile(tmp_path):
+    need("onnxruntime")
+    parser = pytest.importorskip("prometheus_client.parser", reason="pip install 'edge-runtime[prom]'")
+    root, _ = board_tree(tmp_path, 47.5)
+    prom = tmp_path / "textfile" / "edge.prom"
+    prom.parent.mkdir()
+    proc = run_cli(
+        "bench",
+        str(artifact("digits_cnn", "_int8.onnx")),
+        "--iterations",
+        "300",
+        "--sysroot",
+        str(root),
+        "--prom",
+        str(prom),
+        "--json",
+    )
+    r = json.loads(proc.stdout)
+    families = {f.name: f for f in parser.text_string_to_metric_families(prom.read_text())}
+    q = {s.labels["quantile"]: s.value for s in families["edge_runtime_latency_seconds"].samples}
+    assert q["0.99"] == pytest.approx(r["latency_us"]["p99"] / 1e6)
+    assert families["edge_runtime_thermal_headroom_celsius"].samples[0].value == pytest.approx(85.0 - 47.5)
+    assert [p.name for p in prom.parent.iterdir()] == ["edge.prom"]  # written atomically, nothing left behind
+
+
+def test_thermal_command_on_this_machine_and_on_a_board(tmp_path):
+    proc = run_cli("thermal")
+    assert proc.returncode == 0
+    if not list(Path("/sys/class/thermal").glob("thermal_zone*/temp")) and not list(
+        Path("/sys/class/hwmon").glob("hwmon*/temp*_input")
+    ):
+        assert proc.stdout.startswith("no thermal sensors")
+    root, _ = board_tree(tmp_path, 52.0)
+    proc = run_cli("thermal", "--sysroot", str(root))
+    assert proc.returncode == 0 and "cpu-thermal" in proc.stdout and "passive 85 (hyst 2)" in proc.stdout
+    assert "headroom 33.0 C" in proc.stdout
+    proc = run_cli("thermal", "--sysroot", str(root), "--watch", "0.1", "--count", "3", "--json")
+    lines = [json.loads(x) for x in proc.stdout.splitlines()]
+    assert len(lines) == 3 and all(x["max_c"] == 52.0 for x in lines)
+
+
+def test_throttling_is_detected_with_the_time_it_started(tmp_path):
+    need("onnxruntime")
+    root, _ = board_tree(tmp_path, 50.0)
+    d = root / "sys/devices/system/cpu/cpu1/cpufreq"
+    d.mkdir(parents=True)
+    (d / "cpuinfo_max_freq").write_text("1800000\n")
+    (d / "scaling_max_freq").write_text("1800000\n")
+    (d / "scaling_cur_freq").write_text("1800000\n")
+    heater(d / "scaling_max_freq", [(1.5, 1200.0)])  # the cooling device caps CPU1 at 1.2 GHz (kHz / 1000 below)
+    cfg = BenchConfig(
+        model=str(artifact("digits_cnn", "_int8.onnx")), cpus=[1], duration_s=2.5, sample_interval_s=0.1, isolate=False
+    )
+    r = run_bench(cfg, SystemRoot(root))
+    t = r["thermal"]
+    assert t["throttled"] is True
+    assert 0 < t["throttle_started_s"] < 2.5
+    assert t["throttle_reasons"] == ["CPU1 capped at 1200 of 1800 MHz"]
+    before = [p for p in t["timeline"] if 0 <= p["t_s"] < t["throttle_started_s"]]
+    assert before and not any(p["throttled"] for p in before)
