@@ -381,6 +381,70 @@ def cmd_bench(args) -> int:
     return code
 
 
+def cmd_quantize(args) -> int:
+    from edge_runtime import quantize as q
+
+    cfg = q.QuantizeConfig(
+        model=args.model,
+        calibration=args.calibration,
+        out=args.out,
+        backend=args.backend,
+        method=args.method,
+        per_channel=not args.per_tensor,
+        activations=args.activations,
+        validation=args.validation,
+        labels=args.labels,
+        max_accuracy_drop=args.max_accuracy_drop,
+    )
+    if args.max_accuracy_drop is not None and args.max_accuracy_drop < 0:
+        raise _UsageError(f"--max-accuracy-drop {args.max_accuracy_drop}: must be >= 0 (points)")
+    if args.labels and not args.validation:
+        raise _UsageError("--labels goes with --validation")
+    res = q.run(cfg, lambda m: print(m, file=sys.stderr, flush=True))
+    for w in res.warnings:
+        print(f"{PROG}: warning: {w}", file=sys.stderr)
+    doc = res.doc
+    doc["warnings"] = res.warnings
+    code = 1 if doc.get("meets_budget") is False else 0
+    if args.json:
+        write_json(doc, args.json, protect=(Path(args.model), Path(args.calibration)))
+        if args.json == "-":
+            return code
+    print(
+        f"quantized  {doc['out']['path']}  ({doc['precision']}, {doc['backend']}, {doc['method']}, "
+        f"{'per-channel' if doc['per_channel'] else 'per-tensor'}, {doc['calibration_samples']} calibration samples)"
+    )
+    act = doc["activations"]
+    print(f"types      activations {act['type']}, weights {act['weights']}: {act['why']}")
+    rows = [("INT8", doc["accuracy_int8"])] + ([("mixed", doc["accuracy_mixed"])] if "accuracy_mixed" in doc else [])
+    print(
+        f"{'accuracy':<10} {'top-1 FP32':>10} {'top-1 q':>8} {'agree':>7} {'drop pts':>9} {'SQNR dB':>8} {'max err':>8}"
+    )
+    for name, a in rows:
+
+        def pct(k, a=a):
+            return f"{a[k]:.2%}" if k in a else "-"
+
+        drop = f"{a['drop_points']:.2f}" if "drop_points" in a else "-"
+        print(
+            f"{name:<10} {pct('fp32_top1'):>10} {pct('int8_top1'):>8} {pct('top1_agreement'):>7} {drop:>9} "
+            f"{a['sqnr_db']:>8.1f} {a['max_abs_error']:>8.3g}"
+        )
+    if doc["kept_fp32"]:
+        print(f"kept FP32  {', '.join(doc['kept_fp32'])}")
+    if doc.get("meets_budget") is not None:
+        verdict = "meets" if doc["meets_budget"] else "MISSES"
+        print(f"budget     {verdict} --max-accuracy-drop {args.max_accuracy_drop:g} points")
+    lat, size = doc["latency_us"], doc["size_bytes"]
+    print(
+        f"latency    FP32 {lat['fp32_p50']:.1f} us, quantized {lat['quantized_p50']:.1f} us: "
+        f"{lat['speedup']:.2f}x (median of 3 interleaved runs, 1 thread)"
+    )
+    print(f"size       {size['fp32']:,} -> {size['quantized']:,} bytes ({size['ratio']:.0%})")
+    print(f"manifest   {doc['manifest_file']}")
+    return code
+
+
 def cmd_thermal(args) -> int:
     from edge_runtime.boards import detect
     from edge_runtime.system import SystemRoot
@@ -551,6 +615,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "bench": (cmd_bench, "measure latency and jitter on pinned CPUs, with the interference that caused them"),
     "tune": (cmd_tune, "audit CPU isolation (show), or apply/reset it with the system_tuning scripts"),
     "thermal": (cmd_thermal, "thermal zones, sensors, trip points, frequencies, power rails and headroom"),
+    "quantize": (cmd_quantize, "FP32 ONNX -> INT8 with calibration data, checked against FP32, mixed precision"),
 }
 
 
@@ -624,6 +689,34 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("info", help=COMMANDS["info"][1], description=COMMANDS["info"][1])
     p.add_argument("--sysroot", default="/", metavar="DIR", help="read /proc and /sys below DIR (default /)")
+    _json_flag(p)
+    _common(p)
+
+    p = sub.add_parser("quantize", help=COMMANDS["quantize"][1], description=COMMANDS["quantize"][1])
+    p.add_argument("model", metavar="MODEL", help="FP32 .onnx model")
+    p.add_argument("--calibration", required=True, metavar="PATH", help=".npy/.npz file or folder of them")
+    p.add_argument(
+        "--out", required=True, metavar="OUT", help="quantized model: .onnx (onnxruntime) or .xml (openvino)"
+    )
+    p.add_argument("--backend", default="onnxruntime", choices=["onnxruntime", "openvino"])
+    p.add_argument("--method", default="minmax", choices=["minmax", "entropy", "percentile"], help="calibration")
+    gran = p.add_mutually_exclusive_group()
+    gran.add_argument("--per-channel", action="store_true", default=True, help="per-channel weights (default)")
+    gran.add_argument("--per-tensor", action="store_true", help="one scale per weight tensor")
+    p.add_argument(
+        "--activations",
+        default="auto",
+        choices=["auto", "u8", "s8"],
+        help="onnxruntime activation type (default: from the CPU: U8 on x86 without VNNI)",
+    )
+    p.add_argument("--validation", metavar="PATH", help="validation inputs (.npz may carry labels as 'y')")
+    p.add_argument("--labels", metavar="PATH", help="validation labels (.npy), for top-1")
+    p.add_argument(
+        "--max-accuracy-drop",
+        type=float,
+        metavar="POINTS",
+        help="keep the most sensitive layers in FP32 until the top-1 drop is at most this many points",
+    )
     _json_flag(p)
     _common(p)
 
