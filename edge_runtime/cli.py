@@ -440,7 +440,14 @@ def cmd_quantize(args) -> int:
         f"latency    FP32 {lat['fp32_p50']:.1f} us, quantized {lat['quantized_p50']:.1f} us: "
         f"{lat['speedup']:.2f}x (median of 3 interleaved runs, 1 thread)"
     )
-    print(f"size       {size['fp32']:,} -> {size['quantized']:,} bytes ({size['ratio']:.0%})")
+    print(
+        f"size       {size['what']}: {size['fp32']:,} -> {size['quantized']:,} bytes ({size['ratio']:.0%})"
+        + (
+            f"; with the .xml {size['fp32_total']:,} -> {size['quantized_total']:,}"
+            if size["what"] != "model file"
+            else ""
+        )
+    )
     print(f"manifest   {doc['manifest_file']}")
     return code
 

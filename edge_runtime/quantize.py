@@ -145,13 +145,13 @@ def cpu_flags() -> set[str]:
     return set()
 
 
-def choose_activations(requested: str) -> tuple[str, str]:
+def choose_activations(requested: str, machine: str | None = None, flags: set[str] | None = None) -> tuple[str, str]:
     """(u8|s8, why). ONNX Runtime's x86 kernels run U8S8 faster than S8S8 without VNNI; with VNNI or on ARM, S8S8
     (the ORT default) costs nothing extra (onnxruntime.ai/docs: performance/model-optimizations/quantization)."""
     if requested in ("u8", "s8"):
         return requested, f"--activations {requested}"
-    machine = platform.machine().lower()
-    flags = cpu_flags()
+    machine = (machine or platform.machine()).lower()
+    flags = cpu_flags() if flags is None else flags
     if machine in ("x86_64", "amd64", "i686"):
         vnni = sorted(flags & {"avx512_vnni", "avx_vnni", "amx_int8"})
         if vnni:
@@ -343,6 +343,18 @@ def run(cfg: QuantizeConfig, say=lambda _m: None) -> Result:
                 doc["accuracy_mixed"] = acc
             runner = "onnxruntime"
         elif cfg.backend == "openvino":
+            ignored = [
+                f
+                for f, on in (
+                    ("--method", cfg.method != "minmax"),
+                    ("--per-tensor", not cfg.per_channel),
+                    ("--activations", cfg.activations != "auto"),
+                )
+                if on
+            ]
+            if ignored:
+                res.warnings.append(f"{', '.join(ignored)}: the openvino path uses NNCF's own scheme (ignored)")
+            doc["method"], doc["per_channel"] = "nncf", True
             acc, kept = _nncf(mf.path, out, calib, val, labels, fp32_pred, cfg, say)
             doc["accuracy_int8"] = acc
             doc["activations"] = {"type": "u8/s8 per NNCF preset", "weights": "s8", "why": "NNCF performance preset"}
@@ -354,9 +366,26 @@ def run(cfg: QuantizeConfig, say=lambda _m: None) -> Result:
         doc["meets_budget"] = (
             None if cfg.max_accuracy_drop is None else acc.get("drop_points", 0.0) <= cfg.max_accuracy_drop + 1e-9
         )
-        size32 = mf.size
-        size8 = out.stat().st_size + (out.with_suffix(".bin").stat().st_size if out.suffix == ".xml" else 0)
-        doc["size_bytes"] = {"fp32": size32, "quantized": size8, "ratio": round(size8 / size32, 3)}
+        if out.suffix == ".xml":
+            # Like with like: the FP32 model as IR too. The weights (.bin) are what shrinks; the .xml topology of a
+            # quantized IR grows (FakeQuantize and shape sub-graphs), which dominates on a model of ~25k weights.
+            import openvino as ov
+
+            ir32 = tmp / "fp32.xml"
+            ov.save_model(ov.convert_model(str(mf.path)), str(ir32), compress_to_fp16=False)
+            w32, w8 = ir32.with_suffix(".bin").stat().st_size, out.with_suffix(".bin").stat().st_size
+            t32, t8 = w32 + ir32.stat().st_size, w8 + out.stat().st_size
+        else:
+            w32, w8 = mf.size, out.stat().st_size  # ONNX keeps weights and graph in one file
+            t32, t8 = w32, w8
+        doc["size_bytes"] = {
+            "fp32": w32,
+            "quantized": w8,
+            "ratio": round(w8 / w32, 3),
+            "fp32_total": t32,
+            "quantized_total": t8,
+            "what": "weights (.bin)" if out.suffix == ".xml" else "model file",
+        }
         say("measuring FP32 and quantized latency (interleaved)")
         lat32, lat8 = [], []
         for _ in range(3):

@@ -1,0 +1,226 @@
+"""edge-runtime quantize on the reference FP32 models with both paths, an accuracy budget that plain INT8 misses,
+and bad input. Real ONNX Runtime quantization, real NNCF, real backends."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tomllib
+from conftest import MANIFEST, MODELS, artifact, need
+from test_bad_input import assert_one_line_error, run_cli
+
+from edge_runtime.quantize import QuantizeConfig, choose_activations, run
+
+DIGITS_CAL = MODELS / "digits_cnn" / "digits_calibration.npz"
+DIGITS_VAL = MODELS / "digits_cnn" / "digits_test.npz"
+NAMES = [m["name"] for m in MANIFEST["model"]]
+
+
+def _nncf():
+    pytest.importorskip("nncf", reason="NNCF not installed: pip install 'edge-runtime[quantize]'")
+
+
+def calibration_for(name: str, tmp: Path, n: int = 32) -> Path:
+    if name == "digits_cnn":
+        return DIGITS_CAL
+    spec = next(a for a in MANIFEST["artifact"] if a["model"] == name and a["file"].endswith("_fp32.onnx"))
+    shape = spec["inputs"][0]["shape"]
+    x = np.random.default_rng(1).random((n, *shape[1:]), dtype=np.float32)
+    p = tmp / f"{name}_cal.npz"
+    np.savez(p, **{spec["inputs"][0]["name"]: x})
+    return p
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
+@pytest.mark.parametrize("name", NAMES)
+def test_reference_models_quantize_run_and_shrink(name, backend, tmp_path):
+    need(backend)
+    need("onnxruntime")
+    if backend == "openvino":
+        _nncf()
+    suffix = ".onnx" if backend == "onnxruntime" else ".xml"
+    trained = name == "digits_cnn"
+    cfg = QuantizeConfig(
+        model=str(artifact(name, "_fp32.onnx")),
+        calibration=str(calibration_for(name, tmp_path)),
+        out=str(tmp_path / f"{name}_q{suffix}"),
+        backend=backend,
+        validation=str(DIGITS_VAL) if trained else None,
+        bench_iterations=30,
+    )
+    res = run(cfg)
+    doc = res.doc
+    assert doc["precision"] == "int8" and doc["kept_fp32"] == []
+    assert doc["size_bytes"]["quantized"] < doc["size_bytes"]["fp32"]
+    out = Path(doc["out"]["path"])
+    import edge_runtime
+
+    with edge_runtime.load(out, backend=backend, isolate=False) as s:
+        assert s.backend.name == backend
+        feeds = {t.name: np.zeros(t.shape, t.dtype) for t in s.inputs}
+        assert np.all(np.isfinite(s.infer(feeds)[s.outputs[0].name]))
+    if trained:
+        acc = doc["accuracy_int8"]
+        assert acc["fp32_top1"] - acc["int8_top1"] <= 0.01  # within 1 point on the digits split
+        assert acc["top1_agreement"] >= 0.98
+    else:
+        assert any("calibration samples" in w for w in res.warnings)  # 32 < 100: warned
+
+
+def outlier_model(tmp: Path) -> Path:
+    """digits_cnn FP32 with one hidden unit of dense5 scaled x1000 and dense6 compensating: the same FP32 function,
+    but the activation between dense5 and dense6 now has one outlier channel that flattens per-tensor INT8."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import numpy_helper
+
+    m = onnx.load(str(artifact("digits_cnn", "_fp32.onnx")))
+    inits = {i.name: i for i in m.graph.initializer}
+    w5, b5, w6 = (numpy_helper.to_array(inits[n]).copy() for n in ("dense5_w", "dense5_b", "dense6_w"))
+    k = int(np.argmax(np.abs(w6).sum(1)))
+    w5[:, k] *= 1000
+    b5[k] *= 1000
+    w6[k, :] /= 1000
+    for n, a in (("dense5_w", w5), ("dense5_b", b5), ("dense6_w", w6)):
+        inits[n].CopyFrom(numpy_helper.from_array(a.astype(np.float32), n))
+    p = tmp / "outlier.onnx"
+    onnx.save(m, str(p))
+    return p
+
+
+def test_mixed_precision_meets_a_budget_plain_int8_misses(tmp_path):
+    need("onnxruntime")
+    model = outlier_model(tmp_path)
+    cfg = QuantizeConfig(
+        model=str(model),
+        calibration=str(DIGITS_CAL),
+        out=str(tmp_path / "o.onnx"),
+        validation=str(DIGITS_VAL),
+        max_accuracy_drop=1.0,
+        bench_iterations=30,
+    )
+    doc = run(cfg).doc
+    assert doc["accuracy_int8"]["drop_points"] > 1.0  # plain INT8 misses the budget
+    mixed = doc["accuracy_mixed"]
+    assert mixed["drop_points"] <= 1.0 and doc["meets_budget"] is True
+    assert doc["precision"] == "mixed"
+    assert set(doc["kept_fp32"]) == {"dense5", "dense6"}  # the two layers around the outlier, nothing else
+    assert mixed["sensitivity"] and mixed["trials"] >= 4
+    assert "kept_fp32 = [" in doc["manifest_entry"] and 'precision = "mixed"' in doc["manifest_entry"]
+
+
+def test_nncf_accuracy_control_meets_the_same_budget(tmp_path):
+    need("openvino")
+    _nncf()
+    model = outlier_model(tmp_path)
+    cfg = QuantizeConfig(
+        model=str(model),
+        calibration=str(DIGITS_CAL),
+        out=str(tmp_path / "o.xml"),
+        backend="openvino",
+        validation=str(DIGITS_VAL),
+        max_accuracy_drop=1.0,
+        bench_iterations=30,
+    )
+    doc = run(cfg).doc
+    assert doc["meets_budget"] is True
+    assert doc["kept_fp32"] and set(doc["kept_fp32"]) <= {"dense5", "dense6"}
+
+
+def test_manifest_entry_matches_the_written_model(tmp_path):
+    need("onnxruntime")
+    out = tmp_path / "d.onnx"
+    proc = run_cli(
+        "quantize",
+        str(artifact("digits_cnn", "_fp32.onnx")),
+        "--calibration",
+        str(DIGITS_CAL),
+        "--validation",
+        str(DIGITS_VAL),
+        "--out",
+        str(out),
+        "--method",
+        "percentile",
+        "--per-tensor",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "activations" in proc.stdout and "INT8" in proc.stdout and "manifest" in proc.stdout
+    entry = tomllib.loads(Path(str(out) + ".manifest.toml").read_text())["artifact"][0]
+    import hashlib
+
+    assert entry["sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
+    assert entry["precision"] == "int8" and entry["calibration_samples"] == 200
+    assert "--method percentile --per-tensor" in entry["provenance"]
+    assert 0.9 < entry["accuracy"]["int8_top1"] <= 1.0
+
+
+@pytest.mark.parametrize(
+    ("machine", "flags", "want"),
+    [
+        ("x86_64", {"avx2", "fma"}, "u8"),
+        ("x86_64", {"avx2", "avx512_vnni"}, "s8"),
+        ("x86_64", {"avx_vnni"}, "s8"),
+        ("aarch64", {"asimd", "asimddp"}, "s8"),
+    ],
+)
+def test_activation_type_from_the_cpu(machine, flags, want):
+    got, why = choose_activations("auto", machine, flags)
+    assert got == want and why
+    assert choose_activations("u8", machine, flags)[0] == "u8"
+
+
+def test_calibration_folder_of_several_files(tmp_path):
+    need("onnxruntime")
+    x = np.load(DIGITS_CAL)["x"]
+    folder = tmp_path / "cal"
+    folder.mkdir()
+    np.save(folder / "a.npy", x[:120])
+    np.savez(folder / "b.npz", x=x[120:])
+    doc = run(
+        QuantizeConfig(
+            model=str(artifact("digits_cnn", "_fp32.onnx")),
+            calibration=str(folder),
+            out=str(tmp_path / "q.onnx"),
+            bench_iterations=20,
+        )
+    ).doc
+    assert doc["calibration_samples"] == 200
+
+
+def test_bad_input(tmp_path):
+    need("onnxruntime")
+    fp32 = str(artifact("digits_cnn", "_fp32.onnx"))
+    out = str(tmp_path / "q.onnx")
+    wrong = tmp_path / "wrong.npy"
+    np.save(wrong, np.zeros((10, 64), np.float32))
+    assert_one_line_error(
+        run_cli("quantize", fp32, "--calibration", str(wrong), "--out", out),
+        str(wrong),
+        "expects samples of shape (1, 8, 8, 1), got an array of shape (10, 64)",
+    )
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert_one_line_error(
+        run_cli("quantize", fp32, "--calibration", str(empty), "--out", out), "holds no .npy or .npz files"
+    )
+    assert_one_line_error(
+        run_cli("quantize", str(artifact("digits_cnn", "_int8.onnx")), "--calibration", str(DIGITS_CAL), "--out", out),
+        "already quantized",
+    )
+    assert_one_line_error(
+        run_cli("quantize", fp32, "--calibration", str(DIGITS_CAL), "--out", out, "--method", "kl"),
+        "argument --method: invalid choice: 'kl'",
+    )
+    assert_one_line_error(
+        run_cli("quantize", fp32, "--calibration", str(tmp_path / "nope.npz"), "--out", out), "no such file or folder"
+    )
+    assert_one_line_error(
+        run_cli("quantize", fp32, "--calibration", str(DIGITS_CAL), "--out", out, "--max-accuracy-drop", "1"),
+        "needs --validation",
+    )
+    assert_one_line_error(
+        run_cli("quantize", fp32, "--calibration", str(DIGITS_CAL), "--out", str(tmp_path / "q.xml")),
+        "writes a .onnx file",
+    )
+    assert not Path(out).exists()
