@@ -412,7 +412,7 @@ def _thermal_section(start, end, sampler, m: Measurement, limit_c, limit_source,
         "limit_source": limit_source,
         "headroom_c": round(limit_c - max_c, 2) if limit_c is not None and max_c is not None else None,
         "throttled": throttled if available or reasons else None,
-        "throttle_started_s": round(sampler.throttle_started_s - m.begin_perf_s, 3)
+        "throttle_started_s": round(sampler.throttle_started_s - m.begin_perf_s, 4)
         if sampler.throttle_started_s is not None
         else None,
         "throttle_reasons": sampler.throttle_why or reasons,

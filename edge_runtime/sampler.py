@@ -75,7 +75,7 @@ class Sampler:
             if why and self.throttle_started_s is None:
                 self.throttle_started_s, self.throttle_why = t, why
             point = {
-                "t_s": round(t, 4),
+                "t_s": t,  # raw: the run subtracts its own start, then rounds
                 "max_c": snap.max_c(),
                 "temps_c": snap.temperatures(),
                 "freq_khz": {str(f.cpu): f.cur_khz for f in snap.cpufreq},
