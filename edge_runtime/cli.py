@@ -436,9 +436,10 @@ def cmd_quantize(args) -> int:
         verdict = "meets" if doc["meets_budget"] else "MISSES"
         print(f"budget     {verdict} --max-accuracy-drop {args.max_accuracy_drop:g} points")
     lat, size = doc["latency_us"], doc["size_bytes"]
+    mixed = f", mixed {lat['mixed_p50']:.1f} us" if "mixed_p50" in lat else ""
     print(
-        f"latency    FP32 {lat['fp32_p50']:.1f} us, quantized {lat['quantized_p50']:.1f} us: "
-        f"{lat['speedup']:.2f}x (median of 3 interleaved runs, 1 thread)"
+        f"latency    FP32 {lat['fp32_p50']:.1f} us, INT8 {lat['int8_p50']:.1f} us{mixed}: {lat['speedup']:.2f}x "
+        "for the written model (medians of 3 interleaved runs, 1 thread)"
     )
     print(
         f"size       {size['what']}: {size['fp32']:,} -> {size['quantized']:,} bytes ({size['ratio']:.0%})"

@@ -338,6 +338,8 @@ def run(cfg: QuantizeConfig, say=lambda _m: None) -> Result:
             _ort_quantize(pre, out, calib, cfg, act, [])
             acc = compare(fp32_pred, predict(out, "onnxruntime", val), labels)
             doc["accuracy_int8"] = acc
+            plain_int8 = tmp / "int8.onnx"
+            plain_int8.write_bytes(out.read_bytes())  # kept for the three-way latency if layers go back to FP32
             if cfg.max_accuracy_drop is not None and acc.get("drop_points", 0) > cfg.max_accuracy_drop:
                 kept, acc = _mixed_precision(pre, out, calib, val, labels, fp32_pred, cfg, act, acc, say, tmp)
                 doc["accuracy_mixed"] = acc
@@ -355,7 +357,8 @@ def run(cfg: QuantizeConfig, say=lambda _m: None) -> Result:
             if ignored:
                 res.warnings.append(f"{', '.join(ignored)}: the openvino path uses NNCF's own scheme (ignored)")
             doc["method"], doc["per_channel"] = "nncf", True
-            acc, kept = _nncf(mf.path, out, calib, val, labels, fp32_pred, cfg, say)
+            plain_int8 = tmp / "int8.xml"
+            acc, kept = _nncf(mf.path, out, calib, val, labels, fp32_pred, cfg, say, plain_int8)
             doc["accuracy_int8"] = acc
             doc["activations"] = {"type": "u8/s8 per NNCF preset", "weights": "s8", "why": "NNCF performance preset"}
             runner = "openvino"
@@ -386,16 +389,18 @@ def run(cfg: QuantizeConfig, say=lambda _m: None) -> Result:
             "quantized_total": t8,
             "what": "weights (.bin)" if out.suffix == ".xml" else "model file",
         }
-        say("measuring FP32 and quantized latency (interleaved)")
-        lat32, lat8 = [], []
+        models = {"fp32": mf.path, "int8": plain_int8 if kept else out}
+        if kept:
+            models["mixed"] = out
+        say(f"measuring {', '.join(models)} latency, interleaved, 3 rounds")
+        lat: dict[str, list[float]] = {k: [] for k in models}
         for _ in range(3):
-            lat32.append(latency_us(mf.path, runner, calib[0], cfg.bench_iterations))
-            lat8.append(latency_us(out, runner, calib[0], cfg.bench_iterations))
-        doc["latency_us"] = {
-            "fp32_p50": float(np.median(lat32)),
-            "quantized_p50": float(np.median(lat8)),
-            "speedup": float(np.median(lat32) / np.median(lat8)),
-        }
+            for k, path in models.items():
+                lat[k].append(latency_us(path, runner, calib[0], cfg.bench_iterations))
+        doc["latency_us"] = {f"{k}_p50": float(np.median(v)) for k, v in lat.items()}
+        final = "mixed" if kept else "int8"
+        doc["latency_us"]["quantized_p50"] = doc["latency_us"][f"{final}_p50"]
+        doc["latency_us"]["speedup"] = doc["latency_us"]["fp32_p50"] / doc["latency_us"]["quantized_p50"]
     doc["out"] = {"path": str(out), "sha256": _sha(out)}
     if out.suffix == ".xml":
         doc["out"]["weights_sha256"] = _sha(out.with_suffix(".bin"))
@@ -442,7 +447,7 @@ def _mixed_precision(pre, out, calib, val, labels, fp32_pred, cfg, act, int8_acc
     return kept, acc
 
 
-def _nncf(model: Path, out: Path, calib, val, labels, fp32_pred, cfg, say):
+def _nncf(model: Path, out: Path, calib, val, labels, fp32_pred, cfg, say, plain_out: Path):
     try:
         import nncf
         import openvino as ov
@@ -487,6 +492,9 @@ def _nncf(model: Path, out: Path, calib, val, labels, fp32_pred, cfg, say):
         q = nncf.quantize(ov_model, calib_ds, preset=preset, subset_size=len(calib))
     ov.save_model(q, str(out), compress_to_fp16=False)
     acc = compare(fp32_pred, predict(out, "openvino", val), labels)
+    if kept:  # the all-INT8 model too, to price the layers kept in FP32
+        plain = nncf.quantize(ov.Core().read_model(str(model)), calib_ds, preset=preset, subset_size=len(calib))
+        ov.save_model(plain, str(plain_out), compress_to_fp16=False)
     return acc, kept
 
 

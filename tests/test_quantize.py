@@ -107,6 +107,7 @@ def test_mixed_precision_meets_a_budget_plain_int8_misses(tmp_path):
     assert doc["precision"] == "mixed"
     assert set(doc["kept_fp32"]) == {"dense5", "dense6"}  # the two layers around the outlier, nothing else
     assert mixed["sensitivity"] and mixed["trials"] >= 4
+    assert {"fp32_p50", "int8_p50", "mixed_p50"} <= set(doc["latency_us"])  # the price of the kept layers
     assert "kept_fp32 = [" in doc["manifest_entry"] and 'precision = "mixed"' in doc["manifest_entry"]
 
 
@@ -126,6 +127,7 @@ def test_nncf_accuracy_control_meets_the_same_budget(tmp_path):
     doc = run(cfg).doc
     assert doc["meets_budget"] is True
     assert doc["kept_fp32"] and set(doc["kept_fp32"]) <= {"dense5", "dense6"}
+    assert {"fp32_p50", "int8_p50", "mixed_p50"} <= set(doc["latency_us"])
 
 
 def test_manifest_entry_matches_the_written_model(tmp_path):
