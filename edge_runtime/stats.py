@@ -8,6 +8,7 @@ a latency that really happened. numpy's `percentile(..., method="inverted_cdf")`
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 
@@ -20,8 +21,10 @@ UNSTABLE_DRIFT_RATIO = 0.10
 
 
 def nearest_rank(sorted_ns: np.ndarray, p: float) -> int:
+    """Value at rank ceil(p/100 * N), in exact arithmetic: in floats 99.9/100*1000 is 999.0000000000001, whose
+    ceiling would make p99.9 of 1000 samples their maximum."""
     n = len(sorted_ns)
-    rank = max(1, math.ceil(p / 100.0 * n))
+    rank = max(1, math.ceil(Fraction(str(p)) * n / 100))
     return int(sorted_ns[min(rank, n) - 1])
 
 
