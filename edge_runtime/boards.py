@@ -208,8 +208,15 @@ def boards_dir() -> Path:
 
 
 def load_all(directory: Path | None = None) -> list[BoardProfile]:
+    """Every profile in boards/; one that does not load is skipped with a warning naming it, not fatal here."""
     d = directory or boards_dir()
-    return [load_profile(p) for p in sorted(d.glob("*.toml"))]
+    out = []
+    for p in sorted(d.glob("*.toml")):
+        try:
+            out.append(load_profile(p))
+        except BoardProfileError as err:
+            warnings.warn(f"{err.message} (profile skipped)", BoardProfileWarning, stacklevel=2)
+    return out
 
 
 def detect(root: SystemRoot, profiles: list[BoardProfile] | None = None) -> BoardProfile | None:

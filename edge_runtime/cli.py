@@ -114,9 +114,8 @@ def _cpus(text: str | None, root=None) -> list[int] | None:
 def cmd_info(args) -> int:
     from edge_runtime import backends
     from edge_runtime.cpulist import format_cpu_list
-    from edge_runtime.system import SystemRoot
 
-    root = SystemRoot(args.sysroot)
+    root = _sysroot(args.sysroot)
     found = {}
     for name in backends.names():
         cls = backends.get(name)
@@ -309,7 +308,6 @@ def cmd_bench(args) -> int:
     from edge_runtime.benchmark import BenchConfig, format_report, run_bench
     from edge_runtime.stats import cyclictest_histogram
     from edge_runtime.stress import StressSpec
-    from edge_runtime.system import SystemRoot
 
     for flag, value, low in (("--iterations", args.iterations, 1), ("--warmup", args.warmup, 0)):
         if value is not None and value < low:
@@ -353,7 +351,7 @@ def cmd_bench(args) -> int:
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            result = run_bench(cfg, SystemRoot(args.sysroot), progress)
+            result = run_bench(cfg, _sysroot(args.sysroot), progress)
     finally:
         signal.signal(signal.SIGTERM, old)
         if tty:
@@ -453,12 +451,19 @@ def cmd_quantize(args) -> int:
     return code
 
 
+def _sysroot(path: str):
+    from edge_runtime.system import SystemRoot
+
+    if not Path(path).is_dir():
+        raise _UsageError(f"--sysroot {path!r}: no such directory")
+    return SystemRoot(path)
+
+
 def cmd_thermal(args) -> int:
     from edge_runtime.boards import detect
-    from edge_runtime.system import SystemRoot
     from edge_runtime.thermal import pick_rail, read_snapshot, thermal_limit, throttle_reasons
 
-    root = SystemRoot(args.sysroot)
+    root = _sysroot(args.sysroot)
     board = detect(root)
 
     def snapshot_doc():
@@ -467,6 +472,7 @@ def cmd_thermal(args) -> int:
         mx = snap.max_c()
         rail = pick_rail(snap.rails)
         return snap, {
+            **snap.to_dict(),
             "schema": "edge-runtime/thermal/1",
             "available": snap.available,
             "max_c": mx,
@@ -477,12 +483,13 @@ def cmd_thermal(args) -> int:
             "firmware_throttled": snap.throttled,
             "power": {"rail": rail.label, "source": rail.source, "w": rail.power_w} if rail else None,
             "sensors_skipped": snap.skipped,
-            **snap.to_dict(),
         }
 
-    if args.watch:
-        if args.watch <= 0:
-            raise _UsageError(f"--watch {args.watch}: must be positive")
+    if args.watch is not None:
+        if not args.watch > 0 or args.watch == float("inf"):
+            raise _UsageError(f"--watch {args.watch}: must be a positive number of seconds")
+        if args.json not in (None, "-"):
+            raise _UsageError("--watch writes one JSON line per interval to stdout: use --json without a FILE")
         n = 0
         while args.count is None or n < args.count:
             snap, doc = snapshot_doc()
@@ -581,9 +588,8 @@ def _tune_cpus(args, root) -> list[int]:
 def cmd_tune(args) -> int:
     from edge_runtime import tuning
     from edge_runtime.cpulist import format_cpu_list
-    from edge_runtime.system import SystemRoot
 
-    root = SystemRoot(args.sysroot)
+    root = _sysroot(args.sysroot)
     if args.action == "show":
         cpus = _tune_cpus(args, root)
         checks = tuning.audit(root, cpus)
@@ -817,9 +823,15 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None):
+    print(f"{PROG}: warning: {' '.join(str(message).split())}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
+    if not debug:
+        warnings.showwarning = _one_line_warning
     try:
         args = build_parser().parse_args(argv)
         if not args.command:

@@ -6,6 +6,7 @@ Each knob is one `Check` with what was seen and what to do, in the spirit of pyp
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import time
@@ -159,7 +160,7 @@ def audit(root: SystemRoot, cpus: list[int]) -> list[Check]:
             d = f"/sys/devices/system/cpu/cpu{c}/cpufreq"
             top = root.read(f"{d}/cpuinfo_max_freq") or root.read(f"{d}/scaling_max_freq")
             floor = root.read(f"{d}/scaling_min_freq")
-            if top and floor and floor != top:
+            if top and floor and floor != top and floor.isdigit() and top.isdigit():
                 low.append(f"CPU{c} {int(floor) // 1000}-{int(top) // 1000} MHz")
         checks.append(
             Check(
@@ -192,6 +193,8 @@ def audit(root: SystemRoot, cpus: list[int]) -> list[Check]:
         checks.append(Check("RT throttling", "n/a", "no sched_rt_runtime_us"))
     elif rt.strip() == "-1":
         checks.append(Check("RT throttling", "ok", "off (sched_rt_runtime_us=-1)"))
+    elif not rt.strip().lstrip("-").isdigit() or not period.strip().isdigit() or int(period) <= 0:
+        checks.append(Check("RT throttling", "n/a", f"unreadable: sched_rt_runtime_us={rt!r}, period={period!r}"))
     else:
         share = int(rt) / int(period)
         checks.append(
@@ -244,37 +247,59 @@ def run_script(name: str, args: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(["sh", str(script), *args], capture_output=True, text=True, timeout=300)
 
 
+def _latest(state: Path, root: str) -> Path:
+    """The pointer to the save file of the tuning applied to `root` (one per root: a tree is not the live system)."""
+    key = hashlib.sha256(os.path.abspath(root or "/").encode()).hexdigest()[:12]
+    return state / f"latest-{key}"
+
+
 def apply(cpus: list[int], governor: str, root: str, dry_run: bool, state: Path) -> tuple[list[str], Path | None]:
-    """Run isolate_cpus.sh and cpufreq.sh with one save file; return their messages and the save file."""
+    """Run isolate_cpus.sh and cpufreq.sh with one save file; return their messages and the save file.
+
+    The pointer to the save file is written before the scripts run, so a run that fails half-way can still be reset;
+    a second apply on the same root is refused, since its save would hold the first apply's values, not the original.
+    """
     L = format_cpu_list(cpus)
-    common = ["--root", root] if root not in ("", "/") else []
+    rootargs = ["--root", root] if root not in ("", "/") else []
+    common = list(rootargs)
     save = None
+    latest = _latest(state, root)
     if dry_run:
         common.append("--dry-run")
     else:
+        if latest.exists():
+            raise UserError(
+                f"tuning is already applied to {root or '/'} (save file {latest.read_text().strip()})",
+                hint="edge-runtime tune reset first, so the save keeps the original values",
+            )
         try:
             state.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise UserError(f"--state-dir {str(state)!r}: cannot create: {err.strerror or err}") from err
         save = state / f"tuning-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.save"
         common += ["--save", str(save)]
+        latest.write_text(str(save) + "\n")
     out: list[str] = []
     for script, extra in (("isolate_cpus.sh", []), ("cpufreq.sh", ["--governor", governor])):
         proc = run_script(script, ["--cpus", L, *extra, *common])
         out += proc.stdout.splitlines()
         if proc.returncode != 0:
-            raise UserError((proc.stderr.strip().splitlines() or [f"{script} failed"])[-1])
-    proc = run_script("kernel_cmdline.sh", ["--cpus", L, *(["--root", root] if root not in ("", "/") else [])])
+            if save is not None and not (save.exists() and save.read_text().count("\n") > 1):
+                latest.unlink(missing_ok=True)  # nothing was changed: nothing to reset
+                save.unlink(missing_ok=True)
+            msg = (proc.stderr.strip().splitlines() or [f"{script} failed"])[-1]
+            raise UserError(msg, hint="edge-runtime tune reset puts back what was changed" if latest.exists() else None)
+    proc = run_script("kernel_cmdline.sh", ["--cpus", L, *rootargs])
     out += [f"boot arguments: {line}" for line in proc.stdout.splitlines()] + proc.stderr.splitlines()
-    if save is not None and save.exists():
-        (state / "latest").write_text(str(save) + "\n")
     return out, save
 
 
 def reset(root: str, dry_run: bool, state: Path) -> list[str]:
-    latest = state / "latest"
+    latest = _latest(state, root)
     if not latest.exists():
-        raise UserError(f"nothing to reset: no saved tuning in {str(state)!r}", hint="tune apply records one")
+        raise UserError(
+            f"nothing to reset for {root or '/'}: no saved tuning in {str(state)!r}", hint="tune apply records one"
+        )
     save = Path(latest.read_text().strip())
     args = ["--restore", str(save)] + (["--root", root] if root not in ("", "/") else [])
     if dry_run:

@@ -38,8 +38,10 @@ er_parse "$@"
 if [ -n "$ER_RESTORE" ]; then er_restore; exit $?; fi
 
 [ -r "$ER_ROOT$CONF" ] || er_die "no configuration $ER_ROOT$CONF (write CPUS=2-3 there)"
-CPUS=$(sed -n 's/^CPUS=[[:space:]]*//p' "$ER_ROOT$CONF" | tr -d '"' | tail -n 1)
-GOVERNOR=$(sed -n 's/^GOVERNOR=[[:space:]]*//p' "$ER_ROOT$CONF" | tr -d '"' | tail -n 1)
+# KEY=value, optionally quoted, optionally followed by a # comment
+conf_get() { sed -n "s/^$1=[[:space:]]*//p" "$ER_ROOT$CONF" | sed 's/[[:space:]]*#.*$//' | tr -d "\"'" | tail -n 1; }
+CPUS=$(conf_get CPUS)
+GOVERNOR=$(conf_get GOVERNOR)
 [ -n "$CPUS" ] || er_die "$CONF: CPUS= is missing"
 [ -n "$ER_SAVE" ] || ER_SAVE="$ER_ROOT$STATE"
 set -- --cpus "$CPUS"

@@ -53,6 +53,17 @@ er_parse() {
     done
     if [ -n "$ER_ROOT" ] && [ ! -d "$ER_ROOT" ]; then er_die "--root '$ER_ROOT': no such directory"; fi
     if [ -n "$ER_SAVE" ] && [ -n "$ER_RESTORE" ]; then er_die "--save and --restore do not go together"; fi
+    # The save file must be writable before anything changes: a change that cannot be recorded is not made.
+    if [ -n "$ER_SAVE" ] && [ "$ER_DRY_RUN" = 0 ]; then
+        if [ ! -s "$ER_SAVE" ]; then
+            { printf '# edge-runtime system_tuning save v1, root %s\n' "${ER_ROOT:-/}" > "$ER_SAVE"; } 2>/dev/null ||
+                er_die "--save '$ER_SAVE': cannot write"
+        elif ! head -n 1 "$ER_SAVE" | grep -q '^# edge-runtime system_tuning save v1'; then
+            er_die "--save '$ER_SAVE': exists and is not a system_tuning save file"
+        elif ! { : >> "$ER_SAVE"; } 2>/dev/null; then
+            er_die "--save '$ER_SAVE': cannot write"
+        fi
+    fi
 }
 
 # "0-2,5" -> "0 1 2 5" (sorted, unique); dies with the list in the message when it is not a CPU list.
@@ -66,6 +77,10 @@ er_expand() {
             *-*) er_lo=${er_part%-*}; er_hi=${er_part#*-} ;;
             *) er_lo=$er_part; er_hi=$er_part ;;
         esac
+        er_lo=$(printf '%s' "$er_lo" | sed 's/^0*\([0-9]\)/\1/'); er_hi=$(printf '%s' "$er_hi" | sed 's/^0*\([0-9]\)/\1/')
+        if [ "${#er_hi}" -gt 4 ] || [ "$er_hi" -ge 8192 ]; then
+            er_die "'$1': CPU $er_hi is beyond any machine (at most 8191)"
+        fi
         [ "$er_lo" -le "$er_hi" ] || er_die "'$1' is not a CPU list (range $er_part goes down)"
         while [ "$er_lo" -le "$er_hi" ]; do er_out="$er_out $er_lo"; er_lo=$((er_lo + 1)); done
     done
@@ -140,10 +155,7 @@ er_cpus_required() {
 
 er_save_line() {
     [ -n "$ER_SAVE" ] || return 0
-    if [ ! -f "$ER_SAVE" ]; then
-        printf '# edge-runtime system_tuning save v1, root %s\n' "${ER_ROOT:-/}" > "$ER_SAVE" || er_die "--save '$ER_SAVE': cannot write"
-    fi
-    printf '%s\n' "$1" >> "$ER_SAVE"
+    printf '%s\n' "$1" >> "$ER_SAVE" || er_die "--save '$ER_SAVE': cannot append"
 }
 
 # er_write PATH VALUE: PATH is relative to the root. Returns 0 written or unchanged, 1 refused, 2 not present.
@@ -183,9 +195,14 @@ er_restore() {
     [ -r "$ER_RESTORE" ] || er_die "--restore '$ER_RESTORE': cannot read"
     head -n 1 "$ER_RESTORE" | grep -q '^# edge-runtime system_tuning save v1' ||
         er_die "--restore '$ER_RESTORE': not a system_tuning save file"
+    er_saved_root=$(head -n 1 "$ER_RESTORE" | sed -n 's/^# edge-runtime system_tuning save v1, root //p')
+    if [ -n "$er_saved_root" ] && [ "$er_saved_root" != "${ER_ROOT:-/}" ]; then
+        er_die "--restore '$ER_RESTORE': recorded for root '$er_saved_root', not '${ER_ROOT:-/}' (pass --root $er_saved_root)"
+    fi
+    # Reverse the lines (tac is not everywhere), skip the header. Carry on past a failure: put back all that can be.
+    sed -n '2,$p' "$ER_RESTORE" | sed -n '1!G;h;$p' | {
     er_failed=0
-    # Reverse the lines (tac is not everywhere), skip the header.
-    sed -n '2,$p' "$ER_RESTORE" | sed -n '1!G;h;$p' | while IFS="$ER_TAB" read -r er_kind er_a er_b er_c; do
+    while IFS="$ER_TAB" read -r er_kind er_a er_b er_c; do
         case "$er_kind" in
             value)
                 if [ "$ER_DRY_RUN" = 1 ]; then er_say "would restore '$er_c' to $er_a"; continue; fi
@@ -196,7 +213,7 @@ er_restore() {
                 fi ;;
             copy)
                 if [ "$ER_DRY_RUN" = 1 ]; then er_say "would restore $er_a from $er_b"; continue; fi
-                cp -p "$er_b" "$ER_ROOT$er_a" || er_failed=1 ;;
+                cp -p "$er_b" "$ER_ROOT$er_a" 2>/dev/null || { er_say "could not restore $er_a"; er_failed=1; } ;;
             absent)
                 if [ "$ER_DRY_RUN" = 1 ]; then er_say "would remove $er_a"; continue; fi
                 rm -f "$ER_ROOT$er_a" ;;
@@ -206,6 +223,7 @@ er_restore() {
             '') ;;
             *) er_say "unknown line in save file: $er_kind" ;;
         esac
-        [ "$er_failed" = 0 ] || exit 1
     done
+    [ "$er_failed" = 0 ]
+    }
 }

@@ -147,9 +147,13 @@ def test_dry_run_changes_nothing(shell, tmp_path, script):
 
 @pytest.mark.parametrize(
     ("cpus", "needle"),
-    [("0-3", "refusing to leave no housekeeping CPU"), ("2,7", "CPU 7 does not exist (online: 0-3)"),
-     ("2-x", "'2-x' is not a CPU list"), ("3-1", "goes down")],
-)  # fmt: skip
+    [
+        ("0-3", "refusing to leave no housekeeping CPU"),
+        ("2,7", "CPU 7 does not exist (online: 0-3)"),
+        ("2-x", "'2-x' is not a CPU list"),
+        ("3-1", "goes down"),
+    ],
+)
 @pytest.mark.parametrize("script", ["irq_affinity.sh", "isolate_cpus.sh", "kernel_cmdline.sh"])
 def test_refusals(shell, tmp_path, script, cpus, needle):
     t = x86_tree(tmp_path)
@@ -233,10 +237,17 @@ def test_tune_show_verdicts_before_and_after_the_scripts(tmp_path):
     assert code == 1 and doc["tuned"] is False
     status = {c["knob"]: c["status"] for c in doc["checks"]}
     assert status == {
-        "kernel command line": "fail", "IRQ affinity": "fail", "default IRQ affinity": "fail", "irqbalance": "ok",
-        "cpufreq governor": "fail", "frequency range": "warn", "turbo/boost": "fail", "RT throttling": "warn",
-        "workqueues": "fail", "timer migration": "fail",
-    }  # fmt: skip
+        "kernel command line": "fail",
+        "IRQ affinity": "fail",
+        "default IRQ affinity": "fail",
+        "irqbalance": "ok",
+        "cpufreq governor": "fail",
+        "frequency range": "warn",
+        "turbo/boost": "fail",
+        "RT throttling": "warn",
+        "workqueues": "fail",
+        "timer migration": "fail",
+    }
     save = tmp_path / "s"
     for script in ("isolate_cpus.sh", "cpufreq.sh"):
         assert sh(["sh"], script, "--cpus", "2-3", "--root", str(t), "--save", str(save)).returncode == 0
@@ -284,9 +295,10 @@ def test_real_system_apply_and_restore(request, tmp_path):
     if len(online) < 2:
         pytest.skip("needs at least 2 CPUs")
     watched = [p for p in Path("/proc/irq").glob("*/smp_affinity_list")] + [
-        Path("/proc/irq/default_smp_affinity"), Path("/proc/sys/kernel/timer_migration"),
+        Path("/proc/irq/default_smp_affinity"),
+        Path("/proc/sys/kernel/timer_migration"),
         Path("/sys/devices/virtual/workqueue/cpumask"),
-    ]  # fmt: skip
+    ]
 
     def read_all():
         out = {}
@@ -309,10 +321,18 @@ def test_real_system_apply_and_restore(request, tmp_path):
 # --------------------------------------------------------------------------------------------------------- boards
 @pytest.mark.parametrize(
     ("capture", "board"),
-    [("rpi4", "raspberry-pi-4"), ("rpi5", "raspberry-pi-5"), ("jetson-orin-nano", "jetson-orin-nano"),
-     ("jetson-orin-nano-jp6-aaeon", "jetson-orin-nano"), ("imx8mp-evk", "imx8mp"), ("rock5b", "rk3588"),
-     ("x86-node-exporter", "generic-x86"), ("x86-procfs", "generic-x86"), ("jetson-nano", None)],
-)  # fmt: skip
+    [
+        ("rpi4", "raspberry-pi-4"),
+        ("rpi5", "raspberry-pi-5"),
+        ("jetson-orin-nano", "jetson-orin-nano"),
+        ("jetson-orin-nano-jp6-aaeon", "jetson-orin-nano"),
+        ("imx8mp-evk", "imx8mp"),
+        ("rock5b", "rk3588"),
+        ("x86-node-exporter", "generic-x86"),
+        ("x86-procfs", "generic-x86"),
+        ("jetson-nano", None),
+    ],
+)
 def test_board_detection_on_captures(capture, board):
     found = detect(SystemRoot(_fixture(capture)))
     assert (found.name if found else None) == board
@@ -353,3 +373,69 @@ def test_info_shows_the_detected_board():
     proc = run_cli("info", "--sysroot", str(_fixture("imx8mp-evk")), "--json")
     doc = json.loads(proc.stdout)
     assert doc["board_profile"]["name"] == "imx8mp" and doc["board_profile"]["npu"] == "npu"
+
+
+def test_save_file_must_be_writable_before_anything_changes(shell, tmp_path):
+    t = x86_tree(tmp_path)
+    before = snapshot(t)
+    r = sh(shell, "irq_affinity.sh", "--cpus", "2", "--root", str(t), "--save", str(tmp_path / "no/such/dir/s"))
+    assert r.returncode == 2 and "cannot write" in r.stderr and r.stdout == ""
+    assert snapshot(t) == before
+    empty = tmp_path / "empty.save"
+    empty.write_text("")  # e.g. made by mktemp: gets its header, then restores
+    assert sh(shell, "irq_affinity.sh", "--cpus", "2", "--root", str(t), "--save", str(empty)).returncode == 0
+    assert sh(shell, "irq_affinity.sh", "--restore", str(empty), "--root", str(t)).returncode == 0
+    assert snapshot(t) == before
+
+
+def test_restore_refuses_another_root_and_carries_on_past_a_failure(shell, tmp_path):
+    t = x86_tree(tmp_path)
+    before = snapshot(t)
+    save = tmp_path / "s"
+    assert sh(shell, "irq_affinity.sh", "--cpus", "2-3", "--root", str(t), "--save", str(save)).returncode == 0
+    r = sh(shell, "irq_affinity.sh", "--restore", str(save))  # no --root: this save belongs to the tree
+    assert r.returncode == 2 and f"recorded for root '{t}'" in r.stderr
+    blocked = t / "proc/irq/8/smp_affinity_list"
+    blocked.unlink()
+    blocked.mkdir()  # cannot be written back
+    r = sh(shell, "irq_affinity.sh", "--restore", str(save), "--root", str(t))
+    assert r.returncode == 1 and "could not restore /proc/irq/8/smp_affinity_list" in r.stdout
+    blocked.rmdir()
+    blocked.write_text("0-3\n")
+    assert snapshot(t) == before  # everything else was put back
+
+
+@pytest.mark.parametrize(("cpus", "needle"), [("0-100000000", "beyond any machine"), ("9999", "beyond any machine")])
+def test_absurd_cpu_numbers_are_refused_at_once(shell, tmp_path, cpus, needle):
+    t = x86_tree(tmp_path)
+    r = sh(shell, "irq_affinity.sh", "--cpus", cpus, "--root", str(t))
+    assert r.returncode == 2 and needle in r.stderr
+
+
+def test_leading_zeros_are_decimal(shell, tmp_path):
+    t = x86_tree(tmp_path)
+    r = sh(shell, "irq_affinity.sh", "--cpus", "02-03", "--root", str(t))
+    assert r.returncode == 0 and "away from CPU 2-3" in r.stdout
+
+
+def test_tune_apply_twice_is_refused_and_a_failed_apply_can_be_reset(tmp_path):
+    t = x86_tree(tmp_path)
+    before = snapshot(t)
+    state = tmp_path / "state"
+    proc = run_cli(
+        "tune", "apply", "--sysroot", str(t), "--cpus", "2", "--governor", "ondemand", "--state-dir", str(state)
+    )
+    assert proc.returncode == 2 and "offers only" in proc.stderr and "tune reset" in proc.stderr
+    proc = run_cli("tune", "apply", "--sysroot", str(t), "--cpus", "2", "--state-dir", str(state))
+    assert proc.returncode == 2 and "already applied" in proc.stderr
+    assert run_cli("tune", "reset", "--sysroot", str(t), "--state-dir", str(state)).returncode == 0
+    assert snapshot(t) == before
+
+
+def test_boot_configuration_with_comments_and_quotes(shell, tmp_path):
+    t = x86_tree(tmp_path)
+    (t / "etc/edge-runtime").mkdir(parents=True)
+    (t / "etc/edge-runtime/tuning.conf").write_text("CPUS='2-3'   # the inference cores\nGOVERNOR=\"performance\"\n")
+    r = sh(shell, "apply_at_boot.sh", "--root", str(t))
+    assert r.returncode == 0, r.stderr
+    assert (t / "proc/sys/kernel/timer_migration").read_text() == "0\n"
