@@ -424,9 +424,10 @@ def cmd_quantize(args) -> int:
             return f"{a[k]:.2%}" if k in a else "-"
 
         drop = f"{a['drop_points']:.2f}" if "drop_points" in a else "-"
+        sqnr = f"{a['sqnr_db']:.1f}" if a["sqnr_db"] is not None else "exact"
         print(
             f"{name:<10} {pct('fp32_top1'):>10} {pct('int8_top1'):>8} {pct('top1_agreement'):>7} {drop:>9} "
-            f"{a['sqnr_db']:>8.1f} {a['max_abs_error']:>8.3g}"
+            f"{sqnr:>8} {a['max_abs_error']:>8.3g}"
         )
     if doc["kept_fp32"]:
         print(f"kept FP32  {', '.join(doc['kept_fp32'])}")

@@ -128,9 +128,20 @@ def load_labels(validation: str, labels: str | None, n: int) -> np.ndarray | Non
             for k in ("y", "labels"):
                 if k in z.files:
                     arr = z[k]
-    if arr is not None and len(arr) != n:
+    if arr is None:
+        return None
+    arr = np.asarray(arr)
+    if arr.ndim == 2 and arr.shape[1] > 1:
+        arr = arr.argmax(axis=1)  # one-hot
+    elif arr.ndim == 2 and arr.shape[1] == 1:
+        arr = arr[:, 0]
+    if arr.ndim != 1 or arr.dtype.kind not in "iub":
+        raise UserError(
+            f"labels: expected one class index per sample (or one-hot rows), got shape {arr.shape} {arr.dtype}"
+        )
+    if len(arr) != n:
         raise UserError(f"labels: {len(arr)} labels for {n} validation samples")
-    return None if arr is None else np.asarray(arr).reshape(-1).astype(np.int64)
+    return arr.astype(np.int64)
 
 
 # ------------------------------------------------------------------------------------------------------ the CPU
@@ -205,6 +216,15 @@ def _preprocess(model: Path, tmp: Path) -> Path:
         quant_pre_process(str(model), str(pre), skip_symbolic_shape=True)
     except Exception as err:
         raise UserError(f"model {str(model)!r}: ONNX Runtime pre-processing failed: {err}") from err
+    # Layers are kept in FP32 by node name: give every unnamed node one (op type and position).
+    import onnx
+
+    m = onnx.load(str(pre))
+    if any(not n.name for n in m.graph.node):
+        for i, n in enumerate(m.graph.node):
+            if not n.name:
+                n.name = f"{n.op_type}_{i}"
+        onnx.save(m, str(pre))
     return pre
 
 
@@ -244,7 +264,8 @@ def compare(fp32: list[np.ndarray], int8: list[np.ndarray], labels: np.ndarray |
     noise = np.sum((a - b) ** 2)
     out = {
         "samples": len(fp32),
-        "sqnr_db": float(10 * np.log10(np.sum(a**2) / noise)) if noise > 0 else float("inf"),
+        # None when the outputs are identical (infinite SQNR is not valid JSON)
+        "sqnr_db": float(10 * np.log10(np.sum(a**2) / noise)) if noise > 0 else None,
         "max_abs_error": float(np.max(np.abs(a - b))),
     }
     if a.shape[1] > 1:
@@ -298,6 +319,14 @@ def run(cfg: QuantizeConfig, say=lambda _m: None) -> Result:
             hint="quantize the FP32 model",
         )
     out = Path(cfg.out)
+    for given, what in (
+        (cfg.model, "the model"),
+        (cfg.calibration, "the calibration data"),
+        (cfg.validation, "the validation data"),
+        (cfg.labels, "the labels"),
+    ):
+        if given and out.resolve() == Path(given).resolve():
+            raise UserError(f"--out {cfg.out!r} is {what}: refusing to overwrite an input")
     want_suffix = ".onnx" if cfg.backend == "onnxruntime" else ".xml"
     if out.suffix != want_suffix:
         raise UserError(f"--out {cfg.out!r}: the {cfg.backend} path writes a {want_suffix} file")
@@ -315,7 +344,10 @@ def run(cfg: QuantizeConfig, say=lambda _m: None) -> Result:
         + (" with labels" if labels is not None else " (no labels: compared with FP32)")
     )
 
-    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"--out {cfg.out!r}: cannot create its folder: {err.strerror or err}") from err
     fp32_pred = predict(mf.path, "onnxruntime" if cfg.backend == "onnxruntime" else "openvino", val)
     doc: dict = {
         "schema": "edge-runtime/quantize/1",
@@ -522,6 +554,6 @@ def manifest_entry(doc: dict) -> str:
         "kept_fp32 = [" + ", ".join(f'"{k}"' for k in doc["kept_fp32"]) + "]",
     ]
     acc_keys = ("fp32_top1", "int8_top1", "top1_agreement", "sqnr_db", "max_abs_error")
-    parts = [f"{k} = {round(acc[k], 6)}" for k in acc_keys if k in acc and np.isfinite(acc[k])]
+    parts = [f"{k} = {round(acc[k], 6)}" for k in acc_keys if acc.get(k) is not None and np.isfinite(acc[k])]
     lines.append("accuracy = { " + ", ".join(parts) + " }")
     return "\n".join(lines) + "\n"

@@ -226,3 +226,72 @@ def test_bad_input(tmp_path):
         "writes a .onnx file",
     )
     assert not Path(out).exists()
+
+
+def test_out_may_not_overwrite_an_input(tmp_path):
+    need("onnxruntime")
+    model = tmp_path / "m.onnx"
+    model.write_bytes(artifact("digits_cnn", "_fp32.onnx").read_bytes())
+    before = model.read_bytes()
+    proc = run_cli("quantize", str(model), "--calibration", str(DIGITS_CAL), "--out", str(model))
+    assert_one_line_error(proc, "is the model: refusing to overwrite an input")
+    assert model.read_bytes() == before
+
+
+def test_unnamed_nodes_can_still_be_kept_in_fp32(tmp_path):
+    need("onnxruntime")
+    onnx = pytest.importorskip("onnx")
+    m = onnx.load(str(outlier_model(tmp_path)))
+    for n in m.graph.node:
+        n.name = ""
+    p = tmp_path / "unnamed.onnx"
+    onnx.save(m, str(p))
+    doc = run(
+        QuantizeConfig(
+            model=str(p),
+            calibration=str(DIGITS_CAL),
+            out=str(tmp_path / "u.onnx"),
+            validation=str(DIGITS_VAL),
+            max_accuracy_drop=1.0,
+            bench_iterations=20,
+        )
+    ).doc
+    assert doc["meets_budget"] and 0 < len(doc["kept_fp32"]) < 4 and "" not in doc["kept_fp32"]
+    assert doc["size_bytes"]["ratio"] < 1.0  # really mixed, not everything left in FP32
+
+
+def test_one_hot_labels_are_accepted_and_garbage_labels_refused(tmp_path):
+    need("onnxruntime")
+    y = np.load(DIGITS_VAL)["y"]
+    x = np.load(DIGITS_VAL)["x"]
+    val = tmp_path / "val.npy"
+    np.save(val, x)
+    onehot = tmp_path / "onehot.npy"
+    np.save(onehot, np.eye(10, dtype=np.float32)[y])
+    doc = run(
+        QuantizeConfig(
+            model=str(artifact("digits_cnn", "_fp32.onnx")),
+            calibration=str(DIGITS_CAL),
+            out=str(tmp_path / "q.onnx"),
+            validation=str(val),
+            labels=str(onehot),
+            bench_iterations=20,
+        )
+    ).doc
+    assert doc["accuracy_int8"]["fp32_top1"] > 0.95
+    scalar = tmp_path / "scalar.npy"
+    np.save(scalar, np.array(3.5))
+    proc = run_cli(
+        "quantize",
+        str(artifact("digits_cnn", "_fp32.onnx")),
+        "--calibration",
+        str(DIGITS_CAL),
+        "--validation",
+        str(val),
+        "--labels",
+        str(scalar),
+        "--out",
+        str(tmp_path / "r.onnx"),
+    )
+    assert_one_line_error(proc, "labels: expected one class index per sample")
+    assert not (tmp_path / "r.onnx").exists()
