@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import os
 import platform
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -42,7 +43,7 @@ from edge_runtime.system import (
     task_migrations,
     task_status,
 )
-from edge_runtime.thermal import TegraStats, pick_rail, read_snapshot, thermal_limit, throttle_reasons
+from edge_runtime.thermal import pick_rail, read_snapshot, thermal_limit, throttle_reasons
 
 SCHEMA = "edge-runtime/bench/1"
 SHOWN = [
@@ -181,12 +182,18 @@ def run_bench(cfg: BenchConfig, root: SystemRoot, progress: Callable[[str], None
         if not pl.available():
             iso["warnings"].append("--platform-latency: cyclictest not installed (apt-get install rt-tests)")
         else:
-            target = cfg.cpus or root.online_cpus()
+            target = cfg.cpus or sorted(os.sched_getaffinity(0))  # CPUs of this machine, whatever --sysroot says
             say(f"platform latency: cyclictest on CPU {format_cpu_list(target)} for {cfg.platform_latency_s:g} s")
-            platform_latency = pl.run_cyclictest(target, cfg.platform_latency_s, priority=cfg.rt_priority or 80)
+            try:
+                platform_latency = pl.run_cyclictest(target, cfg.platform_latency_s, priority=cfg.rt_priority or 80)
+            except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as err:
+                iso["warnings"].append(f"--platform-latency: {err} (cyclictest needs root for SCHED_FIFO and mlock)")
 
     expected_s = cfg.duration_s or 0.0
-    corunner = CoRunner(cfg.stress, max_seconds=max(60.0, expected_s * 3 + 60.0), measured_cpus=cfg.cpus)
+    # Co-runners are bounded by their own timeout: three times a --duration run plus load time, or an hour for an
+    # --iterations run (its length is not known in advance); stopped as soon as the run ends either way.
+    bound_s = expected_s * 3 + 60.0 + (cfg.warmup_s or 0.0) if cfg.duration_s else 3600.0
+    corunner = CoRunner(cfg.stress, max_seconds=bound_s, measured_cpus=cfg.cpus)
     from edge_runtime.boards import detect
 
     snap_start = read_snapshot(root, cfg.cpus)
@@ -194,7 +201,7 @@ def run_bench(cfg: BenchConfig, root: SystemRoot, progress: Callable[[str], None
     cooldown = _cool_down(root, cfg, snap_start, say, iso["warnings"]) if cfg.cooldown_to_c is not None else None
     if cooldown:
         snap_start = read_snapshot(root, cfg.cpus)
-    tegra = TegraStats() if root.root.as_posix() == "/" else None
+    use_tegra = root.root.as_posix() == "/"
     saved_affinity = os.sched_getaffinity(0)  # put back at the end: a library call must not leave its caller pinned
     saved_sched: dict = {}
     locked = False
@@ -222,7 +229,7 @@ def run_bench(cfg: BenchConfig, root: SystemRoot, progress: Callable[[str], None
                 mlock_all()
                 locked = True
             before = _counters(root, tid)
-            sampler = Sampler(root, cfg.sample_interval_s, cfg.cpus, limit_c, tegra)
+            sampler = Sampler(root, cfg.sample_interval_s, cfg.cpus, limit_c, use_tegra, allowed_cpus=saved_affinity)
             sampler.start(t0=0.0)
             last = [0.0]
 
@@ -251,8 +258,6 @@ def run_bench(cfg: BenchConfig, root: SystemRoot, progress: Callable[[str], None
         finally:
             if "sampler" in locals():
                 sampler.stop()
-            if tegra is not None:
-                tegra.close()
             if locked:
                 munlock_all()
             restore_scheduling(saved_sched)
@@ -340,6 +345,12 @@ def run_bench(cfg: BenchConfig, root: SystemRoot, progress: Callable[[str], None
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(m.start_ns / 1e9)),
         "wall_s": m.wall_s,
     }
+    if sampler.warning:
+        result["quality"]["warnings"].append(sampler.warning)
+    if corunner.ended_early:
+        result["quality"]["warnings"].append(
+            "a --stress co-runner ended before the run did: the end of the run was not under load"
+        )
     if m.stopped:
         result["aborted"] = {
             "reason": f"thermal limit {limit_c:g} C exceeded ({sampler.over_limit_c:.1f} C)",
@@ -401,7 +412,7 @@ def _thermal_section(start, end, sampler, m: Measurement, limit_c, limit_source,
         drift = round((last - first) / first * 100.0, 2) if first else None
     reasons = throttle_reasons(end, start, sorted(sampler.measured) or None)
     throttled = bool(sampler.throttle_started_s is not None or reasons)
-    available = start.available or end.available
+    available = start.available or end.available or any(p["max_c"] is not None for p in timeline)
     max_c = max(temps) if temps else None
     return {
         "available": available,
@@ -430,6 +441,7 @@ def _thermal_section(start, end, sampler, m: Measurement, limit_c, limit_source,
         "firmware_throttled": end.throttled,
         "sensors_skipped": start.skipped,
         "cooldown": cooldown,
+        "sampler_warning": sampler.warning,
         "sampler": {
             "tid": sampler.tid,
             "cpus": sampler.cpus,
@@ -533,7 +545,11 @@ def format_report(r: dict) -> str:
             if t["throttled"]
             else "not throttled"
         )
-        temps = f"start {t['start_c']:.1f} C, max {t['max_c']:.1f} C, end {t['end_c']:.1f} C"
+
+        def c(v):
+            return f"{v:.1f} C" if v is not None else "?"
+
+        temps = f"start {c(t['start_c'])}, max {c(t['max_c'])}, end {c(t['end_c'])}"
         lines.append(f"thermal      {temps}; {head}; {thr}{drift_txt}")
     else:
         lines.append(f"thermal      no thermal sensors on this machine{drift_txt}")

@@ -312,8 +312,38 @@ def cmd_bench(args) -> int:
     for flag, value, low in (("--iterations", args.iterations, 1), ("--warmup", args.warmup, 0)):
         if value is not None and value < low:
             raise _UsageError(f"{flag} {value}: must be at least {low}")
-    if args.duration is not None and args.duration <= 0:
-        raise _UsageError(f"--duration {args.duration}: must be positive")
+    import math
+
+    for flag, value, low in (
+        ("--duration", args.duration, 1e-3),
+        ("--warmup-time", args.warmup_time, 0.0),
+        ("--sample-interval", args.sample_interval, 1e-3),
+        ("--cooldown-timeout", args.cooldown_timeout, 0.0),
+    ):
+        if value is not None and not (math.isfinite(value) and value >= low):
+            raise _UsageError(f"{flag} {value}: must be a finite number of seconds >= {low:g}")
+    for flag, value in (("--thermal-limit", args.thermal_limit), ("--cooldown-to", args.cooldown_to)):
+        if value is not None and not math.isfinite(value):
+            raise _UsageError(f"{flag} {value}: must be a finite temperature in C")
+    if args.histogram is not None and args.histogram < 0:
+        raise _UsageError(f"--histogram {args.histogram}: the number of 1 us buckets must be >= 0")
+    inputs = [Path(args.model), *(Path(p) for spec in args.input or [] for p in {spec, spec.partition("=")[2] or spec})]
+    if Path(args.model).suffix == ".xml":
+        inputs.append(Path(args.model).with_suffix(".bin"))
+    outputs = [
+        (f, v) for f, v in (("--json", args.json), ("--hdr-log", args.hdr_log), ("--prom", args.prom)) if v and v != "-"
+    ]
+    for flag, value in outputs:  # before the run, not after it: a result is never lost to a bad path
+        dest = Path(value)
+        if any(dest.resolve() == i.resolve() for i in inputs):
+            raise _UsageError(f"{flag} {value!r}: is an input of this command; refusing to overwrite it")
+        parent = dest.parent
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise _UsageError(f"{flag} {value!r}: cannot create {str(parent)!r}: {err.strerror or err}") from err
+        if dest.is_dir() or not os.access(parent, os.W_OK):
+            raise _UsageError(f"{flag} {value!r}: cannot write there")
     if args.rt_priority is not None and not 1 <= args.rt_priority <= 99:
         raise _UsageError(f"--rt-priority {args.rt_priority}: must be 1-99 (SCHED_FIFO)")
     cfg = BenchConfig(
@@ -336,8 +366,6 @@ def cmd_bench(args) -> int:
         cooldown_timeout_s=args.cooldown_timeout,
         sample_interval_s=args.sample_interval,
     )
-    if args.sample_interval <= 0:
-        raise _UsageError(f"--sample-interval {args.sample_interval}: must be positive")
     tty = sys.stderr.isatty()
 
     def progress(msg: str) -> None:

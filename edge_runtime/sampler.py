@@ -22,13 +22,17 @@ class Sampler:
         interval_s: float,
         measured_cpus: list[int] | None,
         limit_c: float | None,
-        tegra: TegraStats | None = None,
+        tegrastats: bool = False,
+        allowed_cpus: set[int] | None = None,
     ):
         self.root = root
         self.interval_s = interval_s
         self.measured = set(measured_cpus or [])
         self.limit_c = limit_c
-        self.tegra = tegra
+        self.use_tegra = tegrastats
+        self.tegra: TegraStats | None = None
+        self.allowed = set(allowed_cpus) if allowed_cpus else set(os.sched_getaffinity(0))
+        self.warning: str | None = None
         self.timeline: list[dict] = []
         self.tid: int | None = None
         self.cpus: list[int] | None = None
@@ -56,14 +60,20 @@ class Sampler:
             ctypes.CDLL(None).prctl(15, b"edge-sampler", 0, 0, 0)  # PR_SET_NAME
         except (OSError, AttributeError):
             pass
-        allowed = set(range(os.cpu_count() or 1))
-        housekeeping = sorted(allowed - self.measured)
-        if self.measured and housekeeping:
-            os.sched_setaffinity(self.tid, housekeeping)
+        housekeeping = sorted(self.allowed - self.measured)
+        if self.measured and not housekeeping:
+            self.warning = "no housekeeping CPU left for the thermal sampler: it shares the measured CPUs"
+        elif self.measured:
+            try:
+                os.sched_setaffinity(self.tid, housekeeping)
+            except OSError as err:
+                self.warning = f"thermal sampler could not leave the measured CPUs: {err.strerror or err}"
         self.cpus = sorted(os.sched_getaffinity(self.tid))
 
     def _run(self) -> None:
         self._pin()
+        if self.use_tegra:
+            self.tegra = TegraStats()  # its reader thread inherits this thread's housekeeping CPUs
         cpus = sorted(self.measured) or None
         while not self._stop.is_set():
             snap = read_snapshot(self.root, cpus, self.tegra)
@@ -94,3 +104,6 @@ class Sampler:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
+        if self.tegra is not None:
+            self.tegra.close()
+            self.tegra = None

@@ -78,6 +78,7 @@ class CoRunner:
         self.specs = specs
         self.max_seconds = max_seconds
         self.procs: list[subprocess.Popen] = []
+        self.ended_early = False
         forced = os.environ.get("EDGE_RUNTIME_STRESS_TOOL")  # "builtin" to test (or prefer) the built-in hog
         self.tool = forced or ("stress-ng" if shutil.which("stress-ng") else "builtin")
         allowed = set(os.sched_getaffinity(0)) | set(range(os.cpu_count() or 1))
@@ -121,6 +122,8 @@ class CoRunner:
         time.sleep(0.2)  # let the workers start loading their CPUs before measuring
 
     def stop(self) -> None:
+        if any(p.poll() is not None for p in self.procs):
+            self.ended_early = True  # a worker died or hit its timeout before the run ended
         for p in self.procs:
             if p.poll() is None:
                 try:

@@ -198,10 +198,11 @@ def set_fifo(priority: int, tids: list[int] | None = None) -> dict[int, tuple[in
     saved = {}
     try:
         for tid in tids:
-            saved[tid] = (os.sched_getscheduler(tid), os.sched_getparam(tid).sched_priority)
-            os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(priority))
-    except ProcessLookupError:
-        pass
+            try:
+                saved[tid] = (os.sched_getscheduler(tid), os.sched_getparam(tid).sched_priority)
+                os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(priority))
+            except ProcessLookupError:
+                continue  # that thread ended meanwhile; the others still get SCHED_FIFO
     except PermissionError as err:
         restore_scheduling(saved)
         raise PinningError(

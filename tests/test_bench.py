@@ -80,10 +80,25 @@ def test_pinning_seen_from_outside_the_process():
     """While a bench runs, read /proc/PID/task/*/status of it: every thread must be allowed on CPU 1 only."""
     need("onnxruntime")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "edge_runtime.cli", "bench", str(artifact(*MODEL)), "--cpus", "1", "--threads", "2",
-         "--duration", "4", "--json"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "edge_runtime.cli",
+            "bench",
+            str(artifact(*MODEL)),
+            "--cpus",
+            "1",
+            "--threads",
+            "2",
+            "--duration",
+            "4",
+            "--json",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         seen: dict[str, str] = {}
         sampler_cpus: set[str] = set()
@@ -198,8 +213,9 @@ def test_stress_co_runner_runs_and_is_stopped(tool, monkeypatch):
 
     t = threading.Thread(target=watch)
     t.start()
-    cfg = BenchConfig(model=str(artifact(*MODEL)), cpus=[1], duration_s=2.0, stress=[StressSpec.parse("cpu:0")],
-                      isolate=False)  # fmt: skip
+    cfg = BenchConfig(
+        model=str(artifact(*MODEL)), cpus=[1], duration_s=2.0, stress=[StressSpec.parse("cpu:0")], isolate=False
+    )
     r = run_bench(cfg, SystemRoot("/"))
     t.join()
     assert r["config"]["stress"] == [{"kind": "cpu", "cpus": [0], "tool": tool}]
@@ -219,10 +235,24 @@ def test_stress_is_stopped_when_the_run_fails(tmp_path):
 def test_stress_is_stopped_on_ctrl_c_and_sigterm(sig):
     need("onnxruntime")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "edge_runtime.cli", "bench", str(artifact(*MODEL)), "--cpus", "1", "--duration", "30",
-         "--stress", "cpu:0"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "edge_runtime.cli",
+            "bench",
+            str(artifact(*MODEL)),
+            "--cpus",
+            "1",
+            "--duration",
+            "30",
+            "--stress",
+            "cpu:0",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 30
         while not stress_processes() and time.monotonic() < deadline:
@@ -324,8 +354,9 @@ def test_platform_latency_from_cyclictest():
     need("onnxruntime")
     if not shutil.which("cyclictest"):
         pytest.skip("cyclictest not installed: apt-get install rt-tests (make test does this as root)")
-    proc = run_cli("bench", str(artifact(*MODEL)), "--cpus", "1", "--iterations", "100", "--platform-latency", "1",
-                   "--json")  # fmt: skip
+    proc = run_cli(
+        "bench", str(artifact(*MODEL)), "--cpus", "1", "--iterations", "100", "--platform-latency", "1", "--json"
+    )
     assert proc.returncode == 0, proc.stderr
     pl = json.loads(proc.stdout)["platform_latency"]
     assert pl["tool"] == "cyclictest" and pl["cpus"] == [1]
@@ -356,3 +387,16 @@ def test_duration_mode_and_warmup_are_excluded():
     assert 0.45 <= r["wall_s"] <= 0.8
     assert r["latency_us"]["count"] == pytest.approx(r["throughput_ips"] * r["wall_s"], rel=1e-6)
     assert np.isfinite(r["latency_us"]["p9999"])
+
+
+def test_output_paths_are_checked_before_the_run(tmp_path):
+    need("onnxruntime")
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    t0 = time.monotonic()
+    proc = run_cli("bench", str(artifact(*MODEL)), "--duration", "30", "--hdr-log", str(blocker / "x.hlog"))
+    assert_one_line_error(proc, "--hdr-log", "cannot create")
+    assert time.monotonic() - t0 < 20  # refused at once, not after a 30 s measurement
+    for flag in ("--json", "--hdr-log", "--prom"):
+        proc = run_cli("bench", str(artifact(*MODEL)), flag, str(artifact(*MODEL)), "--iterations", "5")
+        assert_one_line_error(proc, flag, "refusing to overwrite it")

@@ -330,3 +330,25 @@ def test_throttling_is_detected_with_the_time_it_started(tmp_path):
     assert t["throttle_reasons"] == ["CPU1 capped at 1200 of 1800 MHz"]
     before = [p for p in t["timeline"] if 0 <= p["t_s"] < t["throttle_started_s"]]
     assert before and not any(p["throttled"] for p in before)
+
+
+def test_a_sensor_that_appears_mid_run_and_a_sampler_with_no_housekeeping_cpu(tmp_path):
+    need("onnxruntime")
+    root, temp = board_tree(tmp_path, 50.0)
+    for t in root.glob("sys/class/thermal/thermal_zone*/temp"):
+        t.write_text("garbled\n")
+    heater(temp, [(0.8, 55.0)])  # the driver comes back during the run
+    cfg = BenchConfig(
+        model=str(artifact("digits_cnn", "_int8.onnx")),
+        cpus=[0, 1],
+        duration_s=1.5,
+        sample_interval_s=0.1,
+        isolate=False,
+    )
+    r = run_bench(cfg, SystemRoot(root))
+    t = r["thermal"]
+    assert t["start_c"] is None and t["max_c"] == 55.0 and t["available"] is True
+    assert any("no housekeeping CPU left for the thermal sampler" in w for w in r["quality"]["warnings"])
+    from edge_runtime.benchmark import format_report
+
+    assert "thermal      start ?, max 55.0 C, end 55.0 C" in format_report(r)
