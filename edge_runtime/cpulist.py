@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+MAX_CPUS = 8192  # CONFIG_NR_CPUS tops out at 8192: a larger number is a typo, not a machine
+
 
 def parse_cpu_list(text: str) -> list[int]:
     """`"0-2,5,7-11:2"` -> `[0, 1, 2, 5, 7, 9, 11]`. Empty or whitespace -> `[]`. Raises ValueError on garbage."""
@@ -27,6 +29,8 @@ def parse_cpu_list(text: str) -> list[int]:
                 used_n, group_n = int(used), int(group)
                 lo, _, hi = part.partition("-")
                 start, end = int(lo), int(hi or lo)
+                if end >= MAX_CPUS or group_n < 1 or start > end:
+                    raise ValueError(f"bad CPU range {part!r}")
                 for base in range(start, end + 1, group_n):
                     cpus.update(c for c in range(base, min(base + used_n, end + 1)))
                 continue
@@ -36,6 +40,8 @@ def parse_cpu_list(text: str) -> list[int]:
         end = int(hi) if sep else start
         if start < 0 or end < start or stride < 1:
             raise ValueError(f"bad CPU range {part!r}")
+        if end >= MAX_CPUS:
+            raise ValueError(f"CPU {end} is beyond any machine (at most {MAX_CPUS - 1})")
         cpus.update(range(start, end + 1, stride))
     return sorted(cpus)
 

@@ -23,7 +23,7 @@ def test_parse_cpu_list(text, cpus):
     assert parse_cpu_list(text) == cpus
 
 
-@pytest.mark.parametrize("bad", ["a", "3-1", "1-", "-1", "0-3:0"])
+@pytest.mark.parametrize("bad", ["a", "3-1", "1-", "-1", "0-3:0", "0-100000000", "9000", "0-99999:1/4"])
 def test_parse_cpu_list_rejects_garbage(bad):
     with pytest.raises(ValueError):
         parse_cpu_list(bad)
