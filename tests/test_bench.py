@@ -37,6 +37,17 @@ DESIGN_KEYS = {
 }
 
 
+def spawn_bench(*args: str) -> subprocess.Popen:
+    """`edge-runtime bench` on the reference model in a child process, still running when this returns."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "edge_runtime.cli", "bench", str(artifact(*MODEL)), *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def stress_processes() -> list[str]:
     out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout.splitlines()
     return [ln for ln in out if "stress-ng" in ln or "edge_runtime_hog" in ln]
@@ -79,26 +90,7 @@ def test_text_report_and_histogram():
 def test_pinning_seen_from_outside_the_process():
     """While a bench runs, read /proc/PID/task/*/status of it: every thread must be allowed on CPU 1 only."""
     need("onnxruntime")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "edge_runtime.cli",
-            "bench",
-            str(artifact(*MODEL)),
-            "--cpus",
-            "1",
-            "--threads",
-            "2",
-            "--duration",
-            "4",
-            "--json",
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = spawn_bench("--cpus", "1", "--threads", "2", "--duration", "4", "--json")
     try:
         seen: dict[str, str] = {}
         sampler_cpus: set[str] = set()
@@ -234,25 +226,7 @@ def test_stress_is_stopped_when_the_run_fails(tmp_path):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_stress_is_stopped_on_ctrl_c_and_sigterm(sig):
     need("onnxruntime")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "edge_runtime.cli",
-            "bench",
-            str(artifact(*MODEL)),
-            "--cpus",
-            "1",
-            "--duration",
-            "30",
-            "--stress",
-            "cpu:0",
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = spawn_bench("--cpus", "1", "--duration", "30", "--stress", "cpu:0")
     try:
         deadline = time.monotonic() + 30
         while not stress_processes() and time.monotonic() < deadline:
