@@ -2,12 +2,42 @@
 
 from __future__ import annotations
 
+import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/conftest helpers
 
 RATIOS: list[dict] = []
+
+
+def report_ratio(
+    benchmark,
+    name: str,
+    reference: list[float],
+    candidate: list[float],
+    goal: float | None,
+    goal_low: float | None = None,
+    per_round: list[float] | None = None,
+    inverse: bool = False,
+) -> dict:
+    """Record candidate/reference (reference/candidate with `inverse`, for speed-ups) for the summary and the
+    pytest-benchmark JSON. The median ratio is the median of `per_round` ratios when given, else of the medians."""
+    ref_med, cand_med = statistics.median(reference), statistics.median(candidate)
+    ratio = statistics.median(per_round) if per_round else (ref_med / cand_med if inverse else cand_med / ref_med)
+    ratio_min = min(reference) / min(candidate) if inverse else min(candidate) / min(reference)
+    result = {
+        "name": name,
+        "reference_us": ref_med,
+        "candidate_us": cand_med,
+        "ratio_median": ratio,
+        "ratio_min": ratio_min,
+        "goal": goal,
+        "goal_low": goal_low,
+    }
+    benchmark.extra_info.update(result)
+    RATIOS.append(result)
+    return result
 
 
 def _goal(r: dict) -> str:

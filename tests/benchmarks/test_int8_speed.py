@@ -6,8 +6,6 @@ flags that decide it (avx2, avx512*, vnni, amx) are printed with the result.
 
 from __future__ import annotations
 
-import statistics
-
 import numpy as np
 import pytest
 from conftest import artifact, need
@@ -16,7 +14,7 @@ import edge_runtime
 from edge_runtime.measure import measure
 from edge_runtime.quantize import cpu_flags
 
-from .conftest import RATIOS
+from .conftest import report_ratio
 
 CASES = {"onnxruntime": ("_fp32.onnx", "_int8.onnx", 1.5), "openvino": ("_fp32.onnx", "_int8.xml", 1.8)}
 
@@ -46,16 +44,13 @@ def test_resnet8_int8_vs_fp32(benchmark, backend):
 
     benchmark.pedantic(one_round, rounds=4, iterations=1)
     flags = sorted(f for f in cpu_flags() if f in ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8"))
-    speedup = statistics.median(a) / statistics.median(b)
-    result = {
-        "name": f"resnet8 {backend} FP32/INT8 speed-up [{' '.join(flags)}]",
-        "reference_us": statistics.median(a),
-        "candidate_us": statistics.median(b),
-        "ratio_median": speedup,
-        "ratio_min": min(a) / min(b),
-        "goal": 100.0,  # no upper bound
-        "goal_low": goal,  # the goal is for AVX2 without VNNI; the flags above say what this CPU has
-    }
-    benchmark.extra_info.update(result)
-    RATIOS.append(result)
+    report_ratio(
+        benchmark,
+        f"resnet8 {backend} FP32/INT8 speed-up [{' '.join(flags)}]",
+        a,
+        b,
+        goal=100.0,
+        goal_low=goal,
+        inverse=True,
+    )
     assert len(a) == len(b) == 4

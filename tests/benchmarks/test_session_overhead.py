@@ -8,7 +8,6 @@ on a shared 2-core machine vary run to run.
 
 from __future__ import annotations
 
-import statistics
 import time
 
 import numpy as np
@@ -17,7 +16,7 @@ from conftest import artifact, need
 
 import edge_runtime
 
-from .conftest import RATIOS
+from .conftest import report_ratio
 
 FILES = {"onnxruntime": "_int8.onnx", "openvino": "_int8.xml", "tflite": "_int8.tflite"}
 SIZES = {"digits_cnn": (300, 31), "resnet8": (20, 31)}  # calls per block, rounds
@@ -148,15 +147,6 @@ def test_session_infer_vs_raw_call(benchmark, backend, reference, model):
 
     benchmark.group = f"{model} on {backend} vs {reference} call"
     benchmark.pedantic(one_round, rounds=rounds, iterations=1, warmup_rounds=0)
-    result = {
-        "name": f"{model} int8 {backend} vs {reference}",
-        "reference_us": statistics.median(raw_t),
-        "candidate_us": statistics.median(ours_t),
-        "ratio_median": statistics.median(ratios),
-        "ratio_min": min(ours_t) / min(raw_t),
-        "goal": 1.03,
-    }
-    benchmark.extra_info.update(result)
-    RATIOS.append(result)
+    report_ratio(benchmark, f"{model} int8 {backend} vs {reference}", raw_t, ours_t, goal=1.03, per_round=ratios)
     session.close()
     assert len(ratios) == rounds
