@@ -25,20 +25,23 @@ import numpy as np
 
 from edge_runtime import __version__
 from edge_runtime.cpulist import format_cpu_list
-from edge_runtime.errors import CheckFailedError
+from edge_runtime.errors import CheckFailedError, Interrupted
+from edge_runtime.files import plan_output, write_output
 from edge_runtime.interrupts import interrupt_delta, parse_interrupts
-from edge_runtime.measure import Measurement, measure, write_hdr_log
+from edge_runtime.measure import Measurement, StopRequest, hdr_log_text, measure
 from edge_runtime.sampler import Sampler
 from edge_runtime.stats import PERCENTILE_METHOD, jitter, stability, summarize
 from edge_runtime.stress import CoRunner, StressSpec
 from edge_runtime.system import (
     SystemRoot,
+    cpu_times_by_task,
     major_faults,
     mlock_all,
     munlock_all,
     own_threads,
     restore_affinity,
     restore_scheduling,
+    schedstat,
     set_fifo,
     task_migrations,
     task_status,
@@ -78,7 +81,7 @@ class BenchConfig:
     platform_latency_s: float | None = None
     feeds_fn: Callable | None = None  # session -> {name: array}; random (seeded) inputs when None
     seed: int = 0
-    hdr_log: str | None = None
+    hdr_log: object = None  # a path, or an edge_runtime.files.Output planned by the caller
     isolate: bool = True
     thermal_limit_c: float | None = None
     cooldown_to_c: float | None = None
@@ -128,12 +131,17 @@ def _packages(backend: str) -> dict[str, str]:
 
 
 def environment(root: SystemRoot, cpus: list[int] | None, backend: str) -> dict:
+    """Where the run happened. The observed system (board, kernel, command line, CPU, governors, isolation) comes from
+    the system root and only from it: with --sysroot a captured tree describes a board, and nothing of this machine is
+    mixed in. What belongs to the process (Python, packages, the kernel it really ran on) is this machine's, and
+    `measured_on` says so whenever the two differ."""
     govs = root.governors()
-    return {
+    env = {
+        "sysroot": str(root.root),
         "board": root.board_model() or None,
-        "kernel": root.kernel() or platform.release(),
+        "kernel": root.kernel() or (platform.release() if root.is_live else None),
         "cmdline": root.cmdline(),
-        "cpu_model": root.cpu_model() or platform.processor() or None,
+        "cpu_model": root.cpu_model() or ((platform.processor() or None) if root.is_live else None),
         "governor": {str(c): govs[c] for c in (cpus or govs) if c in govs},
         "isolated_cpus": root.cpus("isolated") or [],
         "online_cpus": root.online_cpus(),
@@ -141,6 +149,16 @@ def environment(root: SystemRoot, cpus: list[int] | None, backend: str) -> dict:
         "packages": _packages(backend),
         "hostname": platform.node(),
     }
+    if not root.is_live:
+        live = SystemRoot("/")
+        env["measured_on"] = {
+            "note": "the model ran on this machine; board, kernel, cmdline, cpu_model, governor and CPU sets above "
+            "were read from the --sysroot tree",
+            "kernel": live.kernel() or platform.release(),
+            "cpu_model": live.cpu_model() or platform.processor() or None,
+            "online_cpus": live.online_cpus(),
+        }
+    return env
 
 
 # --------------------------------------------------------------------------------------------------------- the run
@@ -161,19 +179,35 @@ def _random_feeds(session, seed: int) -> dict[str, np.ndarray]:
 
 def _counters(root: SystemRoot, tid: int) -> dict:
     st = task_status(tid)
+    text = root.read("/proc/interrupts")
     return {
-        "interrupts": parse_interrupts(root.read("/proc/interrupts", "") or ""),
+        # None: no /proc/interrupts to read (a captured tree without it): unknown, which is not zero
+        "interrupts": parse_interrupts(text) if text else None,
         "nonvoluntary": int(st.get("nonvoluntary_ctxt_switches", 0) or 0),
         "voluntary": int(st.get("voluntary_ctxt_switches", 0) or 0),
         "migrations": task_migrations(tid),
         "majflt": major_faults(),
+        "schedstat": schedstat(tid),
     }
 
 
-def run_bench(cfg: BenchConfig, root: SystemRoot, progress: Callable[[str], None] | None = None) -> dict:
+def run_bench(
+    cfg: BenchConfig,
+    root: SystemRoot,
+    progress: Callable[[str], None] | None = None,
+    stop: StopRequest | None = None,
+) -> dict:
+    """Measure `cfg.model` as `cfg` says and return the result dict (schema edge-runtime/bench/1).
+
+    `root` is the observed system (isolation, interrupts, thermal); pinning and scheduling act on this process.
+    `stop`, when given, is armed for the measured part: a signal then ends the loop at the next chunk and the partial
+    result comes back marked `aborted` (kind `interrupted`). The samples ride along as `_samples_ns` for the caller's
+    histogram and are not part of the public result.
+    """
     from edge_runtime.session import load
 
     say = progress or (lambda _msg: None)
+    hdr_out = plan_output("hdr_log", cfg.hdr_log) if isinstance(cfg.hdr_log, str) else cfg.hdr_log
     iso = isolation_report(root, cfg.cpus)
     platform_latency = None
     if cfg.platform_latency_s:
@@ -201,7 +235,7 @@ def run_bench(cfg: BenchConfig, root: SystemRoot, progress: Callable[[str], None
     cooldown = _cool_down(root, cfg, snap_start, say, iso["warnings"]) if cfg.cooldown_to_c is not None else None
     if cooldown:
         snap_start = read_snapshot(root, cfg.cpus)
-    use_tegra = root.root.as_posix() == "/"
+    use_tegra = root.is_live
     saved_affinity = os.sched_getaffinity(0)  # put back at the end: a library call must not leave its caller pinned
     saved_sched: dict = {}
     locked = False
@@ -229,6 +263,7 @@ def run_bench(cfg: BenchConfig, root: SystemRoot, progress: Callable[[str], None
                 mlock_all()
                 locked = True
             before = _counters(root, tid)
+            others_before = cpu_times_by_task(exclude_pid=os.getpid())
             sampler = Sampler(root, cfg.sample_interval_s, cfg.cpus, limit_c, use_tegra, allowed_cpus=saved_affinity)
             sampler.start(t0=0.0)
             last = [0.0]
@@ -242,18 +277,28 @@ def run_bench(cfg: BenchConfig, root: SystemRoot, progress: Callable[[str], None
                 else:
                     say(f"measuring: {elapsed:.1f}/{cfg.duration_s:g} s, {done:,} inferences")
 
-            m: Measurement = measure(
-                session.runner(),
-                iterations=cfg.iterations,
-                duration_s=cfg.duration_s,
-                warmup=cfg.warmup,
-                warmup_s=cfg.warmup_s,
-                progress=tick,
-                should_stop=sampler.over_limit,
-                chunk_s=min(0.5, cfg.sample_interval_s),
-            )
+            def should_stop() -> bool:
+                return sampler.over_limit() or (stop is not None and stop.requested)
+
+            if stop is not None:
+                stop.armed = True
+            try:
+                m: Measurement = measure(
+                    session.runner(),
+                    iterations=cfg.iterations,
+                    duration_s=cfg.duration_s,
+                    warmup=cfg.warmup,
+                    warmup_s=cfg.warmup_s,
+                    progress=tick,
+                    should_stop=should_stop,
+                    chunk_s=min(0.5, cfg.sample_interval_s),
+                )
+            finally:
+                if stop is not None:
+                    stop.armed = False
             sampler.stop()
             after = _counters(root, tid)
+            others_after = cpu_times_by_task(exclude_pid=os.getpid())
             threads = own_threads()
         finally:
             if "sampler" in locals():
@@ -265,6 +310,13 @@ def run_bench(cfg: BenchConfig, root: SystemRoot, progress: Callable[[str], None
             session.close()
             if cfg.cpus:
                 restore_affinity(saved_affinity)
+    if len(m.samples_ns) == 0:  # stopped during warm-up: nothing was measured, so there is no result to keep
+        if stop is not None and stop.requested:
+            raise Interrupted(stop.signum or 2)
+        raise CheckFailedError(
+            f"thermal limit {limit_c:g} C exceeded during warm-up ({sampler.over_limit_c:.1f} C): nothing measured",
+            hint="let the board cool down first (--cooldown-to)",
+        )
     snap_end = read_snapshot(root, cfg.cpus)
 
     lat = summarize(m.samples_ns)
@@ -272,14 +324,25 @@ def run_bench(cfg: BenchConfig, root: SystemRoot, progress: Callable[[str], None
     if m.truncated:
         quality_warnings.append("the run filled its sample buffer before --duration ended")
     measured_cpus = cfg.cpus or sorted(os.sched_getaffinity(0))
-    fired = interrupt_delta(before["interrupts"], after["interrupts"], measured_cpus)
+    if before["interrupts"] is None or after["interrupts"] is None:
+        fired = None
+        quality_warnings.append(
+            f"interrupts unknown: no /proc/interrupts under {root.root} (the interrupt counts are not zero, but unread)"
+        )
+    else:
+        fired = interrupt_delta(before["interrupts"], after["interrupts"], measured_cpus)
     migrations = (
         after["migrations"] - before["migrations"]
         if after["migrations"] is not None and before["migrations"] is not None
         else None
     )
-    if cfg.hdr_log:
-        write_hdr_log(cfg.hdr_log, m.samples_ns, m.start_ns, m.wall_s, f"edge-runtime bench {model_info.path.name}")
+    others = competing_tasks(others_before, others_after, measured_cpus, before, after, m.wall_s)
+    if others["warning"]:
+        quality_warnings.append(others["warning"])
+    if hdr_out is not None:
+        write_output(
+            hdr_out, hdr_log_text(m.samples_ns, m.start_ns, m.wall_s, f"edge-runtime bench {model_info.path.name}")
+        )
 
     requested = set(cfg.cpus or [])
     thread_rows = [{"tid": t.tid, "name": t.name, "cpus": list(t.cpus)} for t in threads]
@@ -322,14 +385,19 @@ def run_bench(cfg: BenchConfig, root: SystemRoot, progress: Callable[[str], None
         },
         "interference": {
             "cpus": measured_cpus,
-            "interrupts": sum(c for rows in fired.values() for _, _, c in rows),
-            "interrupts_per_cpu": {
+            "interrupts": None if fired is None else sum(c for rows in fired.values() for _, _, c in rows),
+            "interrupts_per_cpu": None
+            if fired is None
+            else {
                 str(cpu): [{"source": n, "label": lbl, "count": c} for n, lbl, c in rows] for cpu, rows in fired.items()
             },
             "context_switches_involuntary": after["nonvoluntary"] - before["nonvoluntary"],
             "context_switches_voluntary": after["voluntary"] - before["voluntary"],
             "migrations": migrations,
             "page_faults_major": after["majflt"] - before["majflt"],
+            "runqueue_wait_ms": others["runqueue_wait_ms"],
+            "runqueue_wait_share": others["runqueue_wait_share"],
+            "other_tasks": others["tasks"],
         },
         "isolation": iso,
         "platform_latency": platform_latency,
@@ -351,8 +419,21 @@ def run_bench(cfg: BenchConfig, root: SystemRoot, progress: Callable[[str], None
         result["quality"]["warnings"].append(
             "a --stress co-runner ended before the run did: the end of the run was not under load"
         )
-    if m.stopped:
+    if m.stopped and stop is not None and stop.requested:
+        name = _signal_name(stop.signum or 2)
         result["aborted"] = {
+            "kind": "interrupted",
+            "reason": f"interrupted by {name}",
+            "signal": name,
+            "at_s": round(m.wall_s, 3),
+            "partial": True,
+        }
+        result["quality"]["warnings"].append(
+            f"interrupted by {name}: partial result of {len(m.samples_ns):,} inferences"
+        )
+    elif m.stopped:
+        result["aborted"] = {
+            "kind": "thermal",
             "reason": f"thermal limit {limit_c:g} C exceeded ({sampler.over_limit_c:.1f} C)",
             "at_s": round((sampler.over_limit_at or 0.0) - m.begin_perf_s, 3),
             "partial": True,
@@ -362,6 +443,55 @@ def run_bench(cfg: BenchConfig, root: SystemRoot, progress: Callable[[str], None
         )
     result["_samples_ns"] = m.samples_ns  # for --histogram; dropped before writing JSON
     return result
+
+
+def _signal_name(signum: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+# Another task on a measured CPU is interference: it takes the CPU from the measuring thread. Two measures: the
+# measuring thread's run-queue wait (schedstat: time it was runnable but another task ran), and the tasks that used
+# CPU time while last seen on a measured CPU (from /proc/*/task/*/stat before and after). Below these, noise.
+WAIT_SHARE_WARN = 0.02
+OTHER_TASK_WARN_S = 0.05
+
+
+def competing_tasks(before_tasks, after_tasks, cpus, before, after, wall_s: float) -> dict:
+    """Who else ran on the measured CPUs during the measured part, and how long the measuring thread waited for them."""
+    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    tasks = []
+    for key, (comm, ticks, cpu) in after_tasks.items():
+        if cpu not in cpus:
+            continue
+        prev = before_tasks.get(key)
+        used = ticks - (prev[1] if prev else 0)
+        if used > 0:
+            tasks.append({"pid": key[0], "tid": key[1], "comm": comm, "cpu": cpu, "cpu_s": round(used / hz, 3)})
+    by_pid: dict[int, dict] = {}
+    for t in tasks:
+        row = by_pid.setdefault(t["pid"], {"pid": t["pid"], "comm": t["comm"], "cpus": set(), "cpu_s": 0.0})
+        row["cpus"].add(t["cpu"])
+        row["cpu_s"] = round(row["cpu_s"] + t["cpu_s"], 3)
+    rows = sorted(by_pid.values(), key=lambda r: -r["cpu_s"])
+    for r in rows:
+        r["cpus"] = sorted(r["cpus"])
+    wait_ms = share = None
+    if before.get("schedstat") and after.get("schedstat"):
+        wait_ns = after["schedstat"][1] - before["schedstat"][1]
+        wait_ms = round(wait_ns / 1e6, 3)
+        share = round(wait_ns / 1e9 / wall_s, 4) if wall_s > 0 else None
+    heavy = [r for r in rows if r["cpu_s"] >= OTHER_TASK_WARN_S]
+    warning = None
+    if heavy or (share is not None and share >= WAIT_SHARE_WARN):
+        named = ", ".join(f"{r['comm']} (pid {r['pid']}, {r['cpu_s']:.2f} s)" for r in heavy[:4]) or "unknown tasks"
+        wait = f"the measuring thread waited {share:.0%} of the run for the CPU; " if share is not None else ""
+        warning = f"other tasks ran on the measured CPU {format_cpu_list(cpus)}: {wait}{named}"
+    return {"runqueue_wait_ms": wait_ms, "runqueue_wait_share": share, "tasks": rows[:20], "warning": warning}
 
 
 def _cool_down(root: SystemRoot, cfg: BenchConfig, snap, say, warnings: list[str]) -> dict | None:
@@ -514,14 +644,19 @@ def format_report(r: dict) -> str:
             lines.append(f"pinning      NOT all pinned: {strays}")
     inter = r["interference"]
     per_cpu = []
-    for cpu, rows in inter["interrupts_per_cpu"].items():
-        top = ", ".join(f"{x['count']} {x['label']}" for x in rows[:4]) or "no interrupts"
-        per_cpu.append(f"CPU{cpu}: {top}")
+    if inter["interrupts_per_cpu"] is None:
+        per_cpu.append("interrupts unknown (no /proc/interrupts to read)")
+    else:
+        for cpu, rows in inter["interrupts_per_cpu"].items():
+            top = ", ".join(f"{x['count']} {x['label']}" for x in rows[:4]) or "no interrupts"
+            per_cpu.append(f"CPU{cpu}: {top}")
     lines.append(f"interference {'; '.join(per_cpu)}")
     mig = inter["migrations"]
+    wait = inter.get("runqueue_wait_share")
     lines.append(
         f"             {inter['context_switches_involuntary']} involuntary context switches, "
         f"{'?' if mig is None else mig} migrations, {inter['page_faults_major']} major page faults"
+        + (f", waited {wait:.1%} of the run for the CPU" if wait is not None else "")
     )
     pl = r.get("platform_latency")
     if pl:
@@ -560,7 +695,14 @@ def format_report(r: dict) -> str:
         )
     if r.get("aborted"):
         lines.append(f"ABORTED      {r['aborted']['reason']} at {r['aborted']['at_s']:.1f} s: partial result")
+    env = r.get("environment") or {}
+    if env.get("measured_on"):
+        lines.append(
+            f"observed     {env.get('board') or 'unknown board'} (kernel {env.get('kernel') or '?'}) from the tree "
+            f"{env['sysroot']}; the model ran on this machine (kernel {env['measured_on']['kernel']})"
+        )
     q = r["quality"]
-    lines.append(f"quality      {'UNSTABLE' if q['unstable'] else 'stable'}; percentiles: nearest rank")
+    verdict = {True: "UNSTABLE", False: "stable", None: "stability unknown"}[q["unstable"]]
+    lines.append(f"quality      {verdict}; percentiles: nearest rank")
     lines += [f"warning      {w}" for w in q["warnings"]]
     return "\n".join(lines) + "\n"

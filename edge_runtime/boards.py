@@ -208,8 +208,20 @@ def boards_dir() -> Path:
 
 
 def load_all(directory: Path | None = None) -> list[BoardProfile]:
-    """Every profile in boards/; one that does not load is skipped with a warning naming it, not fatal here."""
+    """Every profile in boards/; one that does not load is skipped with a warning naming it, not fatal here.
+
+    Read once per directory and process: profiles do not change while a command runs."""
     d = directory or boards_dir()
+    key = str(d)
+    if key not in _LOADED:
+        _LOADED[key] = _load_all(d)
+    return list(_LOADED[key])
+
+
+_LOADED: dict[str, list[BoardProfile]] = {}
+
+
+def _load_all(d: Path) -> list[BoardProfile]:
     out = []
     for p in sorted(d.glob("*.toml")):
         try:

@@ -5,11 +5,13 @@ that turns errors into one line and an exit code (0 ok, 1 failed check, 2 user e
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import math
 import os
 import platform
+import re
 import sys
-import tempfile
 import time
 import warnings
 from collections.abc import Callable
@@ -18,9 +20,14 @@ from pathlib import Path
 import numpy as np
 
 from edge_runtime import __version__
-from edge_runtime.errors import EdgeRuntimeError, FeedError, UserError
+from edge_runtime.errors import EdgeRuntimeError, FeedError, Interrupted, UserError
+from edge_runtime.files import Output, check_distinct, finite, load_npy, plan_output, write_json, write_output
 
 PROG = "edge-runtime"
+MAX_THREADS = 1024  # more inference threads than any board has cores, by far
+MAX_WARMUP = 50_000_000  # untimed calls; use --warmup-time for long warm-ups
+MAX_WARMUP_S = 3600.0
+MAX_DURATION_S = 7 * 86400.0  # a longer soak is a campaign of runs; one run keeps at most 50M samples anyway
 
 
 class _UsageError(UserError):
@@ -31,47 +38,101 @@ class _Parser(argparse.ArgumentParser):
     """argparse that raises instead of exiting, so bad flags get the same one-line error and exit code 2."""
 
     def error(self, message: str):  # type: ignore[override]
+        # "argument --threads: 0: must be at least 1" -> "--threads 0: must be at least 1": flag, value, what is wrong
+        m = re.match(r"argument ([^:]+?)(?:/[^:]*)?: (.*)$", message)
+        if m and not m.group(2).startswith(("invalid", "expected", "not allowed", "one of")):
+            message = f"{m.group(1)} {m.group(2)}"
         raise _UsageError(f"{self.prog}: {message}", hint=f"see '{self.prog} --help'")
 
 
+# ---------------------------------------------------------------------------------------- numbers from the user
+# Every count, duration and temperature is bounded by what it can mean here: NaN, infinities, negative counts and
+# values no machine can hold are refused when the flags are parsed, before anything runs.
+def _integer(low: int, high, what: str = ""):
+    """argparse type: an integer in [low, high()] (high may be a callable: a bound known only on this machine)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text, 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        top, why = high() if callable(high) else (high, "")
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{text}: must be at least {low}{what}")
+        if top is not None and value > top:
+            raise argparse.ArgumentTypeError(f"{text}: at most {top:,}{why or what}")
+        return value
+
+    return parse
+
+
+def _real(low: float, high: float, unit: str, *, low_open: bool = False, why: str = ""):
+    """argparse type: a finite number in [low, high] (or (low, high] with low_open)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text}: must be a finite number of {unit}")
+        if value < low or (low_open and value == low):
+            raise argparse.ArgumentTypeError(f"{text}: must be {'>' if low_open else '>='} {low:g} {unit}")
+        if value > high:
+            raise argparse.ArgumentTypeError(f"{text}: at most {high:g} {unit}{why}")
+        return value
+
+    return parse
+
+
+def _celsius(text: str) -> float:
+    """A temperature a sensor could report (thermal.SILICON_RANGE_C); anything else is a typo."""
+    from edge_runtime.thermal import SILICON_RANGE_C
+
+    lo, hi = SILICON_RANGE_C
+    return _real(lo, hi, "C", why=" (beyond what silicon temperature sensors report)")(text)
+
+
+def _samples_bound() -> tuple[int, str]:
+    from edge_runtime.measure import max_samples
+
+    n = max_samples()
+    return n, " samples fit in this machine's memory (8 bytes each, kept and sorted)"
+
+
+def _path(text: str) -> str:
+    """argparse type for a path: not empty, no NUL byte (an empty --json used to be ignored silently)."""
+    if text == "":
+        raise argparse.ArgumentTypeError("'': empty path")
+    if "\x00" in text:
+        raise argparse.ArgumentTypeError(f"{text!r}: not a valid path (NUL byte)")
+    return text
+
+
 # ---------------------------------------------------------------------------------------------------------- output
-def write_json(doc: dict, dest: str, protect: tuple[Path, ...] = ()) -> None:
-    """`-` -> stdout; otherwise written atomically next to its destination (a crash never leaves half a file).
-
-    `protect`: files the command read (model, weights, inputs), which --json must never overwrite.
-    """
-    text = json.dumps(doc, indent=2, default=_json_default) + "\n"
-    if dest == "-":
-        sys.stdout.write(text)
-        return
-    path = Path(dest)
-    for p in protect:
-        if path.resolve() == p.resolve():
-            raise UserError(f"--json {dest!r}: is an input of this command; refusing to overwrite it")
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a result file is as readable as any other file
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except OSError as err:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
-        raise UserError(f"--json {dest!r}: cannot write: {err.strerror or err}") from err
+def _plan_outputs(
+    pairs: list[tuple[str, str | None]], inputs: list[tuple[str, object]] = (), regular_only: tuple[str, ...] = ()
+) -> dict[str, Output]:
+    """Check every output of a command before it runs: each writable, none the same as another or as an input."""
+    outs = {
+        flag: plan_output(flag, dest, regular_only=flag in regular_only) for flag, dest in pairs if dest is not None
+    }
+    check_distinct(outs.values(), inputs)
+    return outs
 
 
-def _json_default(o):
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, Path):
-        return str(o)
-    raise TypeError(type(o).__name__)
+def _input_paths(args, session=None) -> list[tuple[str, object]]:
+    """The files `run`/`bench` read: the model (and its IR weights), --input files, a delegate given by path."""
+    found: list[tuple[str, object]] = [("the model", args.model)]
+    model = Path(args.model)
+    if model.suffix.lower() == ".xml":
+        found.append(("the model's weights", model.with_suffix(".bin")))
+    for spec in args.input or []:
+        for p in {spec, spec.partition("=")[2] or spec}:
+            found.append(("an --input file", p))
+    if getattr(args, "delegate", None) and os.sep in args.delegate:
+        found.append(("the --delegate library", args.delegate))
+    return found
 
 
 def _key_values(pairs: list[str] | None, flag: str) -> dict[str, str]:
@@ -116,6 +177,7 @@ def cmd_info(args) -> int:
     from edge_runtime.cpulist import format_cpu_list
 
     root = _sysroot(args.sysroot)
+    outs = _plan_outputs([("--json", args.json)])
     found = {}
     for name in backends.names():
         cls = backends.get(name)
@@ -159,9 +221,9 @@ def cmd_info(args) -> int:
         "isolation": {k: v for k, v in iso.items() if k != "sysfs_isolated"},
         "backends": found,
     }
-    if args.json:
-        write_json(doc, args.json)
-        if args.json == "-":
+    if "--json" in outs:
+        write_json(doc, outs["--json"])
+        if outs["--json"].is_stdout:
             return 0
     p = print
     p(f"edge-runtime {__version__}  (python {doc['python']}, numpy {doc['numpy']})")
@@ -214,16 +276,9 @@ def _load_inputs(specs: list[str] | None, session, seed: int) -> tuple[dict[str,
             name, file = names[0], spec
         if name in given:
             raise FeedError(f"--input {spec!r}: input {name!r} is given twice")
-        try:
-            given[name] = np.load(file, allow_pickle=False)
-        except FileNotFoundError as err:
-            raise FeedError(f"--input {spec!r}: no such file {file!r}") from err
-        except IsADirectoryError as err:
-            raise FeedError(f"--input {spec!r}: {file!r} is a directory") from err
-        except (OSError, ValueError, EOFError) as err:
-            raise FeedError(f"--input {spec!r}: {file!r} is not a readable .npy array ({err or 'empty file'})") from err
-        if not isinstance(given[name], np.ndarray):
-            raise FeedError(f"--input {spec!r}: {file!r} holds no single array (use .npy, not .npz)")
+        if not os.path.lexists(file):
+            raise FeedError(f"--input {spec!r}: no such file {file!r}")
+        given[name] = load_npy(file, "--input", error=FeedError)
     rng = np.random.default_rng(seed)
     sources = {}
     feeds = {}
@@ -260,6 +315,9 @@ def _top(info, arr: np.ndarray, k: int) -> list[list[float]]:
 def cmd_run(args) -> int:
     from edge_runtime.session import load
 
+    if args.top < 0:
+        raise _UsageError(f"--top {args.top}: must be >= 0")
+    outs = _plan_outputs([("--json", args.json)], _input_paths(args))
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -281,11 +339,9 @@ def cmd_run(args) -> int:
             "outputs": [{**t.to_dict(), "top": _top(t, outputs[t.name], args.top)} for t in session.outputs],
             "timing_ms": {"load": round(load_ms, 3), "first_inference": round(infer_ms, 3)},
         }
-    if args.json:
-        inputs = [Path(p) for spec in args.input or [] for p in {spec, spec.partition("=")[2] or spec}]
-        weights = [session.model.weights] if session.model.weights else []
-        write_json(doc, args.json, protect=(session.model.path, *weights, *inputs))
-        if args.json == "-":
+    if "--json" in outs:
+        write_json(doc, outs["--json"])
+        if outs["--json"].is_stdout:
             return 0
     model = doc["model"]
     print(f"model    {model['path']}  ({model['format']}, sha256 {model['sha256'][:12]})")
@@ -303,49 +359,16 @@ def cmd_run(args) -> int:
 
 # ------------------------------------------------------------------------------------------------------------ main
 def cmd_bench(args) -> int:
-    import signal
-
     from edge_runtime.benchmark import BenchConfig, format_report, run_bench
+    from edge_runtime.measure import StopRequest
     from edge_runtime.stats import cyclictest_histogram
     from edge_runtime.stress import StressSpec
 
-    for flag, value, low in (("--iterations", args.iterations, 1), ("--warmup", args.warmup, 0)):
-        if value is not None and value < low:
-            raise _UsageError(f"{flag} {value}: must be at least {low}")
-    import math
-
-    for flag, value, low in (
-        ("--duration", args.duration, 1e-3),
-        ("--warmup-time", args.warmup_time, 0.0),
-        ("--sample-interval", args.sample_interval, 1e-3),
-        ("--cooldown-timeout", args.cooldown_timeout, 0.0),
-    ):
-        if value is not None and not (math.isfinite(value) and value >= low):
-            raise _UsageError(f"{flag} {value}: must be a finite number of seconds >= {low:g}")
-    for flag, value in (("--thermal-limit", args.thermal_limit), ("--cooldown-to", args.cooldown_to)):
-        if value is not None and not math.isfinite(value):
-            raise _UsageError(f"{flag} {value}: must be a finite temperature in C")
-    if args.histogram is not None and args.histogram < 0:
-        raise _UsageError(f"--histogram {args.histogram}: the number of 1 us buckets must be >= 0")
-    inputs = [Path(args.model), *(Path(p) for spec in args.input or [] for p in {spec, spec.partition("=")[2] or spec})]
-    if Path(args.model).suffix == ".xml":
-        inputs.append(Path(args.model).with_suffix(".bin"))
-    outputs = [
-        (f, v) for f, v in (("--json", args.json), ("--hdr-log", args.hdr_log), ("--prom", args.prom)) if v and v != "-"
-    ]
-    for flag, value in outputs:  # before the run, not after it: a result is never lost to a bad path
-        dest = Path(value)
-        if any(dest.resolve() == i.resolve() for i in inputs):
-            raise _UsageError(f"{flag} {value!r}: is an input of this command; refusing to overwrite it")
-        parent = dest.parent
-        try:
-            parent.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise _UsageError(f"{flag} {value!r}: cannot create {str(parent)!r}: {err.strerror or err}") from err
-        if dest.is_dir() or not os.access(parent, os.W_OK):
-            raise _UsageError(f"{flag} {value!r}: cannot write there")
-    if args.rt_priority is not None and not 1 <= args.rt_priority <= 99:
-        raise _UsageError(f"--rt-priority {args.rt_priority}: must be 1-99 (SCHED_FIFO)")
+    root = _sysroot(args.sysroot)
+    # Before the run, not after it: a result is never lost to a bad path.
+    outs = _plan_outputs(
+        [("--json", args.json), ("--hdr-log", args.hdr_log), ("--prom", args.prom)], _input_paths(args)
+    )
     cfg = BenchConfig(
         model=args.model,
         **_load_kwargs(args),
@@ -359,29 +382,26 @@ def cmd_bench(args) -> int:
         platform_latency_s=args.platform_latency,
         feeds_fn=(lambda session: _load_inputs(args.input, session, args.seed)[0]) if args.input else None,
         seed=args.seed,
-        hdr_log=args.hdr_log,
+        hdr_log=outs.get("--hdr-log"),
         isolate=not args.no_isolate,
         thermal_limit_c=args.thermal_limit,
         cooldown_to_c=args.cooldown_to,
         cooldown_timeout_s=args.cooldown_timeout,
         sample_interval_s=args.sample_interval,
     )
-    tty = sys.stderr.isatty()
+    tty = sys.stderr is not None and sys.stderr.isatty()
 
     def progress(msg: str) -> None:
         print(f"\r{msg}\033[K" if tty else msg, end="" if tty else "\n", file=sys.stderr, flush=True)
 
-    # SIGTERM ends the run like Ctrl-C: co-runners are stopped and scheduling restored on the way out.
-    def on_term(signum, frame):
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, on_term)
+    stop = StopRequest()  # a signal during the measured loop ends it at the next chunk, keeping the samples
+    _SIGNALS.stop = stop
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            result = run_bench(cfg, _sysroot(args.sysroot), progress)
+            result = run_bench(cfg, root, progress, stop=stop)
     finally:
-        signal.signal(signal.SIGTERM, old)
+        _SIGNALS.stop = None
         if tty:
             print("\r\033[K", end="", file=sys.stderr)
     for w in caught:
@@ -390,20 +410,24 @@ def cmd_bench(args) -> int:
     us = samples // 1000
     values, counts = np.unique(us, return_counts=True)
     result["histogram_us"] = [[int(v), int(c)] for v, c in zip(values, counts, strict=True)]
-    code = 1 if result.get("aborted") else 0  # a run stopped at the thermal limit is a failed check
-    if args.prom:
-        from edge_runtime.prom import write_textfile
+    aborted = result.get("aborted")
+    # A run stopped at the thermal limit is a failed check; one stopped by a signal exits as that signal says.
+    code = (128 + stop.signum if stop.signum else 1) if aborted else 0
+    if "--prom" in outs:
+        from edge_runtime.prom import textfile
 
-        write_textfile(args.prom, result)
-    if args.json:
-        write_json(result, args.json, protect=(Path(args.model),))
-        if args.json == "-":
-            if code:
-                print(f"{PROG}: {result['aborted']['reason']}: partial result written", file=sys.stderr)
+        write_output(outs["--prom"], textfile(result))
+    if "--json" in outs:
+        write_json(result, outs["--json"])
+        if outs["--json"].is_stdout:
+            if aborted:
+                print(f"{PROG}: {aborted['reason']}: partial result written", file=sys.stderr)
             return code
     sys.stdout.write(format_report(result))
     if args.histogram is not None:
         sys.stdout.write(cyclictest_histogram(samples, args.histogram or None))
+    if aborted and stop.signum:
+        print(f"{PROG}: {aborted['reason']}: partial result written", file=sys.stderr)
     return code
 
 
@@ -422,19 +446,18 @@ def cmd_quantize(args) -> int:
         labels=args.labels,
         max_accuracy_drop=args.max_accuracy_drop,
     )
-    if args.max_accuracy_drop is not None and args.max_accuracy_drop < 0:
-        raise _UsageError(f"--max-accuracy-drop {args.max_accuracy_drop}: must be >= 0 (points)")
     if args.labels and not args.validation:
         raise _UsageError("--labels goes with --validation")
-    res = q.run(cfg, lambda m: print(m, file=sys.stderr, flush=True))
+    outs = q.plan_outputs(cfg, args.json)
+    res = q.run(cfg, lambda m: print(m, file=sys.stderr, flush=True), outputs=outs)
     for w in res.warnings:
         print(f"{PROG}: warning: {w}", file=sys.stderr)
     doc = res.doc
     doc["warnings"] = res.warnings
     code = 1 if doc.get("meets_budget") is False else 0
-    if args.json:
-        write_json(doc, args.json, protect=(Path(args.model), Path(args.calibration)))
-        if args.json == "-":
+    if "--json" in outs:
+        write_json(doc, outs["--json"])
+        if outs["--json"].is_stdout:
             return code
     print(
         f"quantized  {doc['out']['path']}  ({doc['precision']}, {doc['backend']}, {doc['method']}, "
@@ -452,10 +475,12 @@ def cmd_quantize(args) -> int:
             return f"{a[k]:.2%}" if k in a else "-"
 
         drop = f"{a['drop_points']:.2f}" if "drop_points" in a else "-"
-        sqnr = f"{a['sqnr_db']:.1f}" if a["sqnr_db"] is not None else "exact"
+        exact = a["max_abs_error"] == 0
+        sqnr = f"{a['sqnr_db']:.1f}" if a["sqnr_db"] is not None else ("exact" if exact else "-")
+        err = f"{a['max_abs_error']:.3g}" if a["max_abs_error"] is not None else "-"
         print(
             f"{name:<10} {pct('fp32_top1'):>10} {pct('int8_top1'):>8} {pct('top1_agreement'):>7} {drop:>9} "
-            f"{sqnr:>8} {a['max_abs_error']:>8.3g}"
+            f"{sqnr:>8} {err:>8}"
         )
     if doc["kept_fp32"]:
         print(f"kept FP32  {', '.join(doc['kept_fp32'])}")
@@ -481,10 +506,10 @@ def cmd_quantize(args) -> int:
 
 
 def _sysroot(path: str):
+    from edge_runtime.files import check_input
     from edge_runtime.system import SystemRoot
 
-    if not Path(path).is_dir():
-        raise _UsageError(f"--sysroot {path!r}: no such directory")
+    check_input(path, "--sysroot", error=_UsageError, directory=True)
     return SystemRoot(path)
 
 
@@ -514,9 +539,9 @@ def cmd_thermal(args) -> int:
             "sensors_skipped": snap.skipped,
         }
 
+    if args.count is not None and args.watch is None:
+        raise _UsageError("--count goes with --watch")
     if args.watch is not None:
-        if not args.watch > 0 or args.watch == float("inf"):
-            raise _UsageError(f"--watch {args.watch}: must be a positive number of seconds")
         if args.json not in (None, "-"):
             raise _UsageError("--watch writes one JSON line per interval to stdout: use --json without a FILE")
         n = 0
@@ -525,15 +550,18 @@ def cmd_thermal(args) -> int:
             if args.json:
                 print(
                     json.dumps(
-                        {
-                            "t": time.time(),
-                            "max_c": doc["max_c"],
-                            "headroom_c": doc["headroom_c"],
-                            "temps_c": snap.temperatures(),
-                            "freq_khz": {f.cpu: f.cur_khz for f in snap.cpufreq},
-                            "power_w": doc["power"]["w"] if doc["power"] else None,
-                            "throttled": doc["throttled"],
-                        }
+                        finite(
+                            {
+                                "t": time.time(),
+                                "max_c": doc["max_c"],
+                                "headroom_c": doc["headroom_c"],
+                                "temps_c": snap.temperatures(),
+                                "freq_khz": {f.cpu: f.cur_khz for f in snap.cpufreq},
+                                "power_w": doc["power"]["w"] if doc["power"] else None,
+                                "throttled": doc["throttled"],
+                            }
+                        ),
+                        allow_nan=False,
                     ),
                     flush=True,
                 )
@@ -549,10 +577,11 @@ def cmd_thermal(args) -> int:
             if args.count is None or n < args.count:
                 time.sleep(args.watch)
         return 0
+    outs = _plan_outputs([("--json", args.json)])
     snap, doc = snapshot_doc()
-    if args.json:
-        write_json(doc, args.json)
-        if args.json == "-":
+    if "--json" in outs:
+        write_json(doc, outs["--json"])
+        if outs["--json"].is_stdout:
             return 0
     if not snap.available and not snap.cpufreq and not snap.rails:
         print(
@@ -600,7 +629,17 @@ def cmd_thermal(args) -> int:
 def _tune_cpus(args, root) -> list[int]:
     """--cpus, else the detected board's suggestion, else the CPUs the kernel already isolates."""
     if args.cpus:
-        return _cpus(args.cpus, root)
+        cpus = _cpus(args.cpus, root)
+        online = root.online_cpus()
+        bad = sorted(set(cpus) - set(online)) if online else []
+        if bad:
+            from edge_runtime.cpulist import format_cpu_list
+
+            raise _UsageError(
+                f"--cpus {args.cpus!r}: CPU {format_cpu_list(bad)} does not exist on {root.root} "
+                f"(online: {format_cpu_list(online)})"
+            )
+        return cpus
     from edge_runtime.boards import detect
 
     board = detect(root)
@@ -619,6 +658,7 @@ def cmd_tune(args) -> int:
     from edge_runtime.cpulist import format_cpu_list
 
     root = _sysroot(args.sysroot)
+    outs = _plan_outputs([("--json", args.json)])
     if args.action == "show":
         cpus = _tune_cpus(args, root)
         checks = tuning.audit(root, cpus)
@@ -629,9 +669,9 @@ def cmd_tune(args) -> int:
             "tuned": not failed,
             "checks": [c.to_dict() for c in checks],
         }
-        if args.json:
-            write_json(doc, args.json)
-            if args.json == "-":
+        if "--json" in outs:
+            write_json(doc, outs["--json"])
+            if outs["--json"].is_stdout:
                 return 1 if failed else 0
         print(f"tuning for CPU {format_cpu_list(cpus)} (sysroot {args.sysroot})")
         for c in checks:
@@ -641,14 +681,26 @@ def cmd_tune(args) -> int:
         print("not tuned: " + ", ".join(c.knob for c in failed) if failed else "tuned")
         return 1 if failed else 0
     state = tuning.state_dir(args.state_dir)
+    save = None
     if args.action == "apply":
         cpus = _tune_cpus(args, root)
         lines, save = tuning.apply(cpus, args.governor, args.sysroot, args.dry_run, state)
-        print("\n".join(lines))
         if save is not None:
-            print(f"saved what was there before in {save} (edge-runtime tune reset puts it back)")
-        return 0
-    print("\n".join(tuning.reset(args.sysroot, args.dry_run, state)))
+            lines.append(f"saved what was there before in {save} (edge-runtime tune reset puts it back)")
+    else:
+        lines = tuning.reset(args.sysroot, args.dry_run, state)
+    if "--json" in outs:
+        doc = {
+            "schema": "edge-runtime/tune/1",
+            "action": args.action,
+            "dry_run": args.dry_run,
+            "messages": lines,
+            "save_file": str(save) if save else None,
+        }
+        write_json(doc, outs["--json"])
+        if outs["--json"].is_stdout:
+            return 0
+    print("\n".join(lines))
     return 0
 
 
@@ -678,10 +730,12 @@ def _load_kwargs(args) -> dict:
 
 def _model_args(p: argparse.ArgumentParser) -> None:
     """What `run` and `bench` share: the model, where it runs, its inputs."""
-    p.add_argument("model", metavar="MODEL", help=".onnx, .xml (OpenVINO IR) or .tflite file")
+    p.add_argument("model", metavar="MODEL", type=_path, help=".onnx, .xml (OpenVINO IR) or .tflite file")
     p.add_argument("--backend", help="onnxruntime, openvino or tflite (default: from the file type)")
     p.add_argument("--device", help="onnxruntime: cpu|cuda|tensorrt|qnn|openvino|...; openvino: CPU|GPU|NPU|AUTO")
-    p.add_argument("--delegate", metavar="PATH", help="TFLite external delegate library (e.g. libvx_delegate.so)")
+    p.add_argument(
+        "--delegate", metavar="PATH", type=_path, help="TFLite external delegate library (e.g. libvx_delegate.so)"
+    )
     p.add_argument("--delegate-option", action="append", metavar="K=V", help="option for the delegate (repeatable)")
     p.add_argument(
         "--option",
@@ -695,14 +749,21 @@ def _model_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="run on CPU when the device or delegate cannot be used (always reported)",
     )
-    p.add_argument("--threads", type=int, metavar="N", help="inference threads (default: backend's, or len(--cpus))")
+    p.add_argument(
+        "--threads",
+        type=_integer(1, MAX_THREADS),
+        metavar="N",
+        help="inference threads (default: backend's, or len(--cpus))",
+    )
     p.add_argument(
         "--cpus",
         metavar="LIST",
         help="pin the process and all its threads to these CPUs (e.g. 2-3; 'board': the board profile's)",
     )
-    p.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="input from a .npy file (repeatable)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    p.add_argument(
+        "--input", action="append", type=_path, metavar="NAME=FILE.npy", help="input from a .npy file (repeatable)"
+    )
+    p.add_argument("--seed", type=_integer(0, 2**64 - 1), default=0, help="seed of the random inputs (default 0)")
     p.add_argument(
         "--no-isolate",
         action="store_true",
@@ -719,6 +780,7 @@ def _json_flag(p: argparse.ArgumentParser) -> None:
         "--json",
         nargs="?",
         const="-",
+        type=_path,
         metavar="FILE",
         help="machine-readable output: to stdout, or to FILE (text still printed)",
     )
@@ -731,15 +793,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     p = sub.add_parser("info", help=COMMANDS["info"][1], description=COMMANDS["info"][1])
-    p.add_argument("--sysroot", default="/", metavar="DIR", help="read /proc and /sys below DIR (default /)")
+    p.add_argument(
+        "--sysroot", default="/", type=_path, metavar="DIR", help="read /proc and /sys below DIR (default /)"
+    )
     _json_flag(p)
     _common(p)
 
     p = sub.add_parser("quantize", help=COMMANDS["quantize"][1], description=COMMANDS["quantize"][1])
     p.add_argument("model", metavar="MODEL", help="FP32 .onnx model")
-    p.add_argument("--calibration", required=True, metavar="PATH", help=".npy/.npz file or folder of them")
+    p.add_argument("--calibration", required=True, type=_path, metavar="PATH", help=".npy/.npz file or folder of them")
     p.add_argument(
-        "--out", required=True, metavar="OUT", help="quantized model: .onnx (onnxruntime) or .xml (openvino)"
+        "--out",
+        required=True,
+        type=_path,
+        metavar="OUT",
+        help="quantized model: .onnx (onnxruntime) or .xml (openvino)",
     )
     p.add_argument("--backend", default="onnxruntime", choices=["onnxruntime", "openvino"])
     p.add_argument("--method", default="minmax", choices=["minmax", "entropy", "percentile"], help="calibration")
@@ -752,11 +820,11 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["auto", "u8", "s8"],
         help="onnxruntime activation type (default: from the CPU: U8 on x86 without VNNI)",
     )
-    p.add_argument("--validation", metavar="PATH", help="validation inputs (.npz may carry labels as 'y')")
-    p.add_argument("--labels", metavar="PATH", help="validation labels (.npy), for top-1")
+    p.add_argument("--validation", type=_path, metavar="PATH", help="validation inputs (.npz may carry labels as 'y')")
+    p.add_argument("--labels", type=_path, metavar="PATH", help="validation labels (.npy), for top-1")
     p.add_argument(
         "--max-accuracy-drop",
-        type=float,
+        type=_real(0.0, 100.0, "points"),
         metavar="POINTS",
         help="keep the most sensitive layers in FP32 until the top-1 drop is at most this many points",
     )
@@ -764,9 +832,14 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
 
     p = sub.add_parser("thermal", help=COMMANDS["thermal"][1], description=COMMANDS["thermal"][1])
-    p.add_argument("--watch", type=float, metavar="SECONDS", help="a live line every SECONDS (Ctrl-C to stop)")
-    p.add_argument("--count", type=int, metavar="N", help="with --watch: stop after N lines")
-    p.add_argument("--thermal-limit", type=float, metavar="C", help="limit for the headroom (default: board, trips)")
+    p.add_argument(
+        "--watch",
+        type=_real(0.0, 86400.0, "seconds", low_open=True),
+        metavar="SECONDS",
+        help="a live line every SECONDS (Ctrl-C to stop)",
+    )
+    p.add_argument("--count", type=_integer(1, 10**9), metavar="N", help="with --watch: stop after N lines")
+    p.add_argument("--thermal-limit", type=_celsius, metavar="C", help="limit for the headroom (default: board, trips)")
     p.add_argument("--sysroot", default="/", metavar="DIR", help="read /sys below DIR (default /)")
     _json_flag(p)
     _common(p)
@@ -776,26 +849,50 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpus", metavar="LIST", help="CPUs to set apart (default: the board profile's, or isolated ones)")
     p.add_argument("--governor", default="performance", help="apply: cpufreq governor (default performance)")
     p.add_argument("--dry-run", action="store_true", help="apply/reset: print what would change, change nothing")
-    p.add_argument("--state-dir", metavar="DIR", help="where apply keeps its save file (default /var/lib/edge-runtime)")
-    p.add_argument("--sysroot", default="/", metavar="DIR", help="operate on a tree below DIR (default /)")
+    p.add_argument(
+        "--state-dir", type=_path, metavar="DIR", help="where apply keeps its save file (default /var/lib/edge-runtime)"
+    )
+    p.add_argument("--sysroot", default="/", type=_path, metavar="DIR", help="operate on a tree below DIR (default /)")
     _json_flag(p)
     _common(p)
 
     p = sub.add_parser("run", help=COMMANDS["run"][1], description=COMMANDS["run"][1])
     _model_args(p)
-    p.add_argument("--top", type=int, default=5, metavar="K", help="how many top values per output to show (default 5)")
+    p.add_argument(
+        "--top",
+        type=_integer(0, 10**6),
+        default=5,
+        metavar="K",
+        help="how many top values per output to show (default 5)",
+    )
     _json_flag(p)
     _common(p)
 
     p = sub.add_parser("bench", help=COMMANDS["bench"][1], description=COMMANDS["bench"][1])
     _model_args(p)
-    p.add_argument("--rt-priority", type=int, metavar="P", help="SCHED_FIFO priority (1-99) for all threads")
+    p.add_argument(
+        "--rt-priority", type=_integer(1, 99), metavar="P", help="SCHED_FIFO priority (1-99) for all threads"
+    )
     p.add_argument("--mlock", action="store_true", help="lock all memory (mlockall) for the run")
-    p.add_argument("--warmup", type=int, default=50, metavar="N", help="untimed calls first (default 50)")
-    p.add_argument("--warmup-time", type=float, metavar="SECONDS", help="warm up for this long instead of --warmup")
+    p.add_argument(
+        "--warmup", type=_integer(0, MAX_WARMUP), default=50, metavar="N", help="untimed calls first (default 50)"
+    )
+    p.add_argument(
+        "--warmup-time",
+        type=_real(0.0, MAX_WARMUP_S, "seconds"),
+        metavar="SECONDS",
+        help="warm up for this long instead of --warmup",
+    )
     length = p.add_mutually_exclusive_group()
-    length.add_argument("--iterations", type=int, metavar="N", help="timed calls (default 1000)")
-    length.add_argument("--duration", type=float, metavar="SECONDS", help="time calls for this long instead")
+    length.add_argument(
+        "--iterations", type=_integer(1, _samples_bound), metavar="N", help="timed calls (default 1000)"
+    )
+    length.add_argument(
+        "--duration",
+        type=_real(0.0, MAX_DURATION_S, "seconds", low_open=True, why=" (7 days)"),
+        metavar="SECONDS",
+        help="time calls for this long instead",
+    )
     p.add_argument(
         "--stress",
         action="append",
@@ -804,7 +901,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--platform-latency",
-        type=float,
+        type=_real(0.0, 3600.0, "seconds", low_open=True),
         nargs="?",
         const=3.0,
         metavar="SECONDS",
@@ -812,38 +909,41 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--histogram",
-        type=int,
+        type=_integer(0, 100_000),
         nargs="?",
         const=0,
         metavar="BUCKETS",
         help="print a histogram in cyclictest's layout (1 us buckets)",
     )
-    p.add_argument("--hdr-log", metavar="FILE", help="write an HdrHistogram interval log (values in ns)")
+    p.add_argument("--hdr-log", type=_path, metavar="FILE", help="write an HdrHistogram interval log (values in ns)")
     p.add_argument(
         "--thermal-limit",
-        type=float,
+        type=_celsius,
         metavar="C",
         help="abort above this temperature (default: board profile, else lowest passive/critical trip)",
     )
-    p.add_argument("--cooldown-to", type=float, metavar="C", help="wait until the board is below C before measuring")
+    p.add_argument("--cooldown-to", type=_celsius, metavar="C", help="wait until the board is below C before measuring")
     p.add_argument(
         "--cooldown-timeout",
-        type=float,
+        type=_real(0.0, 86400.0, "seconds"),
         default=600.0,
         metavar="SECONDS",
         help="give up waiting for --cooldown-to after this long (default 600; exit 1)",
     )
     p.add_argument(
         "--sample-interval",
-        type=float,
+        type=_real(1e-3, 3600.0, "seconds"),
         default=0.25,
         metavar="SECONDS",
         help="thermal/frequency/power sampling period during the run (default 0.25)",
     )
-    p.add_argument("--prom", metavar="FILE", help="also write the result as a Prometheus textfile (node_exporter)")
+    p.add_argument(
+        "--prom", type=_path, metavar="FILE", help="also write the result as a Prometheus textfile (node_exporter)"
+    )
     p.add_argument(
         "--sysroot",
         default="/",
+        type=_path,
         metavar="DIR",
         help="read the observed system (/proc, /sys) below DIR (default /); pinning acts on this process",
     )
@@ -853,7 +953,51 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None):
-    print(f"{PROG}: warning: {' '.join(str(message).split())}", file=sys.stderr)
+    if sys.stderr is not None:
+        print(f"{PROG}: warning: {' '.join(str(message).split())}", file=sys.stderr)
+
+
+class _Signals:
+    """SIGINT, SIGTERM and SIGHUP end a command as Ctrl-C does (co-runners stopped, scheduling restored on the way
+    out) and it exits 128 + the signal. While a bench measures (`stop` set), the signal only asks the loop to end at
+    the next chunk, so the partial result is kept and written, marked interrupted."""
+
+    stop = None
+
+    def handler(self, signum, frame) -> None:
+        if self.stop is not None and self.stop.armed:
+            self.stop.request(signum)
+            return
+        raise Interrupted(signum)
+
+    def install(self) -> None:
+        import signal
+
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            try:
+                signal.signal(sig, self.handler)
+            except (ValueError, OSError):  # not the main thread (main() called from a library): leave them
+                return
+
+
+_SIGNALS = _Signals()
+
+
+def _reopen_closed_std_fds() -> set[int]:
+    """Descriptors 0-2 that were closed at start, now opened on /dev/null: otherwise the next file opened would become
+    "standard output" and a child or a print could write into it."""
+    closed = set()
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            closed.add(fd)
+    for fd in sorted(closed):
+        new = os.open(os.devnull, os.O_RDWR)
+        if new != fd:
+            os.dup2(new, fd)
+            os.close(new)
+    return closed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -861,31 +1005,81 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in argv
     if not debug:
         warnings.showwarning = _one_line_warning
+    closed = _reopen_closed_std_fds()
+
+    def err_line(text: str) -> None:
+        if sys.stderr is not None and 2 not in closed:
+            print(f"{PROG}: {text}", file=sys.stderr)
+
+    _SIGNALS.install()
     try:
         args = build_parser().parse_args(argv)
         if not args.command:
             build_parser().print_help()
             return 2
-        return COMMANDS[args.command][0](args)
+        if 1 in closed or sys.stdout is None:
+            # Nothing would see the result: refuse before the work, unless it goes to a file.
+            if getattr(args, "json", None) in (None, "-"):
+                raise _UsageError(
+                    "standard output is closed: the result would be lost", hint="give --json FILE, or open stdout"
+                )
+            sys.stdout = open(os.devnull, "w")
+        code = COMMANDS[args.command][0](args)
+        if sys.stdout is not None:
+            sys.stdout.flush()
+        return code
     except EdgeRuntimeError as err:
         if debug:
             raise
-        print(f"{PROG}: error: {err.one_line()}", file=sys.stderr)
+        err_line(f"error: {err.one_line()}")
         return err.exit_code
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as err:
+        signum = getattr(err, "signum", None) or 2
+        err_line("interrupted" + (f" ({_signal_name(signum)})" if signum != 2 else ""))
+        return 128 + signum
     except BrokenPipeError:
+        _quiet_stdout()
         return 0
+    except OSError as err:
+        if debug:
+            raise
+        if err.errno in (errno.ENOSPC, errno.EIO, errno.EBADF) and err.filename is None:
+            _quiet_stdout()
+            err_line(f"error: cannot write the output: {err.strerror}")
+            return 2
+        err_line(_internal(err))
+        return 3
     except Exception as err:
         if debug:
             raise
-        print(
-            f"{PROG}: internal error: {type(err).__name__}: {' '.join(str(err).split())[:500]} "
-            "(run with --debug for the traceback, and please report it)",
-            file=sys.stderr,
-        )
+        err_line(_internal(err))
         return 3
+
+
+def _internal(err: BaseException) -> str:
+    return (
+        f"internal error: {type(err).__name__}: {' '.join(str(err).split())[:500]} "
+        "(run with --debug for the traceback, and please report it)"
+    )
+
+
+def _signal_name(signum: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _quiet_stdout() -> None:
+    """After a failed write to stdout, point it at /dev/null so the interpreter's exit flush cannot fail again."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, 1)
+        os.close(fd)
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

@@ -65,3 +65,11 @@ class CheckFailedError(EdgeRuntimeError):
     """A check that ran and failed (SLO missed, system not tuned). Exit code 1."""
 
     exit_code = 1
+
+
+class Interrupted(KeyboardInterrupt):
+    """A signal (SIGINT, SIGTERM, SIGHUP) ended the work; the command exits 128 + `signum`."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum

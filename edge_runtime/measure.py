@@ -14,8 +14,33 @@ from dataclasses import dataclass
 
 import numpy as np
 
-MAX_SAMPLES = 50_000_000  # 400 MB of int64: the ceiling for --duration runs
+MAX_SAMPLES = 50_000_000  # 400 MB of int64: the ceiling for any run
 CHUNK_S = 0.5
+
+
+def max_samples() -> int:
+    """How many samples one run may keep here: MAX_SAMPLES, or fewer where memory is small (each sample is 8 bytes,
+    and the statistics sort a copy: 16 bytes a sample, kept under a quarter of the memory)."""
+    from edge_runtime.files import memory_bytes
+
+    return max(1, min(MAX_SAMPLES, memory_bytes() // 64))
+
+
+class StopRequest:
+    """Asks a measuring loop to end at its next chunk boundary and keep what it measured (set from a signal handler).
+
+    `armed` only while the measured part runs: outside it a signal ends the work at once."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.signum: int | None = None
+
+    def request(self, signum: int) -> None:
+        self.signum = signum
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
 
 
 @dataclass
@@ -73,6 +98,10 @@ def measure(
     """Time `fn` after warming up (`warmup` calls, or `warmup_s` seconds). Give `iterations` or `duration_s`."""
     if (iterations is None) == (duration_s is None):
         raise ValueError("give iterations or duration_s")
+    if iterations is not None and not 1 <= iterations <= max_samples():
+        from edge_runtime.errors import UserError
+
+        raise UserError(f"iterations {iterations}: must be 1 to {max_samples():,} (what fits in memory here)")
     overhead = timer_overhead_ns()
     # Warm-up: also gives the per-call time used to size chunks and the buffer of a --duration run.
     warm_calls = 0
@@ -81,6 +110,9 @@ def measure(
     while (warm_calls < warmup) if t_end is None else (time.perf_counter_ns() < t_end):
         fn()
         warm_calls += 1
+        if should_stop is not None and warm_calls % 64 == 0 and should_stop():
+            # Stopped during warm-up (a signal, the thermal limit): nothing was measured.
+            return Measurement(np.empty(0, dtype=np.int64), time.time_ns(), 0.0, warm_calls, overhead, stopped=True)
     per_call_ns = max(1, (time.perf_counter_ns() - t0) // max(warm_calls, 1))
     if warm_calls == 0:  # no warm-up asked: one untimed probe call for sizing
         t0 = time.perf_counter_ns()
@@ -151,12 +183,13 @@ def hdr_histogram(samples_ns: np.ndarray):
     return h
 
 
-def write_hdr_log(path, samples_ns: np.ndarray, start_ns: int, wall_s: float, comment: str) -> None:
+def hdr_log_text(samples_ns: np.ndarray, start_ns: int, wall_s: float, comment: str) -> str:
     """Standard HdrHistogram interval log (one interval), readable by HistogramLogProcessor and hdrh's reader.
 
     Values are nanoseconds. hdrhistogram 0.10.x's HistogramLogWriter.output_start_time raises AttributeError, so the
     StartTime line is written here in the format the Java and C writers use.
     """
+    import io
     from datetime import datetime, timezone
 
     from hdrh.log import HistogramLogWriter
@@ -165,12 +198,13 @@ def write_hdr_log(path, samples_ns: np.ndarray, start_ns: int, wall_s: float, co
     # StartTime and BaseTime must be the same number: readers skip intervals that start before StartTime.
     start_ms = start_ns // 1_000_000
     start_s = start_ms / 1000.0
-    with open(path, "w") as f:
-        w = HistogramLogWriter(f)
-        w.output_comment(comment)
-        w.output_log_format_version()
-        stamp = datetime.fromtimestamp(start_s, tz=timezone.utc).strftime("%a %b %d %H:%M:%S UTC %Y")
-        f.write(f"#[StartTime: {start_s:f} (seconds since epoch), {stamp}]\n")
-        w.output_base_time(start_ms)
-        w.output_legend()
-        w.output_interval_histogram(h, start_time_stamp_sec=0.0, end_time_stamp_sec=wall_s, max_value_unit_ratio=1e6)
+    f = io.StringIO()
+    w = HistogramLogWriter(f)
+    w.output_comment(comment)
+    w.output_log_format_version()
+    stamp = datetime.fromtimestamp(start_s, tz=timezone.utc).strftime("%a %b %d %H:%M:%S UTC %Y")
+    f.write(f"#[StartTime: {start_s:f} (seconds since epoch), {stamp}]\n")
+    w.output_base_time(start_ms)
+    w.output_legend()
+    w.output_interval_histogram(h, start_time_stamp_sec=0.0, end_time_stamp_sec=wall_s, max_value_unit_ratio=1e6)
+    return f.getvalue()

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edge_runtime.errors import ModelError
+from edge_runtime.files import check_input, open_input
 
 # File suffix -> format name. The format picks the default backend (DESIGN.md).
 FORMATS = {".onnx": "onnx", ".xml": "openvino", ".tflite": "tflite"}
@@ -39,7 +40,7 @@ class ModelFile:
             h = hashlib.sha256()
             for p in (self.path, self.weights):
                 if p is not None:
-                    with open(p, "rb") as f:
+                    with open_input(p, "model", error=ModelError) as f:
                         for chunk in iter(lambda f=f: f.read(1 << 20), b""):
                             h.update(chunk)
             self._sha.append(h.hexdigest())
@@ -70,20 +71,15 @@ def inspect_model(path: str | os.PathLike[str]) -> ModelFile:
     """Check that `path` is a model file this runtime knows, and say clearly what is wrong when it is not."""
     p = Path(path)
     shown = str(path)
-    if not p.exists():
-        raise ModelError(f"model {shown!r}: no such file")
-    if p.is_dir():
-        raise ModelError(f"model {shown!r}: is a directory, not a model file")
+    # Regular file, not larger than memory, checked on the open descriptor: a fifo or a device never blocks here.
+    check_input(path, "model", error=ModelError)
     fmt = FORMATS.get(p.suffix.lower())
     if fmt is None:
         known = ", ".join(sorted(FORMATS))
         raise ModelError(f"model {shown!r}: unknown file type {p.suffix or '(none)'!r}", hint=f"known types: {known}")
-    try:
-        size = p.stat().st_size
-        with open(p, "rb") as f:
-            head = f.read(64)
-    except OSError as err:
-        raise ModelError(f"model {shown!r}: cannot read: {err.strerror or err}") from err
+    with open_input(path, "model", error=ModelError) as f:
+        size = os.fstat(f.fileno()).st_size
+        head = f.read(64)
     if size == 0:
         raise ModelError(f"model {shown!r}: file is empty")
     weights = None
@@ -99,6 +95,7 @@ def inspect_model(path: str | os.PathLike[str]) -> ModelFile:
         if not (text.startswith(b"<?xml") or text.startswith(b"<net")):
             raise ModelError(f"model {shown!r}: not an OpenVINO IR .xml (no XML header)")
         weights = p.with_suffix(".bin")
-        if not weights.exists():
+        if not os.path.lexists(weights):
             raise ModelError(f"model {shown!r}: weights file {str(weights)!r} is missing (an IR is an .xml and a .bin)")
+        check_input(weights, f"model {shown!r}: weights file", error=ModelError)
     return ModelFile(path=p, format=fmt, size=size, weights=weights)

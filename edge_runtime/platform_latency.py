@@ -11,6 +11,7 @@ import shutil
 import subprocess
 
 from edge_runtime.cpulist import format_cpu_list
+from edge_runtime.system import dies_with_parent
 
 _SUMMARY = re.compile(r"^# (Min|Avg|Max) Latencies:\s*(.*)$")
 
@@ -47,7 +48,8 @@ def run_cyclictest(cpus: list[int], seconds: float = 3.0, priority: int = 80, bu
         "cyclictest", "-q", "-m", "-p", str(priority), "-i", "200", "-D", f"{max(1, round(seconds))}s",
         "-a", format_cpu_list(cpus), "-t", str(len(cpus)), "-h", str(buckets),
     ]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 30)
+    # SCHED_FIFO at `priority`: it must die with us, also when we are killed with SIGKILL.
+    proc = subprocess.run(dies_with_parent(cmd), capture_output=True, text=True, timeout=seconds + 30)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"cyclictest failed (exit {proc.returncode}): {last}")

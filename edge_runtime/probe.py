@@ -119,7 +119,9 @@ def _child() -> int:
 
     from edge_runtime.errors import EdgeRuntimeError
     from edge_runtime.session import load
+    from edge_runtime.system import set_parent_death_signal
 
+    set_parent_death_signal()  # a check whose caller was killed has no one to answer
     req = json.loads(sys.stdin.read())
     try:
         with load(

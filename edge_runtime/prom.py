@@ -1,5 +1,5 @@
 """Prometheus textfile output (node_exporter's textfile collector): the last run's latency quantiles and thermal
-budget, written atomically through prometheus-client so a board already scraped by Prometheus shows them."""
+budget, so a board already scraped by Prometheus shows them."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ from edge_runtime.errors import UserError
 QUANTILES = {"0.5": "p50", "0.9": "p90", "0.99": "p99", "0.999": "p999", "0.9999": "p9999"}
 
 
-def write_textfile(path: str, result: dict) -> None:
+def textfile(result: dict) -> bytes:
+    """The result as Prometheus text exposition (prometheus-client's own encoder); the caller writes it atomically
+    through edge_runtime.files, as node_exporter's textfile collector needs."""
     try:
-        from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
+        from prometheus_client import CollectorRegistry, Gauge, generate_latest
     except ImportError as err:
         raise UserError("--prom needs the prometheus-client package", hint="pip install 'edge-runtime[prom]'") from err
     reg = CollectorRegistry()
@@ -47,11 +49,8 @@ def write_textfile(path: str, result: dict) -> None:
         Gauge("edge_runtime_throttled", "1 when the last run was throttled", names, registry=reg).labels(**labels).set(
             1 if t.get("throttled") else 0
         )
-    if (result.get("power") or {}).get("available"):
+    if (result.get("power") or {}).get("available") and result["power"].get("energy_per_inference_uj") is not None:
         Gauge(
             "edge_runtime_energy_per_inference_joules", "From the board's own power rail", names, registry=reg
         ).labels(**labels).set(result["power"]["energy_per_inference_uj"] / 1e6)
-    try:
-        write_to_textfile(path, reg)  # writes a temporary file and renames it: atomic for the collector
-    except OSError as err:
-        raise UserError(f"--prom {path!r}: cannot write: {err.strerror or err}") from err
+    return generate_latest(reg)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import platform
+import stat
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -18,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from edge_runtime.errors import UserError
+from edge_runtime.errors import ModelError, UserError
+from edge_runtime.files import Output, check_distinct, check_input, load_npy, load_npz, plan_output, write_output
 
 METHODS = ("minmax", "entropy", "percentile")
 FEW_SAMPLES = 100  # representative sets are usually 100-500 samples
@@ -47,14 +49,10 @@ class Result:
 
 
 # ------------------------------------------------------------------------------------------------------------ data
-def _load_file(path: Path) -> dict[str, np.ndarray] | list[np.ndarray]:
-    try:
-        if path.suffix == ".npy":
-            return [np.load(path, allow_pickle=False)]
-        with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
-    except (OSError, ValueError, EOFError) as err:
-        raise UserError(f"calibration data {str(path)!r}: not a readable .npy/.npz ({err or 'empty file'})") from err
+def _load_file(path: Path, what: str) -> dict[str, np.ndarray] | list[np.ndarray]:
+    if path.suffix == ".npy":
+        return [load_npy(path, what)]
+    return load_npz(path, what)
 
 
 def load_samples(source: str, inputs, what: str = "calibration data", skip_keys=("y", "labels")) -> list[dict]:
@@ -64,16 +62,11 @@ def load_samples(source: str, inputs, what: str = "calibration data", skip_keys=
     model also accepts any one array, e.g. "x"). Each sample must have the input's shape (batch 1 added when the
     model's first dimension is 1 and the array lacks it).
     """
-    p = Path(source)
-    if not p.exists():
-        raise UserError(f"{what} {source!r}: no such file or folder")
-    files = sorted(f for f in p.iterdir() if f.suffix in (".npy", ".npz")) if p.is_dir() else [p]
-    if not files:
-        raise UserError(f"{what} {source!r}: the folder holds no .npy or .npz files")
+    files = data_files(source, what)
     names = [t.name for t in inputs]
     per_input: dict[str, list[np.ndarray]] = {n: [] for n in names}
     for f in files:
-        data = _load_file(f)
+        data = _load_file(f, what)
         if isinstance(data, dict):
             arrays = {k: v for k, v in data.items() if k not in skip_keys}
             if all(n in arrays for n in names):
@@ -105,6 +98,13 @@ def load_samples(source: str, inputs, what: str = "calibration data", skip_keys=
                 )
             if arr.dtype.kind not in "fiu":
                 raise UserError(f"{what} {str(f)!r}: input {t.name!r} has dtype {arr.dtype}, not numbers")
+            if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+                bad = int(np.count_nonzero(~np.isfinite(arr)))
+                rows = np.flatnonzero(~np.isfinite(arr.reshape(arr.shape[0], -1)).all(axis=1)) if arr.ndim else [0]
+                raise UserError(
+                    f"{what} {str(f)!r}: input {t.name!r} holds {bad} value(s) that are NaN or infinite "
+                    f"(first in sample {int(rows[0])}); {what} must be finite numbers"
+                )
             per_input[t.name] += [s.astype(t.dtype) for s in samples]
     counts = {len(v) for v in per_input.values()}
     if len(counts) != 1:
@@ -115,19 +115,32 @@ def load_samples(source: str, inputs, what: str = "calibration data", skip_keys=
     return [{name: per_input[name][i] for name in names} for i in range(n)]
 
 
+def data_files(source: str, what: str) -> list[Path]:
+    """A .npy/.npz file, or the .npy/.npz files of a folder, each checked to be a regular file before it is read."""
+    st = check_input(source, what, directory=None)
+    p = Path(source)
+    if not stat.S_ISDIR(st.st_mode):
+        if p.suffix not in (".npy", ".npz"):
+            raise UserError(f"{what} {source!r}: not a .npy or .npz file")
+        return [p]
+    files = sorted(f for f in p.iterdir() if f.suffix in (".npy", ".npz"))
+    if not files:
+        raise UserError(f"{what} {source!r}: the folder holds no .npy or .npz files")
+    for f in files:
+        check_input(f, what)
+    return files
+
+
 def load_labels(validation: str, labels: str | None, n: int) -> np.ndarray | None:
     """Labels from --labels (.npy), or the "y"/"labels" array of the validation .npz; None when there are none."""
     arr = None
     if labels:
-        try:
-            arr = np.load(labels, allow_pickle=False)
-        except (OSError, ValueError, EOFError) as err:
-            raise UserError(f"--labels {labels!r}: not a readable .npy ({err})") from err
+        arr = load_npy(labels, "--labels")
     elif Path(validation).suffix == ".npz":
-        with np.load(validation, allow_pickle=False) as z:
-            for k in ("y", "labels"):
-                if k in z.files:
-                    arr = z[k]
+        z = load_npz(validation, "validation data")
+        for k in ("y", "labels"):
+            if k in z:
+                arr = z[k]
     if arr is None:
         return None
     arr = np.asarray(arr)
@@ -175,6 +188,9 @@ def choose_activations(requested: str, machine: str | None = None, flags: set[st
 def _ort_quantize(
     fp32: Path, out: Path, samples: list[dict], cfg: QuantizeConfig, act: str, exclude: list[str]
 ) -> None:
+    from edge_runtime.backends.onnxruntime_backend import _ort
+
+    _ort()  # telemetry off before onnxruntime initialises (see there)
     from onnxruntime.quantization import (
         CalibrationDataReader,
         CalibrationMethod,
@@ -209,6 +225,9 @@ def _ort_quantize(
 
 
 def _preprocess(model: Path, tmp: Path) -> Path:
+    from edge_runtime.backends.onnxruntime_backend import _ort
+
+    _ort()
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     pre = tmp / "pre.onnx"
@@ -238,7 +257,10 @@ def already_quantized(model: Path) -> bool:
     if model.suffix == ".onnx":
         import onnx
 
-        ops = {n.op_type for n in onnx.load(str(model), load_external_data=False).graph.node}
+        try:
+            ops = {n.op_type for n in onnx.load(str(model), load_external_data=False).graph.node}
+        except Exception as err:
+            raise ModelError(f"model {str(model)!r}: not a valid ONNX model ({type(err).__name__}: {err})") from err
         return bool(
             ops & {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger"}
         )
@@ -262,11 +284,14 @@ def compare(fp32: list[np.ndarray], int8: list[np.ndarray], labels: np.ndarray |
     a = np.concatenate([x.reshape(1, -1) for x in fp32]).astype(np.float64)
     b = np.concatenate([x.reshape(1, -1) for x in int8]).astype(np.float64)
     noise = np.sum((a - b) ** 2)
+    with np.errstate(all="ignore"):
+        sqnr = float(10 * np.log10(np.sum(a**2) / noise)) if noise > 0 else None
+        max_err = float(np.max(np.abs(a - b)))
     out = {
         "samples": len(fp32),
-        # None when the outputs are identical (infinite SQNR is not valid JSON)
-        "sqnr_db": float(10 * np.log10(np.sum(a**2) / noise)) if noise > 0 else None,
-        "max_abs_error": float(np.max(np.abs(a - b))),
+        # None when the outputs are identical (infinite SQNR is not valid JSON), or not finite numbers at all
+        "sqnr_db": sqnr if sqnr is not None and np.isfinite(sqnr) else None,
+        "max_abs_error": max_err if np.isfinite(max_err) else None,
     }
     if a.shape[1] > 1:
         p32, p8 = a.argmax(1), b.argmax(1)
@@ -303,7 +328,30 @@ def _v(dist: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------- main
-def run(cfg: QuantizeConfig, say=lambda _m: None) -> Result:
+def plan_outputs(cfg: QuantizeConfig, json_dest: str | None = None) -> dict[str, Output]:
+    """Every file `run` will write, checked now: the model (and an IR's .bin), its manifest, the JSON report. None may
+    be an input (the model, calibration, validation or label files) or another of them."""
+    out = Path(cfg.out)
+    outs = {"--out": plan_output("--out", cfg.out, regular_only=True)}
+    if out.suffix == ".xml":
+        outs["weights"] = plan_output("--out (its .bin)", str(out.with_suffix(".bin")), regular_only=True)
+    outs["manifest"] = plan_output("--out (its manifest)", cfg.out + ".manifest.toml", regular_only=True)
+    if json_dest is not None:
+        outs["--json"] = plan_output("--json", json_dest)
+    inputs: list[tuple[str, object]] = [("the model", cfg.model)]
+    for flag, src in (("--calibration", cfg.calibration), ("--validation", cfg.validation), ("--labels", cfg.labels)):
+        if not src:
+            continue
+        inputs.append((flag, src))
+        if Path(src).is_dir():
+            inputs += [(f"a {flag} file", f) for f in Path(src).iterdir()]
+    check_distinct(outs.values(), inputs)
+    return outs
+
+
+def run(cfg: QuantizeConfig, say=lambda _m: None, outputs: dict[str, Output] | None = None) -> Result:
+    """Quantize as `cfg` says. Everything is built and measured in a temporary folder; the outputs are written at the
+    end, each atomically, so a failure half-way leaves no half-written model and no manifest pointing to nothing."""
     from edge_runtime.model import inspect_model
     from edge_runtime.session import load
 
@@ -313,27 +361,22 @@ def run(cfg: QuantizeConfig, say=lambda _m: None) -> Result:
         raise UserError(f"model {cfg.model!r}: quantize takes an FP32 ONNX model (got {mf.format})")
     if cfg.method not in METHODS:
         raise UserError(f"--method {cfg.method!r}: not known", hint=f"choose one of: {', '.join(METHODS)}")
+    want_suffix = ".onnx" if cfg.backend == "onnxruntime" else ".xml"
+    if Path(cfg.out).suffix != want_suffix:
+        raise UserError(f"--out {cfg.out!r}: the {cfg.backend} path writes a {want_suffix} file")
+    if cfg.max_accuracy_drop is not None and not (0.0 <= cfg.max_accuracy_drop <= 100.0):  # NaN fails both
+        raise UserError(f"--max-accuracy-drop {cfg.max_accuracy_drop}: must be a number of points from 0 to 100")
+    if cfg.max_accuracy_drop is not None and not cfg.validation:
+        raise UserError("--max-accuracy-drop needs --validation data to measure the drop on")
+    outs = outputs if outputs is not None else plan_outputs(cfg)
+    # The first load runs in the crash-check child: a corrupted file is refused with one line, never a crash here.
+    with load(mf.path, backend="onnxruntime") as s:
+        inputs = list(s.inputs)
     if already_quantized(mf.path):
         raise UserError(
             f"model {cfg.model!r}: already quantized (it has QuantizeLinear/DequantizeLinear or integer ops)",
             hint="quantize the FP32 model",
         )
-    out = Path(cfg.out)
-    for given, what in (
-        (cfg.model, "the model"),
-        (cfg.calibration, "the calibration data"),
-        (cfg.validation, "the validation data"),
-        (cfg.labels, "the labels"),
-    ):
-        if given and out.resolve() == Path(given).resolve():
-            raise UserError(f"--out {cfg.out!r} is {what}: refusing to overwrite an input")
-    want_suffix = ".onnx" if cfg.backend == "onnxruntime" else ".xml"
-    if out.suffix != want_suffix:
-        raise UserError(f"--out {cfg.out!r}: the {cfg.backend} path writes a {want_suffix} file")
-    if cfg.max_accuracy_drop is not None and not cfg.validation:
-        raise UserError("--max-accuracy-drop needs --validation data to measure the drop on")
-    with load(mf.path, backend="onnxruntime", isolate=False) as s:
-        inputs = list(s.inputs)
     calib = load_samples(cfg.calibration, inputs)
     if len(calib) < FEW_SAMPLES:
         res.warnings.append(f"only {len(calib)} calibration samples: representative sets are usually 100-500")
@@ -344,10 +387,6 @@ def run(cfg: QuantizeConfig, say=lambda _m: None) -> Result:
         + (" with labels" if labels is not None else " (no labels: compared with FP32)")
     )
 
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UserError(f"--out {cfg.out!r}: cannot create its folder: {err.strerror or err}") from err
     fp32_pred = predict(mf.path, "onnxruntime" if cfg.backend == "onnxruntime" else "openvino", val)
     doc: dict = {
         "schema": "edge-runtime/quantize/1",
@@ -361,6 +400,7 @@ def run(cfg: QuantizeConfig, say=lambda _m: None) -> Result:
     kept: list[str] = []
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s)
+        out = tmp / f"quantized{want_suffix}"
         if cfg.backend == "onnxruntime":
             act, why = choose_activations(cfg.activations)
             doc["activations"] = {"type": act, "weights": "s8", "why": why}
@@ -433,14 +473,17 @@ def run(cfg: QuantizeConfig, say=lambda _m: None) -> Result:
         final = "mixed" if kept else "int8"
         doc["latency_us"]["quantized_p50"] = doc["latency_us"][f"{final}_p50"]
         doc["latency_us"]["speedup"] = doc["latency_us"]["fp32_p50"] / doc["latency_us"]["quantized_p50"]
-    doc["out"] = {"path": str(out), "sha256": _sha(out)}
-    if out.suffix == ".xml":
-        doc["out"]["weights_sha256"] = _sha(out.with_suffix(".bin"))
-    doc["versions"] = {d: _v(d) for d in ("onnxruntime", "onnx", "openvino", "nncf", "numpy")}
-    doc["manifest_entry"] = manifest_entry(doc)
-    manifest = out.with_name(out.name + ".manifest.toml")
-    manifest.write_text(doc["manifest_entry"])
-    doc["manifest_file"] = str(manifest)
+        doc["out"] = {"path": cfg.out, "sha256": _sha(out)}
+        if out.suffix == ".xml":
+            doc["out"]["weights_sha256"] = _sha(out.with_suffix(".bin"))
+        doc["versions"] = {d: _v(d) for d in ("onnxruntime", "onnx", "openvino", "nncf", "numpy")}
+        doc["manifest_entry"] = manifest_entry(doc)
+        doc["manifest_file"] = outs["manifest"].dest
+        # Weights first, model, then the manifest that points to them: never a manifest without its model.
+        if "weights" in outs:
+            write_output(outs["weights"], out.with_suffix(".bin").read_bytes())
+        write_output(outs["--out"], out.read_bytes())
+        write_output(outs["manifest"], doc["manifest_entry"])
     res.doc = doc
     return res
 

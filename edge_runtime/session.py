@@ -23,6 +23,10 @@ class FallbackWarning(UserWarning):
     """A device or delegate could not be used and the run fell back to CPU, as the caller allowed."""
 
 
+class OversubscriptionWarning(UserWarning):
+    """More inference threads than the CPUs they are pinned to."""
+
+
 @dataclass(frozen=True)
 class BackendInfo:
     """What actually runs: the result's `backend` section (DESIGN.md)."""
@@ -81,6 +85,13 @@ def load(
     cpu_list = tuple(sorted(set(cpus))) if cpus is not None else None
     if threads is not None and threads < 1:
         raise UserError(f"threads {threads!r}: must be at least 1")
+    if threads is not None and cpu_list and threads > len(cpu_list):
+        warnings.warn(
+            f"{threads} threads on {len(cpu_list)} CPU(s) ({', '.join(map(str, cpu_list))}): oversubscribed, the "
+            "threads take turns on the same cores (latency goes up, not down)",
+            OversubscriptionWarning,
+            stacklevel=2,
+        )
     opts = LoadOptions(
         device=device,
         delegate=delegate,

@@ -44,7 +44,18 @@ def jitter(lat: dict) -> dict:
     return {"p99_minus_p50": lat["p99"] - lat["p50"], "max_minus_min": lat["max"] - lat["min"]}
 
 
-def stability(samples_ns: np.ndarray, lat: dict) -> tuple[bool, list[str]]:
+# Fewer samples than this say nothing about stability: the drift check compares tenths of at least 10 samples.
+MIN_SAMPLES_FOR_STABILITY = 100
+
+
+def stability(samples_ns: np.ndarray, lat: dict) -> tuple[bool | None, list[str]]:
+    """(unstable, why): True when the spread or the drift says the run was disturbed, False when it was steady,
+    None when there are too few samples to tell (a 1-sample run is not "stable")."""
+    if len(samples_ns) < MIN_SAMPLES_FOR_STABILITY:
+        return None, [
+            f"stability unknown: {len(samples_ns)} sample(s); at least {MIN_SAMPLES_FOR_STABILITY} are needed to judge "
+            "spread and drift"
+        ]
     warnings = []
     if lat["mean"] > 0 and lat["std"] / lat["mean"] > UNSTABLE_STD_RATIO:
         warnings.append(

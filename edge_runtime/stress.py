@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from edge_runtime.cpulist import format_cpu_list, parse_cpu_list
 from edge_runtime.errors import UserError
+from edge_runtime.system import dies_with_parent
 
 KINDS = ("cpu", "memory")
 
@@ -61,16 +62,6 @@ class StressSpec:
         return cls(kind, tuple(cpu_list))
 
 
-# Runs first in every co-runner process: die with the parent (PR_SET_PDEATHSIG survives exec), then exec the tool.
-# Done in the child itself rather than in a preexec_fn, which is unsafe in a process that has threads.
-_LAUNCH = (
-    "import ctypes, os, signal, sys\n"
-    "ctypes.CDLL(None).prctl(1, signal.SIGKILL)\n"
-    "if os.getppid() != int(sys.argv[1]): sys.exit(0)\n"
-    "os.execvp(sys.argv[2], sys.argv[2:])\n"
-)
-
-
 class CoRunner:
     """`with CoRunner(specs, max_seconds):` runs the co-runners for the block and stops them, whatever happens."""
 
@@ -112,7 +103,7 @@ class CoRunner:
             for cmd in self._commands(spec):
                 self.procs.append(
                     subprocess.Popen(
-                        [sys.executable, "-c", _LAUNCH, str(os.getpid()), *cmd],
+                        dies_with_parent(cmd),
                         stdin=subprocess.DEVNULL,
                         stdout=subprocess.DEVNULL,
                         stderr=subprocess.DEVNULL,

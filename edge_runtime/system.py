@@ -9,11 +9,16 @@ redirected, as DESIGN.md says.
 from __future__ import annotations
 
 import os
+import stat
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from edge_runtime.cpulist import format_cpu_list, parse_cpu_list, parse_isolcpus
 from edge_runtime.errors import PinningError
+
+# /proc/interrupts of a 256-CPU machine is about 1 MB; nothing we read from /proc or /sys comes near this.
+MAX_READ_BYTES = 16 << 20
 
 
 class SystemRoot:
@@ -22,21 +27,44 @@ class SystemRoot:
     def __init__(self, root: str | os.PathLike[str] = "/"):
         self.root = Path(root)
 
+    @property
+    def is_live(self) -> bool:
+        """True when this root is the running system itself (`/`), not a captured tree."""
+        try:
+            return self.root.resolve() == Path("/")
+        except OSError:
+            return False
+
     def path(self, rel: str) -> Path:
         return self.root / rel.lstrip("/")
 
     def read(self, rel: str, fallback: str | None = None) -> str | None:
         """Text of a file with trailing whitespace stripped, or `fallback` when it is missing or unreadable."""
-        try:
-            return self.path(rel).read_text(errors="replace").rstrip("\n\x00 ")
-        except (OSError, ValueError):
-            return fallback
+        raw = self.read_bytes(rel)
+        return fallback if raw is None else raw.decode(errors="replace").rstrip("\n\x00 ")
 
     def read_bytes(self, rel: str) -> bytes | None:
+        """Bytes of a regular file (procfs, sysfs and device-tree files are), or None. A fifo, a device or a link to
+        /dev/zero in a hostile tree is not read: opened non-blocking and checked first, and reads are bounded."""
         try:
-            return self.path(rel).read_bytes()
+            fd = os.open(self.path(rel), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except (OSError, ValueError):
+            return None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            chunks, size = [], 0
+            while size <= MAX_READ_BYTES:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    return b"".join(chunks)
+                chunks.append(chunk)
+                size += len(chunk)
+            return None  # larger than any file the kernel gives us: garbled
         except OSError:
             return None
+        finally:
+            os.close(fd)
 
     def cpus(self, which: str) -> list[int] | None:
         """`online`, `possible`, `present`, `isolated`, `offline` from /sys/devices/system/cpu; None if unreadable."""
@@ -52,7 +80,7 @@ class SystemRoot:
         online = self.cpus("online")
         if online is not None:
             return online
-        return list(range(os.cpu_count() or 1)) if self.root == Path("/") else []
+        return list(range(os.cpu_count() or 1)) if self.is_live else []
 
     def cmdline(self) -> str:
         return self.read("/proc/cmdline", "") or ""
@@ -277,3 +305,78 @@ def pin_all_threads(cpus: list[int]) -> list[ThreadAffinity]:
         except OSError as err:
             raise PinningError(f"cannot pin thread {entry.name} to CPUs {format_cpu_list(cpus)!r}: {err}") from err
     return own_threads()
+
+
+# --------------------------------------------------------------------------------------------------- child processes
+# Runs first in every helper process we start (co-runners, cyclictest, tegrastats): die with the parent
+# (PR_SET_PDEATHSIG survives exec), then exec the tool. Done in the child itself rather than in a preexec_fn, which is
+# unsafe in a process that has threads. The parent check covers a parent that died before prctl.
+_LAUNCH = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None).prctl(1, signal.SIGKILL)\n"
+    "if os.getppid() != int(sys.argv[1]): sys.exit(0)\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def dies_with_parent(cmd: list[str]) -> list[str]:
+    """`cmd` wrapped so the process is killed when this one dies, even by SIGKILL (a SCHED_FIFO cyclictest or a CPU
+    hog must never outlive the bench that started it)."""
+    return [sys.executable, "-c", _LAUNCH, str(os.getpid()), *cmd]
+
+
+def set_parent_death_signal() -> None:
+    """For a Python child of ours (the crash-check child): die with the parent."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+# -------------------------------------------------------------------------------------------- who else ran there
+def schedstat(tid: int) -> tuple[int, int] | None:
+    """(ns on the CPU, ns waiting on a run queue) of one of our threads (/proc/self/task/TID/schedstat), or None.
+
+    Time spent waiting while runnable is time another task held the CPU: the direct measure of a competitor."""
+    try:
+        with open(f"/proc/self/task/{tid}/schedstat") as f:
+            run_ns, wait_ns, *_ = f.read().split()
+        return int(run_ns), int(wait_ns)
+    except (OSError, ValueError):
+        return None
+
+
+def cpu_times_by_task(exclude_pid: int | None = None) -> dict[tuple[int, int], tuple[str, int, int]]:
+    """(pid, tid) -> (comm, CPU ticks used, CPU last run on) for every task on this machine (live /proc).
+
+    Read before and after a run to find the tasks that used the measured CPUs meanwhile. Tasks that end while we look
+    are skipped."""
+    out: dict[tuple[int, int], tuple[str, int, int]] = {}
+    try:
+        pids = [int(e) for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return out
+    for pid in pids:
+        if pid == exclude_pid:
+            continue
+        try:
+            tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    text = f.read()
+            except OSError:
+                continue
+            head, _, rest = text.rpartition(")")
+            comm = head.partition("(")[2]
+            fields = rest.split()
+            try:  # fields after the comm: state is [0]; utime [11], stime [12]; processor [36] (proc(5))
+                out[(pid, tid)] = (comm, int(fields[11]) + int(fields[12]), int(fields[36]))
+            except (IndexError, ValueError):
+                continue
+    return out

@@ -14,17 +14,28 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
-from edge_runtime.system import SystemRoot
+from edge_runtime.system import SystemRoot, dies_with_parent
+
+# What a silicon temperature sensor can report. CMOS on-die sensors span about -55 to +150 C (automotive parts to
+# 175 C); a board in a freezer reads -40. A value outside this range is not a temperature but a garbled reading: a
+# driver's error code (THERMAL_TEMP_INVALID is -274000), an unset register (2147483647 m°C), a unit mistake. Such a
+# reading is skipped and counted like an unreadable one, never believed (a 10^21 C "reading" must not abort a run).
+SILICON_RANGE_C = (-80.0, 200.0)
+# A board's power rail: tens of watts at most (a Jetson AGX Orin draws 60 W); beyond 10 kW a reading is garbled.
+MAX_RAIL_W = 10_000.0
 
 
 def millidegrees(text: str | None) -> float | None:
-    """sysfs millidegrees Celsius ("45123") -> degrees (45.123); None when missing or not a number."""
+    """sysfs millidegrees Celsius ("45123") -> degrees (45.123); None when missing, not a number, or outside what
+    silicon can report (SILICON_RANGE_C)."""
     if text is None:
         return None
     try:
-        return int(text.strip()) / 1000.0
-    except ValueError:
+        value = int(text.strip()) / 1000.0
+    except (ValueError, OverflowError):
         return None
+    lo, hi = SILICON_RANGE_C
+    return value if lo <= value <= hi else None
 
 
 def _int(text: str | None) -> int | None:
@@ -247,8 +258,8 @@ def _hwmon(root: SystemRoot, snap: Snapshot) -> None:
             m = re.fullmatch(r"power(\d+)_input", f)
             if m:
                 uw = _int(root.read(f"{d}/{f}"))
-                if uw is None:
-                    snap.skipped += 1
+                if uw is None or not 0 <= uw / 1e6 <= MAX_RAIL_W:
+                    snap.skipped += 1  # missing, or a power no board rail draws: garbled
                     continue
                 label = root.read(f"{d}/power{m.group(1)}_label", f"power{m.group(1)}") or f"power{m.group(1)}"
                 snap.rails.append(Rail(f"hwmon:{name}", label, uw / 1e6))
@@ -258,7 +269,7 @@ def _hwmon(root: SystemRoot, snap: Snapshot) -> None:
                 continue
             i = m.group(1)
             ma, mv = _int(root.read(f"{d}/{f}")), _int(root.read(f"{d}/in{i}_input"))
-            if ma is None or mv is None:
+            if ma is None or mv is None or not abs(mv * ma / 1e6) <= MAX_RAIL_W:
                 snap.skipped += 1
                 continue
             label = root.read(f"{d}/in{i}_label") or root.read(f"{d}/curr{i}_label") or f"rail{i}"
@@ -346,10 +357,21 @@ def throttle_reasons(snap: Snapshot, base: Snapshot | None = None, cpus: list[in
                 why.append(f"{kind} thermal throttle count +{n - base.throttle_counts[kind]}")
     for z in snap.zones:
         for c in z.cooling:
-            if c.type.lower() in ("processor", "cpufreq") or c.type.startswith("cpufreq"):
-                if c.cur_state:
-                    why.append(f"{z.type}: cooling {c.type} at state {c.cur_state}/{c.max_state}")
+            if throttles_compute(c.type) and c.cur_state and c.cur_state > 0:
+                why.append(f"{z.type}: cooling {c.type} at state {c.cur_state}/{c.max_state}")
     return why
+
+
+# Cooling devices that slow the processor down (a fan does not): the kernel names them in drivers/thermal/
+# cpufreq_cooling.c ("thermal-cpufreq-%d"), devfreq_cooling.c ("thermal-devfreq-%d": GPU/NPU clocks),
+# cpuidle_cooling.c ("thermal-idle-%d"); older kernels "cpufreq-cpu%d"; ACPI processor throttling "Processor";
+# intel_powerclamp (idle injection). Documentation/driver-api/thermal/sysfs-api.rst: cur_state 0 means no cooling.
+_THROTTLING_COOLING = re.compile(r"cpufreq|devfreq|thermal-idle|cpuidle|^processor$|powerclamp", re.IGNORECASE)
+
+
+def throttles_compute(cooling_type: str) -> bool:
+    """Whether a cooling device of this type acts by slowing the CPU, GPU or NPU (not a fan)."""
+    return bool(_THROTTLING_COOLING.search(cooling_type.strip()))
 
 
 class TegraStats:
@@ -360,7 +382,7 @@ class TegraStats:
         self.proc = None
         if shutil.which("tegrastats"):
             self.proc = subprocess.Popen(
-                ["tegrastats", "--interval", str(interval_ms)],
+                dies_with_parent(["tegrastats", "--interval", str(interval_ms)]),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 text=True,

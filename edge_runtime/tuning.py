@@ -6,15 +6,17 @@ Each knob is one `Check` with what was seen and what to do, in the spirit of pyp
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import subprocess
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from edge_runtime.cpulist import format_cpu_list, parse_cpu_list, parse_cpu_mask
-from edge_runtime.errors import UserError
+from edge_runtime.errors import CheckFailedError, UserError
 from edge_runtime.system import SystemRoot
 
 
@@ -155,21 +157,40 @@ def audit(root: SystemRoot, cpus: list[int]) -> list[Check]:
                 f"system_tuning/cpufreq.sh --cpus {L} --governor performance" if slow else "",
             )
         )
-        low = []
-        for c in govs:
+        low, unknown = [], []
+        for c, gov in govs.items():
             d = f"/sys/devices/system/cpu/cpu{c}/cpufreq"
-            top = root.read(f"{d}/cpuinfo_max_freq") or root.read(f"{d}/scaling_max_freq")
-            floor = root.read(f"{d}/scaling_min_freq")
-            if top and floor and floor != top and floor.isdigit() and top.isdigit():
-                low.append(f"CPU{c} {int(floor) // 1000}-{int(top) // 1000} MHz")
-        checks.append(
-            Check(
-                "frequency range",
-                "warn" if low else "ok",
-                ", ".join(low) if low else "minimum = maximum: the clock cannot move",
-                f"system_tuning/cpufreq.sh --cpus {L} raises the minimum" if low else "",
+            top = root.read(f"{d}/scaling_max_freq") or root.read(f"{d}/cpuinfo_max_freq")
+            # Without scaling_min_freq the floor is the hardware minimum: the clock moves unless the governor pins it.
+            floor = root.read(f"{d}/scaling_min_freq") or (
+                root.read(f"{d}/cpuinfo_min_freq") if gov not in ("performance", "powersave") else None
             )
-        )
+            if not (top and top.isdigit()) or not (floor and floor.isdigit()):
+                if gov not in ("performance", "powersave"):
+                    unknown.append(f"CPU{c} {gov}")
+                continue
+            if int(floor) < int(top):
+                low.append(f"CPU{c} {gov} {int(floor) // 1000}-{int(top) // 1000} MHz")
+        if low:
+            checks.append(
+                Check(
+                    "frequency range",
+                    "warn",
+                    ", ".join(low),
+                    f"system_tuning/cpufreq.sh --cpus {L} raises the minimum",
+                )
+            )
+        elif unknown:
+            checks.append(
+                Check(
+                    "frequency range",
+                    "warn",
+                    f"{', '.join(unknown)}: no minimum or maximum frequency readable, so the range is unknown",
+                    f"system_tuning/cpufreq.sh --cpus {L} --governor performance",
+                )
+            )
+        else:
+            checks.append(Check("frequency range", "ok", "minimum = maximum: the clock cannot move"))
 
     no_turbo = root.read("/sys/devices/system/cpu/intel_pstate/no_turbo")
     boost = root.read("/sys/devices/system/cpu/cpufreq/boost")
@@ -247,18 +268,72 @@ def run_script(name: str, args: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(["sh", str(script), *args], capture_output=True, text=True, timeout=300)
 
 
+def _root_key(root: str) -> str:
+    return hashlib.sha256(os.path.realpath(root or "/").encode()).hexdigest()[:12]
+
+
 def _latest(state: Path, root: str) -> Path:
     """The pointer to the save file of the tuning applied to `root` (one per root: a tree is not the live system)."""
-    key = hashlib.sha256(os.path.abspath(root or "/").encode()).hexdigest()[:12]
-    return state / f"latest-{key}"
+    return state / f"latest-{_root_key(root)}"
+
+
+def _lock_dir() -> Path:
+    """Where the per-root locks live: one place for every state dir, so two applies with different --state-dir on the
+    same root still exclude each other."""
+    for d in ("/run/lock", "/var/lock", tempfile.gettempdir()):
+        if os.path.isdir(d) and os.access(d, os.W_OK | os.X_OK):
+            return Path(d)
+    return Path(tempfile.gettempdir())
+
+
+@contextlib.contextmanager
+def exclusive(root: str):
+    """Hold the tuning lock of `root` (flock: released by the kernel if we die, so it never goes stale).
+
+    Two `tune apply` on one root at once would each save the other's half-written values; the second is refused."""
+    import fcntl
+
+    path = _lock_dir() / f"edge-runtime-tune-{_root_key(root)}.lock"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except PermissionError:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as err:
+        raise UserError(f"cannot create the tuning lock {str(path)!r}: {err.strerror or err}") from err
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            raise UserError(
+                f"another `edge-runtime tune` is applying or resetting tuning on {root or '/'}"
+                + (f" (pid {holder})" if holder.isdigit() else ""),
+                hint="wait for it to finish; one change at a time keeps the save file exact",
+            ) from None
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError:
+            pass  # read-only lock file: the lock holds all the same
+        yield
+    finally:
+        os.close(fd)
 
 
 def apply(cpus: list[int], governor: str, root: str, dry_run: bool, state: Path) -> tuple[list[str], Path | None]:
     """Run isolate_cpus.sh and cpufreq.sh with one save file; return their messages and the save file.
 
-    The pointer to the save file is written before the scripts run, so a run that fails half-way can still be reset;
-    a second apply on the same root is refused, since its save would hold the first apply's values, not the original.
+    Exclusive per root. The pointer to the save file is written before the scripts run, so a run that fails half-way
+    can still be reset; a second apply on the same root is refused, since its save would hold the first apply's
+    values, not the original.
     """
+    if dry_run:
+        return _apply(cpus, governor, root, dry_run, state)
+    with exclusive(root):
+        return _apply(cpus, governor, root, dry_run, state)
+
+
+def _apply(cpus: list[int], governor: str, root: str, dry_run: bool, state: Path) -> tuple[list[str], Path | None]:
     L = format_cpu_list(cpus)
     rootargs = ["--root", root] if root not in ("", "/") else []
     common = list(rootargs)
@@ -278,7 +353,16 @@ def apply(cpus: list[int], governor: str, root: str, dry_run: bool, state: Path)
             raise UserError(f"--state-dir {str(state)!r}: cannot create: {err.strerror or err}") from err
         save = state / f"tuning-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.save"
         common += ["--save", str(save)]
-        latest.write_text(str(save) + "\n")
+        try:
+            fd = os.open(latest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        except FileExistsError:
+            raise UserError(
+                f"tuning is already applied to {root or '/'}", hint="edge-runtime tune reset first"
+            ) from None
+        except OSError as err:
+            raise UserError(f"--state-dir {str(state)!r}: cannot write: {err.strerror or err}") from err
+        with os.fdopen(fd, "w") as f:
+            f.write(str(save) + "\n")
     out: list[str] = []
     for script, extra in (("isolate_cpus.sh", []), ("cpufreq.sh", ["--governor", governor])):
         proc = run_script(script, ["--cpus", L, *extra, *common])
@@ -295,6 +379,15 @@ def apply(cpus: list[int], governor: str, root: str, dry_run: bool, state: Path)
 
 
 def reset(root: str, dry_run: bool, state: Path) -> list[str]:
+    """Put back what the last apply on `root` saved. A save line that cannot be restored fails the reset (exit 1,
+    naming the lines); the save file is then kept, so the reset can be run again once the cause is fixed."""
+    if dry_run:
+        return _reset(root, dry_run, state)
+    with exclusive(root):
+        return _reset(root, dry_run, state)
+
+
+def _reset(root: str, dry_run: bool, state: Path) -> list[str]:
     latest = _latest(state, root)
     if not latest.exists():
         raise UserError(
@@ -305,6 +398,13 @@ def reset(root: str, dry_run: bool, state: Path) -> list[str]:
     if dry_run:
         args.append("--dry-run")
     proc = run_script("isolate_cpus.sh", args)
+    if proc.returncode == 1:
+        failed = [ln for ln in proc.stdout.splitlines() if "save line" in ln]
+        last = (proc.stderr.strip().splitlines() or ["restore failed"])[-1]
+        raise CheckFailedError(
+            f"{last.split(': error: ', 1)[-1]}: " + "; ".join(ln.split(": ", 1)[-1] for ln in failed[:5]),
+            hint=f"the rest was put back; {save} is kept for another `tune reset`",
+        )
     if proc.returncode != 0:
         raise UserError((proc.stderr.strip().splitlines() or ["restore failed"])[-1])
     if not dry_run:

@@ -4,10 +4,16 @@
 #
 # Save file format (one change a line, tab-separated, in the order made; restore walks it backwards):
 #   value   PATH  NL  OLD      PATH's content was OLD (NL=1: followed by a newline)
+#   content PATH  COPY         PATH's content, byte for byte, is in COPY: for values a line cannot hold exactly
+#                              (a newline or tab inside, several trailing newlines); written back with cat
 #   copy    PATH  COPY         PATH was a regular file, copied to COPY (next to the save file)
 #   absent  PATH               PATH did not exist
 #   affinity PID  OLD          task PID had CPU list OLD (taskset)
 # PATH is relative to --root, so a save made on a tree restores on that tree.
+
+# Bytes, not characters: ${#value} and the byte counts below must agree whatever the user's locale.
+LC_ALL=C
+export LC_ALL
 
 ER_ROOT=""
 ER_DRY_RUN=0
@@ -15,6 +21,8 @@ ER_SAVE=""
 ER_RESTORE=""
 ER_CPUS=""
 ER_TAB=$(printf '\t')
+ER_NL='
+'
 
 # The options every script takes, for the end of its --help.
 er_common_usage() {
@@ -169,10 +177,27 @@ er_write() {
         return 0
     fi
     if [ -z "$(tail -c 1 "$er_full" 2>/dev/null)" ] && [ -s "$er_full" ]; then er_nl=1; else er_nl=0; fi
+    # A value one save line cannot hold exactly (a newline or tab inside, more than one trailing newline, a NUL):
+    # keep its bytes in a file beside the save file.
+    er_bytes=$(wc -c < "$er_full" 2>/dev/null | tr -d ' ')
+    er_exact=1
+    case "$er_old" in *"$ER_TAB"*|*"$ER_NL"*) er_exact=0 ;; esac
+    [ "$er_bytes" = $((${#er_old} + er_nl)) ] || er_exact=0
+    er_copy=""
+    if [ "$er_exact" = 0 ] && [ -n "$ER_SAVE" ]; then
+        er_n=$(grep -c . "$ER_SAVE" 2>/dev/null || echo 0)
+        er_copy="$ER_SAVE.$er_n.content"
+        cat "$er_full" > "$er_copy" 2>/dev/null || er_die "cannot keep the old content of $er_path in $er_copy"
+    fi
     if ! (printf '%s\n' "$er_value" > "$er_full") 2>/dev/null; then
+        [ -z "$er_copy" ] || rm -f "$er_copy"
         return 1
     fi
-    er_save_line "value$ER_TAB$er_path$ER_TAB$er_nl$ER_TAB$er_old"
+    if [ -n "$er_copy" ]; then
+        er_save_line "content$ER_TAB$er_path$ER_TAB$er_copy"
+    else
+        er_save_line "value$ER_TAB$er_path$ER_TAB$er_nl$ER_TAB$er_old"
+    fi
     return 0
 }
 
@@ -199,31 +224,44 @@ er_restore() {
     if [ -n "$er_saved_root" ] && [ "$er_saved_root" != "${ER_ROOT:-/}" ]; then
         er_die "--restore '$ER_RESTORE': recorded for root '$er_saved_root', not '${ER_ROOT:-/}' (pass --root $er_saved_root)"
     fi
-    # Reverse the lines (tac is not everywhere), skip the header. Carry on past a failure: put back all that can be.
-    sed -n '2,$p' "$ER_RESTORE" | sed -n '1!G;h;$p' | {
-    er_failed=0
-    while IFS="$ER_TAB" read -r er_kind er_a er_b er_c; do
+    # Number the lines, reverse them (tac is not everywhere), skip the header. Carry on past a failure: put back all
+    # that can be, then fail (exit 1) naming every line that could not be restored.
+    sed -n '2,$=;2,$p' "$ER_RESTORE" | sed -n 'N;s/\n/\t/;p' | sed -n '1!G;h;$p' | {
+    er_failed=""
+    while IFS="$ER_TAB" read -r er_line er_kind er_a er_b er_c; do
         case "$er_kind" in
             value)
+                case "$er_b" in 0|1) ;; *) er_say "save line $er_line: malformed value line"; er_failed="$er_failed $er_line"; continue ;; esac
+                if [ -z "$er_a" ]; then er_say "save line $er_line: no path"; er_failed="$er_failed $er_line"; continue; fi
                 if [ "$ER_DRY_RUN" = 1 ]; then er_say "would restore '$er_c' to $er_a"; continue; fi
                 if [ "$er_b" = 1 ]; then er_fmt='%s\n'; else er_fmt='%s'; fi
                 # shellcheck disable=SC2059
                 if ! (printf "$er_fmt" "$er_c" > "$ER_ROOT$er_a") 2>/dev/null; then
-                    er_say "could not restore $er_a"; er_failed=1
+                    er_say "could not restore $er_a (save line $er_line)"; er_failed="$er_failed $er_line"
+                fi ;;
+            content)
+                if [ "$ER_DRY_RUN" = 1 ]; then er_say "would restore $er_a from $er_b"; continue; fi
+                if [ ! -f "$er_b" ] || ! (cat "$er_b" > "$ER_ROOT$er_a") 2>/dev/null; then
+                    er_say "could not restore $er_a (save line $er_line)"; er_failed="$er_failed $er_line"
                 fi ;;
             copy)
                 if [ "$ER_DRY_RUN" = 1 ]; then er_say "would restore $er_a from $er_b"; continue; fi
-                cp -p "$er_b" "$ER_ROOT$er_a" 2>/dev/null || { er_say "could not restore $er_a"; er_failed=1; } ;;
+                cp -p "$er_b" "$ER_ROOT$er_a" 2>/dev/null || {
+                    er_say "could not restore $er_a (save line $er_line)"; er_failed="$er_failed $er_line"; } ;;
             absent)
                 if [ "$ER_DRY_RUN" = 1 ]; then er_say "would remove $er_a"; continue; fi
                 rm -f "$ER_ROOT$er_a" ;;
             affinity)
                 if [ "$ER_DRY_RUN" = 1 ]; then er_say "would give task $er_a CPUs $er_b"; continue; fi
                 taskset -pc "$er_b" "$er_a" >/dev/null 2>&1 || true ;;
-            '') ;;
-            *) er_say "unknown line in save file: $er_kind" ;;
+            '') [ -z "$er_a$er_b$er_c" ] || { er_say "save line $er_line: malformed"; er_failed="$er_failed $er_line"; } ;;
+            *) er_say "save line $er_line: unknown kind '$er_kind', cannot restore it"; er_failed="$er_failed $er_line" ;;
         esac
     done
-    [ "$er_failed" = 0 ]
+    if [ -n "$er_failed" ]; then
+        printf '%s: error: could not restore save line(s)%s of %s\n' "$ER_NAME" "$er_failed" "$ER_RESTORE" >&2
+        return 1
+    fi
+    return 0
     }
 }

@@ -7,7 +7,15 @@ import os
 from pathlib import Path
 
 import pytest
-import tomllib
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10 (JetPack 6): the package depends on tomli there
+    import tomli as tomllib  # type: ignore[no-redef]
+
+# The suite never lets ONNX Runtime's telemetry start (the backend sets this too, before it imports onnxruntime; the
+# benchmarks import it directly).
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"

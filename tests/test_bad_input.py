@@ -192,7 +192,7 @@ def test_cli_input_file_that_is_not_npy(tmp_path):
     bad = tmp_path / "x.npy"
     bad.write_bytes(b"not numpy")
     proc = run_cli("run", str(artifact("digits_cnn", "_int8.onnx")), "--input", str(bad))
-    assert_one_line_error(proc, str(bad), "not a readable .npy")
+    assert_one_line_error(proc, str(bad), "not a .npy array (no NUMPY header)")
 
 
 def test_cli_unwritable_json_destination(tmp_path):
@@ -200,7 +200,7 @@ def test_cli_unwritable_json_destination(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
     proc = run_cli("run", str(artifact("digits_cnn", "_int8.onnx")), "--json", str(blocker / "out.json"))
-    assert_one_line_error(proc, "--json", "cannot write")
+    assert_one_line_error(proc, "--json", "is not a directory")
 
 
 def test_debug_shows_the_traceback():

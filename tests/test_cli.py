@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import platform
 import shutil
 
 import numpy as np
@@ -41,9 +42,26 @@ def test_info_json_lists_installed_backends_with_versions():
 
 
 def test_info_text_is_readable():
+    """The text says what the JSON says, line by line: versions, this machine's CPU and kernel, every backend."""
     proc = run_cli("info")
     assert proc.returncode == 0, proc.stderr
-    assert "backends" in proc.stdout and "cpus" in proc.stdout
+    doc = json.loads(run_cli("info", "--json").stdout)
+    lines = proc.stdout.splitlines()
+    assert lines[0] == f"edge-runtime {doc['edge_runtime']}  (python {doc['python']}, numpy {doc['numpy']})"
+    rows = {ln.split()[0]: ln for ln in lines[1:] if ln.startswith("  ")}
+    assert rows["cpu"].split(None, 1)[1] == doc["cpu_model"]
+    assert rows["kernel"].split(None, 1)[1] == doc["kernel"] == platform.release()
+    online = SystemRoot("/").online_cpus()
+    from edge_runtime.cpulist import format_cpu_list
+
+    assert rows["cpus"].split()[2].rstrip(",") == format_cpu_list(online)
+    assert lines.index("backends") > 0
+    for name, b in doc["backends"].items():
+        row = rows[name]
+        if b["installed"]:
+            assert row.split()[1] == b["version"] and f"devices: {', '.join(b['devices'])}" in row
+        else:
+            assert f"not installed   (pip install 'edge-runtime[{name}]')" in row
 
 
 def test_info_reads_a_board_tree_through_sysroot():

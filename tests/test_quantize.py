@@ -7,8 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import tomllib
-from conftest import MANIFEST, MODELS, artifact, need
+from conftest import MANIFEST, MODELS, artifact, need, tomllib
 from test_bad_input import assert_one_line_error, run_cli
 
 from edge_runtime.quantize import QuantizeConfig, choose_activations, run
@@ -215,7 +214,7 @@ def test_bad_input(tmp_path):
         "argument --method: invalid choice: 'kl'",
     )
     assert_one_line_error(
-        run_cli("quantize", fp32, "--calibration", str(tmp_path / "nope.npz"), "--out", out), "no such file or folder"
+        run_cli("quantize", fp32, "--calibration", str(tmp_path / "nope.npz"), "--out", out), "no such file"
     )
     assert_one_line_error(
         run_cli("quantize", fp32, "--calibration", str(DIGITS_CAL), "--out", out, "--max-accuracy-drop", "1"),
@@ -234,7 +233,7 @@ def test_out_may_not_overwrite_an_input(tmp_path):
     model.write_bytes(artifact("digits_cnn", "_fp32.onnx").read_bytes())
     before = model.read_bytes()
     proc = run_cli("quantize", str(model), "--calibration", str(DIGITS_CAL), "--out", str(model))
-    assert_one_line_error(proc, "is the model: refusing to overwrite an input")
+    assert_one_line_error(proc, "is the model", "refusing to overwrite it")
     assert model.read_bytes() == before
 
 

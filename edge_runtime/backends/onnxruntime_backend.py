@@ -7,6 +7,7 @@ providers the session really got with the ones asked for, so such a fallback is 
 from __future__ import annotations
 
 import functools
+import os
 
 import numpy as np
 
@@ -52,9 +53,12 @@ _DTYPES = {
 
 
 def _ort():
+    # A board-side runtime sends nothing anywhere. ONNX Runtime 1.29+ starts its POSIX telemetry (an upload, and a
+    # device ID written under ~/.cache) when it initialises, before disable_telemetry_events() can act: only this
+    # variable, set before the import, stops it. It also stops the "Failed to persist telemetry device ID" line ORT
+    # prints on stderr for a user whose home is not writable. A value the user set is left alone.
+    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
     ort = require("onnxruntime", "onnxruntime", "onnxruntime")
-    # A board-side runtime sends nothing anywhere; this also stops the telemetry warning ORT prints for users
-    # without a writable home directory.
     if hasattr(ort, "disable_telemetry_events"):
         ort.disable_telemetry_events()
     return ort

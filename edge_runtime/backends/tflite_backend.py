@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import sys
 import tempfile
 
@@ -17,6 +18,7 @@ import numpy as np
 
 from edge_runtime.backends.base import Backend, FastHandles, LoadOptions, Quantization, TensorInfo
 from edge_runtime.errors import BackendNotInstalledError, DeviceError, FeedError, ModelError, UserError
+from edge_runtime.files import check_input
 from edge_runtime.model import ModelFile
 
 # Which flavour to use can be forced, e.g. to test tflite_runtime on a machine that has both.
@@ -58,6 +60,7 @@ def _numpy_major() -> int:
     return int(np.__version__.split(".")[0])
 
 
+_ON, _OFF = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 # --option keys this backend understands (delegate options go to --delegate-option).
 OPTIONS = {"xnnpack": "1|0: apply LiteRT's default XNNPACK CPU delegate (default 1)"}
 
@@ -107,6 +110,11 @@ class TfliteBackend(Backend):
         self.delegate = None
         if options.delegate:
             try:
+                if os.sep in options.delegate:  # a path (not a soname for dlopen to find): a regular file, or no load
+                    try:
+                        check_input(options.delegate, "delegate", error=DeviceError)
+                    except DeviceError as err:
+                        raise OSError(err.message.partition(": ")[2] or err.message) from err
                 _check_delegate_library(options.delegate)
                 delegates = [mod.load_delegate(options.delegate, dict(options.delegate_options))]
                 self.delegate = options.delegate
@@ -118,7 +126,13 @@ class TfliteBackend(Backend):
                 f"tflite option(s) {', '.join(map(repr, unknown))} not known",
                 hint=f"tflite options: {', '.join(f'{k} ({v})' for k, v in OPTIONS.items())}",
             )
-        xnnpack = str(options.options.get("xnnpack", "1")).lower() not in ("0", "false", "no", "off")
+        flag = str(options.options.get("xnnpack", "1")).strip().lower()
+        if flag not in _ON + _OFF:
+            raise UserError(
+                f"tflite option xnnpack={options.options['xnnpack']!r}: not one of {', '.join(_ON + _OFF)}",
+                hint=f"xnnpack: {OPTIONS['xnnpack']}",
+            )
+        xnnpack = flag in _ON
         resolver = mod.OpResolverType.AUTO if xnnpack else mod.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
         self.details["xnnpack"] = xnnpack
         try:
@@ -276,7 +290,12 @@ def _check_delegate_library(path: str) -> None:
 
 
 def _short(err: BaseException) -> str:
-    return " ".join(str(err).split())[:400] or type(err).__name__
+    """LiteRT's messages, one line. Its C++ reporter appends each message to the last without a separator
+    ("... (2 != 4)Node number 0 (CONV_2D) failed to prepare.Failed to apply ..."): put one back between them."""
+    text = " ".join(str(err).split())
+    text = re.sub(r"\)(?=[A-Z][a-z])", "); ", text)
+    text = re.sub(r"\.(?=[A-Z][a-z])", ". ", text)
+    return text[:400] or type(err).__name__
 
 
 def _info(d: dict) -> TensorInfo:

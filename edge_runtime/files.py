@@ -1,0 +1,460 @@
+"""Files the user names: inputs checked before they are opened, and the one writer every command's outputs go through.
+
+Inputs: a path is stat'ed (links followed) and must be a regular file, or a directory where one is asked for, no
+larger than what this machine could hold; it is opened non-blocking and checked again on the open descriptor, so a
+fifo, a device or `/dev/zero` behind a link is refused instead of hanging or reading without end.
+
+Outputs: an `Output` is planned (checked) before the work that produces it, so a bad path never costs a result. A
+regular file, or a link to one, is replaced atomically (temporary file beside the real target, then rename), so a crash
+never leaves half a file and the link stays a link. A character device or a fifo is written through, never replaced;
+`-`, `/dev/stdout`, `/dev/stderr` and `/dev/fd/N` write to that descriptor. Block devices, sockets, directories and
+dangling links are refused. All outputs of one command differ from each other and from its inputs.
+
+Never: replace anything but a regular file; open a user's path blocking; write NaN or Infinity into JSON.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import stat
+import sys
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from edge_runtime.errors import UserError
+
+# Why an OSError happened, in words a user can act on; strerror where it is clear enough.
+_REASONS = {
+    errno.ENOENT: "no such file",
+    errno.ELOOP: "is a symbolic link loop (too many levels of links)",
+    errno.ENAMETOOLONG: "file name too long",
+    errno.ENOTDIR: "a component of the path is not a directory",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.EISDIR: "is a directory",
+    errno.ENOSPC: "no space left on the device",
+    errno.EROFS: "read-only file system",
+    errno.ENXIO: "no process is reading from it",
+}
+
+
+def reason(err: OSError) -> str:
+    """An OSError as a short phrase ("no such file", "is a symbolic link loop ...")."""
+    return _REASONS.get(err.errno or 0) or (err.strerror or str(err)).lower()
+
+
+def memory_bytes() -> int:
+    """Physical memory of this machine: no input this process must hold can be larger."""
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().total)
+    except Exception:  # noqa: BLE001 - psutil missing or /proc unreadable: a generous bound rather than none
+        return 1 << 40
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a fifo"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def check_input(
+    path: str | os.PathLike[str],
+    what: str,
+    *,
+    error: type[UserError] = UserError,
+    directory: bool | None = False,
+    max_bytes: int | None = None,
+) -> os.stat_result:
+    """Stat `path` (links followed) and refuse what cannot be read as asked: `directory=False` wants a regular file,
+    True a directory, None either. A file larger than `max_bytes` (default: this machine's memory) is refused too."""
+    shown = str(path)
+    if shown == "":
+        raise error(f"{what} '': empty path")
+    try:
+        st = os.stat(path)
+    except OSError as err:
+        raise error(f"{what} {shown!r}: {reason(err)}") from err
+    except ValueError as err:  # embedded NUL byte
+        raise error(f"{what} {shown!r}: not a valid path ({err})") from err
+    if stat.S_ISDIR(st.st_mode):
+        if directory is False:
+            raise error(f"{what} {shown!r}: is a directory, not a file")
+        return st
+    if directory is True:
+        raise error(f"{what} {shown!r}: is {_kind(st.st_mode) if not stat.S_ISREG(st.st_mode) else 'a file'}, "
+                    "not a directory")  # fmt: skip
+    if not stat.S_ISREG(st.st_mode):
+        raise error(f"{what} {shown!r}: is {_kind(st.st_mode)}, not a regular file")
+    bound = memory_bytes() if max_bytes is None else max_bytes
+    if st.st_size > bound:
+        raise error(f"{what} {shown!r}: {_size(st.st_size)} is more than this machine can hold ({_size(bound)})")
+    return st
+
+
+def open_input(
+    path: str | os.PathLike[str], what: str, *, error: type[UserError] = UserError, max_bytes: int | None = None
+):
+    """Open a regular file for reading, checked on the descriptor itself (no race with a file swapped for a fifo)."""
+    check_input(path, what, error=error, max_bytes=max_bytes)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as err:
+        raise error(f"{what} {str(path)!r}: {reason(err)}") from err
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise error(f"{what} {str(path)!r}: is {_kind(st.st_mode)}, not a regular file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def check_tree(path: str | os.PathLike[str], what: str, *, error: type[UserError] = UserError) -> list[Path]:
+    """The regular files of a directory (not recursive), each checked; other entries are refused by name."""
+    check_input(path, what, error=error, directory=True)
+    try:
+        entries = sorted(Path(path).iterdir())
+    except OSError as err:
+        raise error(f"{what} {str(path)!r}: {reason(err)}") from err
+    return entries
+
+
+# ------------------------------------------------------------------------------------------------------- outputs
+_STD_STREAMS = {"/dev/stdout": 1, "/dev/stderr": 2}
+
+
+def _fd_alias(dest: str) -> int | None:
+    """`-`, /dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N: the descriptor meant, not a file to create."""
+    if dest == "-":
+        return 1
+    if dest in _STD_STREAMS:
+        return _STD_STREAMS[dest]
+    for prefix in ("/dev/fd/", "/proc/self/fd/"):
+        if dest.startswith(prefix) and dest[len(prefix) :].isdigit():
+            return int(dest[len(prefix) :])
+    return None
+
+
+@dataclass(frozen=True)
+class Output:
+    """A checked destination. `kind`: fd (write to a descriptor), file (atomic replace of `target`), through (an
+    existing character device or fifo, written in place)."""
+
+    flag: str
+    dest: str
+    kind: str
+    target: str | None = None  # file/through: the real path (links resolved)
+    fd: int | None = None
+    identity: tuple[int, int] | None = None  # (st_dev, st_ino) when it exists
+
+    @property
+    def is_stdout(self) -> bool:
+        return self.kind == "fd" and self.fd == 1
+
+    def shown(self) -> str:
+        return f"{self.flag} {self.dest!r}"
+
+
+def plan_output(flag: str, dest: str, *, regular_only: bool = False) -> Output:
+    """Check `dest` for writing now, before the work that produces it. `regular_only` refuses devices, fifos and
+    descriptors (for outputs that must be files, like a quantized model with a manifest beside it)."""
+    shown = f"{flag} {dest!r}"
+    if dest == "":
+        raise UserError(f"{flag} '': empty path", hint="give a file name, or '-' for standard output")
+    if "\x00" in dest:
+        raise UserError(f"{flag} {dest!r}: not a valid path (NUL byte)")
+    fd = _fd_alias(dest)
+    if fd is not None:
+        if regular_only:
+            raise UserError(f"{shown}: must be a file (this output is written as a regular file)")
+        try:
+            st = os.fstat(fd)
+        except OSError as err:
+            raise UserError(f"{shown}: descriptor {fd} is not open") from err
+        return Output(flag, dest, "fd", fd=fd, identity=(st.st_dev, st.st_ino))
+    try:
+        lst = os.lstat(dest)
+    except FileNotFoundError:
+        lst = None
+    except OSError as err:
+        raise UserError(f"{shown}: {reason(err)}") from err
+    try:
+        st = os.stat(dest)
+    except FileNotFoundError as err:
+        if lst is not None:  # a link whose target does not exist
+            raise UserError(f"{shown}: is a link to {os.readlink(dest)!r}, which does not exist") from err
+        st = None
+    except OSError as err:
+        raise UserError(f"{shown}: {reason(err)}") from err
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        mode = st.st_mode
+        if (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)) and not regular_only:
+            if not os.access(dest, os.W_OK):
+                raise UserError(f"{shown}: {_kind(mode)} this user cannot write to")
+            return Output(flag, dest, "through", target=os.path.realpath(dest), identity=(st.st_dev, st.st_ino))
+        what = _kind(mode)
+        raise UserError(
+            f"{shown}: is {what}; refusing to replace it"
+            + ("" if regular_only or stat.S_ISDIR(mode) else " (only files, character devices and fifos are written)")
+        )
+    target = os.path.realpath(dest)
+    parent = os.path.dirname(target) or "."
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"{shown}: cannot create {parent!r}: {reason(err)}") from err
+    if st is None and not os.access(parent, os.W_OK):
+        raise UserError(f"{shown}: cannot write in {parent!r}: permission denied")
+    if st is not None and not os.access(target, os.W_OK):
+        raise UserError(f"{shown}: cannot write: permission denied")
+    return Output(flag, dest, "file", target=target, identity=(st.st_dev, st.st_ino) if st else None)
+
+
+def check_distinct(outputs: Iterable[Output], inputs: Iterable[tuple[str, str | os.PathLike[str] | None]] = ()) -> None:
+    """Refuse two outputs that are the same file (or both standard output), and an output that is an input.
+
+    Character devices and fifos may be named twice (writing /dev/null twice loses nothing)."""
+    outs = list(outputs)
+    seen: dict[object, Output] = {}
+    for o in outs:
+        if o.kind == "through":
+            continue
+        keys = [("fd", o.fd)] if o.kind == "fd" else [("path", o.target)]
+        if o.identity is not None:
+            keys.append(("ino", o.identity))
+        for key in keys:
+            other = seen.get(key)
+            if other is not None:
+                raise UserError(
+                    f"{o.shown()} and {other.shown()} are the same destination: one would overwrite the other"
+                )
+        for key in keys:
+            seen[key] = o
+    for flag, path in inputs:
+        if path is None or str(path) == "":
+            continue
+        real = os.path.realpath(path)
+        try:
+            st = os.stat(path)
+            ident = (st.st_dev, st.st_ino)
+        except (OSError, ValueError):
+            ident = None
+        for o in outs:
+            if o.kind == "file" and (o.target == real or (ident is not None and o.identity == ident)):
+                raise UserError(
+                    f"{o.shown()}: is {flag} ({str(path)!r}), an input of this command; refusing to overwrite it"
+                )
+
+
+def write_output(out: Output, data: bytes | str) -> None:
+    """Write `data` where `out` says: atomically for a file, in place for a device or fifo, to a descriptor for `-`."""
+    raw = data.encode() if isinstance(data, str) else data
+    try:
+        if out.kind == "fd":
+            if out.fd in (1, 2):
+                stream = sys.stdout if out.fd == 1 else sys.stderr
+                if stream is not None:
+                    stream.flush()
+            _write_all(out.fd, raw)  # type: ignore[arg-type]
+        elif out.kind == "through":
+            fd = os.open(out.dest, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+            try:
+                os.set_blocking(fd, True)
+                _write_all(fd, raw)
+            finally:
+                os.close(fd)
+        else:
+            _replace_file(out, raw)
+    except OSError as err:
+        raise UserError(f"{out.shown()}: cannot write: {reason(err)}") from err
+
+
+def _write_all(fd: int, raw: bytes) -> None:
+    view = memoryview(raw)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _replace_file(out: Output, raw: bytes) -> None:
+    target = out.target or out.dest
+    try:
+        existing = os.stat(target)
+    except FileNotFoundError:
+        existing = None
+    if existing is not None and not stat.S_ISREG(existing.st_mode):
+        raise UserError(f"{out.shown()}: became {_kind(existing.st_mode)} since it was checked; refusing to replace it")
+    if existing is not None and existing.st_nlink > 1:
+        # A hard-linked file: a rename would split the links; every name should see the new content.
+        with open(target, "r+b") as f:
+            f.truncate(0)
+            f.write(raw)
+        return
+    directory = os.path.dirname(target) or "."
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".er-", suffix=".tmp", dir=directory)
+    except OSError:
+        if existing is None:
+            raise
+        with open(target, "r+b") as f:  # a writable file in a directory this user cannot create in: in place
+            f.truncate(0)
+            f.write(raw)
+        return
+    try:
+        if existing is not None:
+            os.fchmod(fd, stat.S_IMODE(existing.st_mode))
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a result is as readable as any other file
+        _write_all(fd, raw)
+        os.fsync(fd)
+        os.close(fd)
+        fd = -1
+        os.replace(tmp, target)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+# ---------------------------------------------------------------------------------------------------------- JSON
+def finite(o):
+    """The same structure with every NaN or infinite float replaced by None (JSON has neither)."""
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, dict):
+        return {k: finite(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [finite(v) for v in o]
+    return o
+
+
+def _json_default(o):
+    import numpy as np
+
+    if isinstance(o, np.generic):
+        return finite(o.item())
+    if isinstance(o, np.ndarray):
+        return finite(o.tolist())
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"{type(o).__name__} is not JSON serializable")
+
+
+def dumps(doc) -> str:
+    """JSON text, indented, without NaN or Infinity (they become null), numpy scalars and paths converted."""
+    return json.dumps(finite(doc), indent=2, default=_json_default, allow_nan=False) + "\n"
+
+
+def write_json(doc, out: Output) -> None:
+    write_output(out, dumps(doc))
+
+
+# ----------------------------------------------------------------------------------------------------- .npy/.npz
+def _npy_header(f, shown: str, what: str, error: type[UserError], available: int):
+    """Read and check a .npy header from `f`; returns (shape, dtype, data bytes). `available`: bytes after the start."""
+    import numpy as np
+    from numpy.lib import format as npf
+
+    start = f.tell()
+    try:
+        version = npf.read_magic(f)
+    except ValueError as err:
+        raise error(f"{what} {shown}: not a .npy array (no NUMPY header)") from err
+    try:
+        if version == (1, 0):
+            shape, _, dtype = npf.read_array_header_1_0(f)
+        else:
+            shape, _, dtype = npf.read_array_header_2_0(f)
+    except (ValueError, SyntaxError, TypeError) as err:
+        raise error(f"{what} {shown}: not a .npy array (garbled header: {' '.join(str(err).split())[:120]})") from err
+    if dtype.hasobject:
+        raise error(f"{what} {shown}: holds Python objects (pickled data), not numbers; refused")
+    if any(d < 0 for d in shape):
+        raise error(f"{what} {shown}: garbled header (negative dimension in {shape})")
+    nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    have = available - (f.tell() - start)
+    if nbytes > have:
+        raise error(
+            f"{what} {shown}: header says shape {tuple(shape)} {dtype} ({_size(nbytes)}), but the file holds only "
+            f"{_size(max(have, 0))} of data (truncated or garbled)"
+        )
+    return shape, dtype, nbytes
+
+
+def load_npy(path: str | os.PathLike[str], what: str, *, error: type[UserError] = UserError):
+    """A .npy array, checked before numpy reads it: a regular file, a real NUMPY header, no pickled objects, and no
+    more elements than the file holds (a header claiming 10^12 elements is refused, not allocated)."""
+    import numpy as np
+
+    shown = repr(str(path))
+    with open_input(path, what, error=error) as f:
+        size = os.fstat(f.fileno()).st_size
+        _npy_header(f, shown, what, error, size)
+        f.seek(0)
+        try:
+            return np.load(f, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as err:
+            raise error(f"{what} {shown}: not a readable .npy array ({' '.join(str(err).split())[:160]})") from err
+
+
+def load_npz(path: str | os.PathLike[str], what: str, *, error: type[UserError] = UserError) -> dict:
+    """Every array of a .npz, each member checked as `load_npy` checks a file; the total bounded by memory."""
+    import zipfile
+
+    import numpy as np
+
+    shown = repr(str(path))
+    out = {}
+    with open_input(path, what, error=error) as f:
+        try:
+            z = zipfile.ZipFile(f)
+        except (zipfile.BadZipFile, OSError, ValueError) as err:
+            raise error(f"{what} {shown}: not a .npz archive (not a zip file)") from err
+        with z:
+            infos = z.infolist()
+            total = sum(i.file_size for i in infos)
+            if total > memory_bytes():
+                raise error(f"{what} {shown}: unpacks to {_size(total)}, more than this machine can hold")
+            for info in infos:
+                name = info.filename.removesuffix(".npy")
+                member = f"{shown}[{name!r}]"
+                try:
+                    with z.open(info) as m:
+                        _npy_header(m, member, what, error, info.file_size)
+                    with z.open(info) as m:
+                        data = m.read(info.file_size + 1)
+                except (zipfile.BadZipFile, OSError, EOFError, RuntimeError, NotImplementedError) as err:
+                    raise error(f"{what} {member}: cannot unpack ({' '.join(str(err).split())[:120]})") from err
+                import io
+
+                try:
+                    out[name] = np.load(io.BytesIO(data), allow_pickle=False)
+                except (ValueError, OSError, EOFError) as err:
+                    raise error(f"{what} {member}: not a readable array ({' '.join(str(err).split())[:160]})") from err
+    return out

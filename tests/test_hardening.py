@@ -1,0 +1,780 @@
+"""What a hostile afternoon found (issue 9), one class a section, each from real parts: device nodes made with mknod
+under tmp_path, fifos, links, fixture trees, real concurrent processes and signals. Every case: a clean exit with one
+line, or the behaviour the section names; nothing hangs (every child has a deadline), nothing is replaced.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import FIXTURES, ROOT, artifact, need
+from test_bad_input import assert_one_line_error
+
+MODEL = artifact("digits_cnn", "_int8.onnx")
+FP32 = artifact("digits_cnn", "_fp32.onnx")
+
+
+def cli(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
+    """`edge-runtime ARGS` in a child with a deadline: a hang fails the test instead of stalling the suite."""
+    return subprocess.run(
+        [sys.executable, "-m", "edge_runtime.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=timeout,
+        **kw,
+    )
+
+
+def strict_json(text: str):
+    """json.loads that refuses NaN and Infinity, which are not JSON."""
+
+    def bad(name):
+        raise AssertionError(f"{name} in JSON output")
+
+    return json.loads(text, parse_constant=bad)
+
+
+def mknod_char(path: Path, major: int = 1, minor: int = 3) -> Path:
+    """A character device node (1:3 is /dev/null) under tmp_path: writing to it loses nothing of the test machine."""
+    if os.geteuid() != 0:
+        pytest.skip("mknod needs root")
+    os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+    return path
+
+
+def fifo_reader(path: Path) -> tuple[threading.Thread, list[bytes]]:
+    """Read everything written into the fifo at `path`, in a thread."""
+    got: list[bytes] = []
+
+    def read():
+        with open(path, "rb") as f:
+            got.append(f.read())
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    return t, got
+
+
+# ------------------------------------------------------------------------------------------- 1. non-regular outputs
+WRITERS = [
+    ("run", ["run", MODEL, "--json"]),
+    ("bench --json", ["bench", MODEL, "--iterations", "50", "--json"]),
+    ("bench --prom", ["bench", MODEL, "--iterations", "50", "--prom"]),
+    ("bench --hdr-log", ["bench", MODEL, "--iterations", "50", "--hdr-log"]),
+    ("info", ["info", "--json"]),
+    ("thermal", ["thermal", "--json"]),
+]
+
+
+@pytest.mark.parametrize(("name", "args"), WRITERS, ids=[w[0] for w in WRITERS])
+def test_a_character_device_output_is_written_through_never_replaced(tmp_path, name, args):
+    need("onnxruntime")
+    null = mknod_char(tmp_path / "null")
+    proc = cli(*args, null)
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_ISCHR(null.lstat().st_mode), f"{name} replaced the device node"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["null"]  # no temporary file left beside it
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+def test_the_real_dev_null_survives_as_root():
+    need("onnxruntime")
+    proc = cli("run", MODEL, "--json", "/dev/null")
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+@pytest.mark.parametrize("flag", ["--json", "--prom", "--hdr-log"])
+def test_a_fifo_output_gets_the_data_and_stays_a_fifo(tmp_path, flag):
+    need("onnxruntime")
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    t, got = fifo_reader(fifo)
+    proc = cli("bench", MODEL, "--iterations", "50", flag, fifo)
+    t.join(timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    data = got[0].decode()
+    if flag == "--json":
+        assert strict_json(data)["latency_us"]["count"] == 50
+    elif flag == "--prom":
+        assert "edge_runtime_latency_seconds{" in data
+    else:
+        assert data.startswith("#") and "StartTime" in data
+
+
+def test_a_fifo_without_a_reader_is_an_error_not_a_hang(tmp_path):
+    need("onnxruntime")
+    fifo = tmp_path / "nobody.fifo"
+    os.mkfifo(fifo)
+    proc = cli("run", MODEL, "--json", fifo, timeout=60)
+    assert_one_line_error(proc, "--json", "no process is reading from it")
+
+
+def test_a_link_to_a_file_is_followed_and_stays_a_link(tmp_path):
+    need("onnxruntime")
+    target = tmp_path / "real.json"
+    target.write_text("old")
+    target.chmod(0o640)
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    proc = cli("run", MODEL, "--json", link)
+    assert proc.returncode == 0, proc.stderr
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert strict_json(target.read_text())["schema"] == "edge-runtime/run/1"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640  # the file keeps its permissions
+
+
+@pytest.mark.parametrize(
+    ("make", "needle"),
+    [
+        ("dangling", "which does not exist"),
+        ("loop", "symbolic link loop"),
+        ("block", "is a block device; refusing to replace it"),
+        ("directory", "is a directory; refusing to replace it"),
+        ("socket", "is a socket; refusing to replace it"),
+    ],
+)
+def test_outputs_that_cannot_be_written_are_refused_before_the_run(tmp_path, make, needle):
+    need("onnxruntime")
+    dest = tmp_path / "out"
+    if make == "dangling":
+        dest.symlink_to(tmp_path / "missing" / "x.json")
+    elif make == "loop":
+        dest.symlink_to(tmp_path / "out2")
+        (tmp_path / "out2").symlink_to(dest)
+    elif make == "block":
+        if os.geteuid() != 0:
+            pytest.skip("mknod needs root")
+        os.mknod(dest, 0o600 | stat.S_IFBLK, os.makedev(7, 250))
+    elif make == "directory":
+        dest.mkdir()
+    else:
+        import socket
+
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(str(dest))
+        s.close()
+    before = dest.lstat()
+    t0 = time.monotonic()
+    proc = cli("bench", MODEL, "--duration", "30", "--json", dest)
+    assert_one_line_error(proc, "--json", needle)
+    assert time.monotonic() - t0 < 25  # refused at once, not after the 30 s run
+    after = dest.lstat()
+    assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)
+
+
+def test_dev_stdout_is_standard_output(tmp_path):
+    """/dev/stdout means what `-` means: the JSON on standard output, alone (never a file created or replaced)."""
+    need("onnxruntime")
+    proc = cli("run", MODEL, "--json", "/dev/stdout")
+    assert proc.returncode == 0, proc.stderr
+    assert strict_json(proc.stdout)["schema"] == "edge-runtime/run/1"
+    out = tmp_path / "captured.txt"
+    with open(out, "w") as f:  # stdout redirected to a file: written through it, the file is not replaced
+        ino = os.fstat(f.fileno()).st_ino
+        proc = subprocess.run([sys.executable, "-m", "edge_runtime.cli", "run", str(MODEL), "--json", "/dev/stdout"],
+                              cwd=ROOT, stdout=f, stderr=subprocess.PIPE, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert out.stat().st_ino == ino and strict_json(out.read_text())["schema"] == "edge-runtime/run/1"
+
+
+# ---------------------------------------------------------------------------------------- 2. non-regular inputs
+def _fifo(tmp_path: Path, name: str) -> Path:
+    p = tmp_path / name
+    os.mkfifo(p)
+    return p
+
+
+def test_a_fifo_as_the_model_is_refused_at_once(tmp_path):
+    fifo = _fifo(tmp_path, "m.onnx")
+    for args in (["run", fifo], ["bench", fifo, "--iterations", "5"], ["quantize", fifo, "--calibration", fifo,
+                                                                        "--out", tmp_path / "q.onnx"]):  # fmt: skip
+        assert_one_line_error(cli(*args, timeout=60), str(fifo), "is a fifo, not a regular file")
+
+
+def test_a_weights_file_that_is_a_fifo_a_device_link_or_a_directory(tmp_path):
+    need("openvino")
+    xml = artifact("digits_cnn", "_int8.xml")
+    for kind, needle in (("fifo", "is a fifo"), ("zero", "is a character device"), ("dir", "is a directory")):
+        d = tmp_path / kind
+        d.mkdir()
+        shutil.copyfile(xml, d / "m.xml")
+        weights = d / "m.bin"
+        if kind == "fifo":
+            os.mkfifo(weights)
+        elif kind == "zero":
+            weights.symlink_to("/dev/zero")
+        else:
+            weights.mkdir()
+        proc = cli("run", d / "m.xml", timeout=60)
+        assert_one_line_error(proc, "weights file", needle)
+
+
+def test_a_model_that_links_to_dev_zero(tmp_path):
+    link = tmp_path / "zero.tflite"
+    link.symlink_to("/dev/zero")
+    assert_one_line_error(cli("run", link, timeout=60), "is a character device, not a regular file")
+
+
+def test_fifo_inputs_calibration_and_labels(tmp_path, digits):
+    need("onnxruntime")
+    fifo = _fifo(tmp_path, "x.npy")
+    assert_one_line_error(cli("run", MODEL, "--input", fifo, timeout=60), "--input", "is a fifo")
+    out = tmp_path / "q.onnx"
+    assert_one_line_error(
+        cli("quantize", FP32, "--calibration", fifo, "--out", out, timeout=60), "calibration data", "is a fifo"
+    )
+    folder = tmp_path / "calib"
+    folder.mkdir()
+    np.save(folder / "a.npy", digits[0][:10])
+    os.mkfifo(folder / "b.npy")
+    assert_one_line_error(
+        cli("quantize", FP32, "--calibration", folder, "--out", out, timeout=60), "b.npy", "is a fifo"
+    )
+    good = tmp_path / "good.npy"
+    np.save(good, digits[0][:20])
+    proc = cli(
+        "quantize", FP32, "--calibration", good, "--validation", good, "--labels", fifo, "--out", out, timeout=120
+    )
+    assert_one_line_error(proc, "--labels", "is a fifo")
+    assert not out.exists()
+
+
+def test_a_hostile_sysroot_with_fifos_and_dev_zero(tmp_path):
+    """/proc and /sys files of a tree are read non-blocking and only when regular: info and thermal still answer."""
+    root = tmp_path / "root"
+    shutil.copytree(FIXTURES / "rpi5", root)
+    (root / "proc/cmdline").unlink()
+    os.mkfifo(root / "proc/cmdline")
+    zone = root / "sys/class/thermal/thermal_zone0"
+    zone.mkdir(parents=True, exist_ok=True)
+    (zone / "type").write_text("cpu-thermal\n")
+    if (zone / "temp").exists():
+        (zone / "temp").unlink()
+    (zone / "temp").symlink_to("/dev/zero")
+    proc = cli("info", "--sysroot", root, "--json", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    doc = strict_json(proc.stdout)
+    assert doc["board"].startswith("Raspberry Pi 5") and doc["isolation"] == {}
+    proc = cli("thermal", "--sysroot", root, "--json", timeout=60)
+    doc = strict_json(proc.stdout)
+    assert doc["sensors_skipped"] >= 1 and doc["max_c"] is None
+
+
+# ------------------------------------------------------------------------------------- 3. concurrent tune apply
+def _tree(tmp_path: Path) -> Path:
+    from test_system_tuning import x86_tree
+
+    return x86_tree(tmp_path)
+
+
+def _snapshot(tree: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(tree)): p.read_bytes() for p in sorted(tree.rglob("*")) if p.is_file()}
+
+
+def test_two_tune_applies_at_once_leave_an_exact_restore(tmp_path):
+    t = _tree(tmp_path)
+    before = _snapshot(t)
+    state = tmp_path / "state"
+    cmd = [sys.executable, "-m", "edge_runtime.cli", "tune", "apply", "--cpus", "1", "--sysroot", str(t),
+           "--state-dir", str(state)]  # fmt: skip
+    procs = [subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in "ab"]
+    results = [(p.wait(timeout=120), p.stderr.read()) for p in procs]
+    ok = [r for r in results if r[0] == 0]
+    refused = [r for r in results if r[0] != 0]
+    assert len(ok) == 1 and len(refused) == 1, results
+    code, err = refused[0]
+    assert code == 2 and ("another `edge-runtime tune`" in err or "already applied" in err), err
+    proc = cli("tune", "reset", "--sysroot", t, "--state-dir", state)
+    assert proc.returncode == 0, proc.stderr
+    assert _snapshot(t) == before
+    leftovers = [p.name for p in state.iterdir() if not p.name.endswith(".restored") and ".restored" not in p.name]
+    assert leftovers == [], leftovers  # no orphaned save file, no pointer left
+
+
+def test_values_with_newlines_and_tabs_survive_the_save_file(tmp_path):
+    t = _tree(tmp_path)
+    odd = {
+        "proc/irq/8/smp_affinity_list": b"0-3\n\n",  # two trailing newlines
+        "proc/irq/9/smp_affinity_list": b"0-1\n2-3\n",  # a newline inside
+        "proc/irq/1/smp_affinity_list": b"0-3\tx",  # a tab, no newline
+        "sys/devices/virtual/workqueue/cpumask": b"f",  # no newline at all
+    }
+    for rel, raw in odd.items():
+        (t / rel).write_bytes(raw)
+    before = _snapshot(t)
+    state = tmp_path / "state"
+    assert cli("tune", "apply", "--cpus", "2-3", "--sysroot", t, "--state-dir", state).returncode == 0
+    assert (t / "proc/irq/8/smp_affinity_list").read_bytes() == b"0-1\n"
+    assert cli("tune", "reset", "--sysroot", t, "--state-dir", state).returncode == 0
+    assert _snapshot(t) == before
+
+
+def test_a_save_line_that_cannot_be_restored_fails_the_reset_and_names_it(tmp_path):
+    t = _tree(tmp_path)
+    state = tmp_path / "state"
+    assert cli("tune", "apply", "--cpus", "2-3", "--sysroot", t, "--state-dir", state).returncode == 0
+    save = next(state.glob("tuning-*.save"))
+    lines = save.read_text().splitlines()
+    lines.insert(3, "frobnicate\t/proc/irq/8/smp_affinity_list\t1\t0-3")
+    lines.insert(5, "value\t/proc/irq/9/smp_affinity_list\tyes\t0-3")
+    save.write_text("\n".join(lines) + "\n")
+    proc = cli("tune", "reset", "--sysroot", t, "--state-dir", state)
+    assert_one_line_error(proc, "could not restore save line(s) 6 4", "unknown kind 'frobnicate'", code=1)
+    assert save.exists()  # kept for another reset once fixed
+    script = subprocess.run(
+        ["sh", str(ROOT / "system_tuning/irq_affinity.sh"), "--restore", str(save), "--root", str(t)],
+        capture_output=True,
+        text=True,
+    )
+    assert script.returncode == 1 and "save line 4: unknown kind 'frobnicate'" in script.stdout
+
+
+# -------------------------------------------------------------------------------- 4. outputs that collide
+def test_outputs_of_one_command_never_overwrite_each_other_or_an_input(tmp_path, digits):
+    need("onnxruntime")
+    m = tmp_path / "m.onnx"
+    calib = tmp_path / "c.npy"
+    np.save(calib, digits[0][:20])
+    t0 = time.monotonic()
+    proc = cli("quantize", FP32, "--calibration", calib, "--out", m, "--json", m)
+    assert_one_line_error(proc, "--json", "--out", "same destination")
+    assert time.monotonic() - t0 < 20 and not m.exists()  # refused before any work
+    f = tmp_path / "r.json"
+    for flag in ("--hdr-log", "--prom"):
+        assert_one_line_error(cli("bench", MODEL, "--iterations", "5", flag, f, "--json", f), "same destination")
+    f.write_text("old")
+    link = tmp_path / "alias.json"
+    link.symlink_to(f)
+    assert_one_line_error(cli("bench", MODEL, "--iterations", "5", "--prom", link, "--json", f), "same destination")
+    proc = cli("bench", MODEL, "--iterations", "5", "--prom", "/dev/stdout", "--json")
+    assert_one_line_error(proc, "same destination")
+    proc = cli("quantize", FP32, "--calibration", calib, "--out", calib.with_suffix(".onnx"), "--json", calib)
+    assert_one_line_error(proc, "--json", "is --calibration")
+    assert f.read_text() == "old"
+
+
+# ------------------------------------------------------------------------------------ 5. non-finite calibration
+@pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
+@pytest.mark.parametrize("poison", ["all-nan", "one-minus-inf"])
+def test_non_finite_calibration_or_validation_data_is_a_user_error(tmp_path, digits, backend, poison):
+    need(backend)
+    pytest.importorskip("nncf" if backend == "openvino" else "onnx")
+    x = digits[0][:50].copy()
+    if poison == "all-nan":
+        x[:] = np.nan
+    else:
+        x[7, 0, 3, 0] = -np.inf
+    bad = tmp_path / "bad.npy"
+    np.save(bad, x)
+    good = tmp_path / "good.npz"
+    np.savez(good, x=digits[0][:50], y=digits[1][:50])
+    out = tmp_path / ("q.onnx" if backend == "onnxruntime" else "q.xml")
+    proc = cli("quantize", FP32, "--backend", backend, "--calibration", bad, "--out", out)
+    sample = "0" if poison == "all-nan" else "7"
+    assert_one_line_error(proc, str(bad), "input 'input'", "NaN or infinite", f"first in sample {sample}")
+    proc = cli("quantize", FP32, "--backend", backend, "--calibration", good, "--validation", bad, "--out", out)
+    assert_one_line_error(proc, "validation data", "NaN or infinite")
+    assert not out.exists()
+
+
+def test_no_json_ever_holds_nan(tmp_path):
+    need("onnxruntime")
+    from edge_runtime.files import dumps
+
+    text = dumps({"a": float("nan"), "b": [np.float32("inf"), 1.5], "c": {"d": -np.inf}})
+    assert strict_json(text) == {"a": None, "b": [None, 1.5], "c": {"d": None}}
+    x = tmp_path / "nan.npy"
+    np.save(x, np.full((1, 8, 8, 1), np.nan, np.float32))
+    proc = cli("run", FP32, "--input", x, "--json")  # a model fed NaN answers NaN: the JSON says null
+    assert proc.returncode == 0, proc.stderr
+    doc = strict_json(proc.stdout)
+    assert all(v is None for _, v in doc["outputs"][0]["top"])
+
+
+# ------------------------------------------------------------------------------------ 6. impossible sensor values
+def _thermal_tree(tmp_path: Path, temps: dict[str, str], cooling: dict | None = None) -> Path:
+    root = tmp_path / "root"
+    for i, (ztype, raw) in enumerate(temps.items()):
+        z = root / f"sys/class/thermal/thermal_zone{i}"
+        z.mkdir(parents=True)
+        (z / "type").write_text(ztype + "\n")
+        (z / "temp").write_text(raw + "\n")
+        (z / "trip_point_0_temp").write_text("85000\n")
+        (z / "trip_point_0_type").write_text("passive\n")
+    for j, (ctype, (cur, mx)) in enumerate((cooling or {}).items()):
+        c = root / f"sys/class/thermal/thermal_zone0/cdev{j}"
+        c.mkdir(parents=True)
+        (c / "type").write_text(ctype + "\n")
+        (c / "cur_state").write_text(f"{cur}\n")
+        (c / "max_state").write_text(f"{mx}\n")
+    return root
+
+
+@pytest.mark.parametrize("raw", [str(10**24), "2147483647", "-274000", "-300000", "nan", "4e9"])
+def test_readings_no_silicon_can_report_are_skipped_and_counted(tmp_path, raw):
+    from edge_runtime.system import SystemRoot
+    from edge_runtime.thermal import read_snapshot
+
+    root = _thermal_tree(tmp_path, {"cpu-thermal": "51000", "garbled": raw})
+    snap = read_snapshot(SystemRoot(root))
+    assert snap.max_c() == 51.0 and snap.skipped == 1
+    doc = strict_json(cli("thermal", "--sysroot", root, "--json").stdout)
+    assert doc["max_c"] == 51.0 and doc["headroom_c"] == 34.0 and doc["sensors_skipped"] == 1
+
+
+def test_a_garbled_reading_does_not_abort_a_bench(tmp_path):
+    need("onnxruntime")
+    root = _thermal_tree(tmp_path, {"cpu-thermal": "2147483647"})
+    proc = cli("bench", MODEL, "--sysroot", root, "--iterations", "200", "--thermal-limit", "60", "--json")
+    assert proc.returncode == 0, proc.stderr
+    r = strict_json(proc.stdout)
+    assert "aborted" not in r and r["thermal"]["max_c"] is None and r["thermal"]["sensors_skipped"] == 1
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e21", "-300"])
+@pytest.mark.parametrize("command", ["thermal", "bench"])
+def test_thermal_limits_must_be_temperatures(value, command):
+    args = ["thermal"] if command == "thermal" else ["bench", MODEL]
+    assert_one_line_error(cli(*args, f"--thermal-limit={value}"), "--thermal-limit", value)
+
+
+# ------------------------------------------------------------------------------------ 7. cooling device names
+@pytest.mark.parametrize(
+    ("ctype", "throttles"),
+    [
+        ("thermal-cpufreq-0", True),
+        ("thermal-devfreq-1", True),
+        ("thermal-idle-0", True),
+        ("cpufreq-cpu0", True),
+        ("Processor", True),
+        ("intel_powerclamp", True),
+        ("pwm-fan", False),
+        ("gpio-fan", False),
+        ("TFN1", False),
+        ("Fan", False),
+    ],
+)
+def test_cooling_devices_that_slow_the_chip(ctype, throttles):
+    from edge_runtime.thermal import throttles_compute
+
+    assert throttles_compute(ctype) is throttles
+
+
+def test_a_zone_bound_to_thermal_cpufreq_is_reported_as_throttling(tmp_path):
+    root = _thermal_tree(tmp_path, {"cpu-thermal": "80000"}, {"thermal-cpufreq-0": (2, 3), "pwm-fan": (4, 4)})
+    doc = strict_json(cli("thermal", "--sysroot", root, "--json").stdout)
+    assert doc["throttled"] == ["cpu-thermal: cooling thermal-cpufreq-0 at state 2/3"]
+    text = cli("thermal", "--sysroot", root).stdout
+    assert "THROTTLED: cpu-thermal: cooling thermal-cpufreq-0 at state 2/3" in text
+
+
+# ----------------------------------------------------------------------------------- 8. user mistakes, not bugs
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["bench", MODEL, "--iterations", str(10**12)], ["--iterations 1000000000000", "fit in this machine's memory"]),
+        (["bench", MODEL, "--duration", "1e300"], ["--duration 1e300", "at most 604800"]),
+        (["bench", MODEL, "--warmup-time", "1e300"], ["--warmup-time 1e300", "at most 3600"]),
+        (["bench", MODEL, "--warmup", str(10**12)], ["--warmup", "at most 50,000,000"]),
+        (["run", MODEL, "--seed", "-1"], ["--seed -1", "at least 0"]),
+        (["run", MODEL, "--seed", str(2**64)], ["--seed", "at most"]),
+        (["bench", MODEL, "--threads", "100000"], ["--threads 100000", "at most 1,024"]),
+        (["bench", MODEL, "--sample-interval", "nan"], ["--sample-interval nan", "finite"]),
+        (["bench", MODEL, "--cooldown-timeout", "-1"], ["--cooldown-timeout -1"]),
+        (["run", MODEL, "--top", "-1"], ["--top -1", "at least 0"]),
+    ],
+)
+def test_absurd_numbers_are_user_errors(args, needles):
+    assert_one_line_error(cli(*args), *needles)
+
+
+def test_an_npy_whose_header_claims_a_trillion_elements(tmp_path):
+    need("onnxruntime")
+    x = tmp_path / "huge.npy"
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (1000000, 1000000), }"
+    header += " " * (63 - (len(header) + 10) % 64) + "\n"
+    x.write_bytes(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode() + b"\0" * 64)
+    proc = cli("run", MODEL, "--input", x)
+    assert_one_line_error(proc, str(x), "shape (1000000, 1000000)", "holds only 64 bytes")
+
+
+@pytest.mark.parametrize("damage", ["truncated", "bitflips"])
+def test_a_broken_onnx_given_to_quantize(tmp_path, digits, damage):
+    need("onnxruntime")
+    from badmodels import _flip
+
+    data = FP32.read_bytes()
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(data[: len(data) // 2] if damage == "truncated" else _flip(data, seed=3, count=40))
+    calib = tmp_path / "c.npy"
+    np.save(calib, digits[0][:20])
+    proc = cli("quantize", bad, "--calibration", calib, "--out", tmp_path / "q.onnx")
+    assert_one_line_error(proc, str(bad))
+
+
+def test_a_300_character_file_name(tmp_path):
+    need("onnxruntime")
+    long = tmp_path / ("x" * 300 + ".onnx")
+    assert_one_line_error(cli("run", long), "file name too long")
+    assert_one_line_error(cli("run", MODEL, "--json", tmp_path / ("y" * 300 + ".json")), "file name too long")
+
+
+def test_bench_with_stdout_closed():
+    need("onnxruntime")
+    args = [sys.executable, "-m", "edge_runtime.cli", "bench", str(MODEL), "--iterations", "20"]
+    proc = subprocess.run(args, cwd=ROOT, stderr=subprocess.PIPE, text=True, timeout=120, stdout=None,
+                          preexec_fn=lambda: os.close(1))  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "edge-runtime: error: standard output is closed: the result would be lost (give --json FILE, or open stdout)"
+    )
+
+
+def test_bench_with_stdout_closed_writes_its_json_file(tmp_path):
+    need("onnxruntime")
+    out = tmp_path / "r.json"
+    args = [sys.executable, "-m", "edge_runtime.cli", "bench", str(MODEL), "--iterations", "20", "--json", str(out)]
+    proc = subprocess.run(args, cwd=ROOT, stderr=subprocess.PIPE, text=True, timeout=120,
+                          preexec_fn=lambda: os.close(1))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert strict_json(out.read_text())["latency_us"]["count"] == 20
+
+
+# ------------------------------------------------------------------------------------ 9. nonsense accepted
+def _four_cpu_tree(tmp_path: Path) -> Path:
+    root = tmp_path / "root"
+    (root / "sys/devices/system/cpu").mkdir(parents=True)
+    (root / "sys/devices/system/cpu/online").write_text("0-3\n")
+    return root
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["bench", MODEL, "--platform-latency", "-1"], ["--platform-latency -1", "> 0"]),
+        (["bench", MODEL, "--platform-latency", "nan"], ["--platform-latency nan", "finite"]),
+        (["run", MODEL, "--json", ""], ["--json ''", "empty path"]),
+        (["bench", MODEL, "--prom", ""], ["--prom ''", "empty path"]),
+        (["thermal", "--watch", "1", "--count", "0"], ["--count 0", "at least 1"]),
+        (["thermal", "--count", "3"], ["--count goes with --watch"]),
+        (["thermal", "--watch", "1e300"], ["--watch 1e300", "at most 86400"]),
+        (
+            ["quantize", FP32, "--calibration", "c.npy", "--out", "q.onnx", "--max-accuracy-drop", "nan"],
+            ["--max-accuracy-drop nan", "finite"],
+        ),
+        (["run", artifact("digits_cnn", "_int8.tflite"), "--option", "xnnpack=2"], ["xnnpack='2'", "not one of 1"]),
+    ],
+)
+def test_nonsense_is_refused(args, needles):
+    if "xnnpack=2" in args:
+        need("tflite")
+    assert_one_line_error(cli(*args), *needles)
+
+
+def test_tune_show_refuses_cpus_the_tree_lacks(tmp_path):
+    root = _four_cpu_tree(tmp_path)
+    proc = cli("tune", "show", "--sysroot", root, "--cpus", "99")
+    assert_one_line_error(proc, "CPU 99 does not exist", "online: 0-3")
+
+
+def test_more_threads_than_cpus_is_said(tmp_path):
+    need("onnxruntime")
+    proc = cli("run", MODEL, "--threads", "2", "--cpus", "1")
+    assert proc.returncode == 0
+    assert proc.stderr.strip().splitlines() == [
+        "edge-runtime: warning: 2 threads on 1 CPU(s) (1): oversubscribed, the threads take turns on the same cores "
+        "(latency goes up, not down)"
+    ]
+
+
+# ------------------------------------------------------------------------------------ 10. truth in reports
+def test_no_proc_interrupts_is_unknown_not_zero(tmp_path):
+    need("onnxruntime")
+    root = _four_cpu_tree(tmp_path)
+    r = strict_json(cli("bench", MODEL, "--sysroot", root, "--iterations", "200", "--json").stdout)
+    assert r["interference"]["interrupts"] is None and r["interference"]["interrupts_per_cpu"] is None
+    assert any("interrupts unknown" in w for w in r["quality"]["warnings"])
+    text = cli("bench", MODEL, "--sysroot", root, "--iterations", "200").stdout
+    assert "interrupts unknown (no /proc/interrupts to read)" in text and "no interrupts" not in text
+
+
+def test_the_environment_of_a_tree_says_what_is_observed_and_what_is_live(tmp_path):
+    need("onnxruntime")
+    import platform
+
+    root = tmp_path / "root"
+    shutil.copytree(FIXTURES / "rpi5", root)
+    r = strict_json(cli("bench", MODEL, "--sysroot", root, "--iterations", "100", "--json").stdout)
+    env = r["environment"]
+    assert env["sysroot"] == str(root) and env["board"].startswith("Raspberry Pi 5")
+    assert env["cmdline"] == (root / "proc/cmdline").read_text().strip()
+    # The tree has no osrelease: unknown, not this machine's kernel passed off as the board's.
+    assert not (root / "proc/sys/kernel/osrelease").exists() and env["kernel"] is None
+    assert env["measured_on"]["kernel"] == platform.release()
+    live = strict_json(cli("bench", MODEL, "--iterations", "100", "--json").stdout)["environment"]
+    assert "measured_on" not in live and live["kernel"] == platform.release()
+
+
+def test_tune_show_without_scaling_min_freq_is_not_ok(tmp_path):
+    root = _four_cpu_tree(tmp_path)
+    for c in range(4):
+        d = root / f"sys/devices/system/cpu/cpu{c}/cpufreq"
+        d.mkdir(parents=True)
+        (d / "scaling_governor").write_text("ondemand\n")
+        (d / "cpuinfo_min_freq").write_text("600000\n")
+        (d / "cpuinfo_max_freq").write_text("1800000\n")
+        (d / "scaling_max_freq").write_text("1800000\n")
+    doc = strict_json(cli("tune", "show", "--sysroot", root, "--cpus", "3", "--json").stdout)
+    rng = next(c for c in doc["checks"] if c["knob"] == "frequency range")
+    assert rng["status"] == "warn" and rng["seen"] == "CPU3 ondemand 600-1800 MHz"
+
+
+def test_a_one_sample_run_is_not_called_stable():
+    need("onnxruntime")
+    r = strict_json(cli("bench", MODEL, "--iterations", "1", "--json").stdout)
+    assert r["quality"]["unstable"] is None
+    assert any(w.startswith("stability unknown: 1 sample(s)") for w in r["quality"]["warnings"])
+    assert "quality      stability unknown" in cli("bench", MODEL, "--iterations", "1").stdout
+
+
+def test_a_second_bench_on_the_same_cpu_sees_the_first():
+    need("onnxruntime")
+    first = subprocess.Popen(
+        [sys.executable, "-m", "edge_runtime.cli", "bench", str(MODEL), "--cpus", "1", "--duration", "6"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        time.sleep(2.0)  # loaded and measuring
+        r = strict_json(cli("bench", MODEL, "--cpus", "1", "--duration", "2", "--json").stdout)
+    finally:
+        first.wait(timeout=60)
+    inter = r["interference"]
+    assert inter["runqueue_wait_share"] is not None and inter["runqueue_wait_share"] > 0.2, inter
+    assert first.pid in [t["pid"] for t in inter["other_tasks"]], inter["other_tasks"]
+    assert any(w.startswith("other tasks ran on the measured CPU 1") for w in r["quality"]["warnings"])
+
+
+# ------------------------------------------------------------------------------------ 11. signals and children
+def _ps(needle: str) -> list[str]:
+    out = subprocess.run(["ps", "-eo", "pid,cls,rtprio,args"], capture_output=True, text=True).stdout.splitlines()
+    return [ln for ln in out if needle in ln and "ps -eo" not in ln]
+
+
+def test_sigkill_takes_the_realtime_cyclictest_with_it():
+    need("onnxruntime")
+    if not shutil.which("cyclictest") or os.geteuid() != 0:
+        pytest.skip("needs cyclictest (apt-get install rt-tests) and root for SCHED_FIFO")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edge_runtime.cli", "bench", str(MODEL), "--platform-latency", "15", "--rt-priority",
+         "50", "--iterations", "10"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        while not _ps("cyclictest -q") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _ps("cyclictest -q"), "cyclictest never started"
+        proc.kill()
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 5
+        while _ps("cyclictest -q") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _ps("cyclictest -q") == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        subprocess.run(["pkill", "-f", "cyclictest -q -m -p 50"])
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_an_interrupted_run_writes_its_partial_result(tmp_path, sig, code):
+    need("onnxruntime")
+    out = tmp_path / "r.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edge_runtime.cli", "bench", str(MODEL), "--duration", "60", "--json", str(out)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        line = ""
+        while "measuring" not in line and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+        assert "measuring" in line
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == code, err
+    r = strict_json(out.read_text())
+    name = signal.Signals(sig).name
+    assert r["aborted"] == {"kind": "interrupted", "reason": f"interrupted by {name}", "signal": name,
+                            "at_s": r["aborted"]["at_s"], "partial": True}  # fmt: skip
+    assert r["latency_us"]["count"] > 0 and 0.5 < r["wall_s"] < 30
+    assert f"interrupted by {name}: partial result written" in err
+
+
+def test_an_interrupt_before_measuring_writes_nothing(tmp_path):
+    need("openvino")
+    out = tmp_path / "r.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edge_runtime.cli", "bench", str(artifact("mobilenet_v1_025_vww", "_int8.xml")),
+         "--warmup-time", "30", "--iterations", "10", "--json", str(out)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    time.sleep(6)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert not out.exists() and "interrupted (SIGTERM)" in err
+
+
+# ------------------------------------------------------------------------------------ 12. messages
+def test_messages_point_the_right_way(tmp_path):
+    need("onnxruntime")
+    loop = tmp_path / "loop.onnx"
+    loop.symlink_to(tmp_path / "loop2.onnx")
+    (tmp_path / "loop2.onnx").symlink_to(loop)
+    assert_one_line_error(cli("run", loop), "symbolic link loop")
+    rnd = tmp_path / "random.npy"
+    rnd.write_bytes(np.random.default_rng(0).bytes(4096))
+    proc = cli("run", MODEL, "--input", rnd)
+    assert_one_line_error(proc, "not a .npy array (no NUMPY header)")
+    assert "pickle" not in proc.stderr
+    obj = tmp_path / "obj.npy"
+    np.save(obj, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    assert_one_line_error(cli("run", MODEL, "--input", obj), "holds Python objects (pickled data)")
+
+
+def test_litert_messages_keep_their_separators():
+    need("tflite")
+    from edge_runtime.backends.tflite_backend import _impl, _short
+
+    _, mod = _impl()
+    interp = mod.Interpreter(model_path=str(artifact("digits_cnn", "_int8.tflite")))
+    interp.resize_tensor_input(interp.get_input_details()[0]["index"], [1, 64])
+    with pytest.raises(RuntimeError) as err:
+        interp.allocate_tensors()
+    raw = str(err.value)
+    assert ")Node number" in raw  # LiteRT's own text runs together
+    text = _short(err.value)
+    assert "); Node number 0 (CONV_2D) failed to prepare." in text and ")Node" not in text
