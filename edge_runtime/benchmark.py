@@ -25,7 +25,7 @@ import numpy as np
 
 from edge_runtime import __version__
 from edge_runtime.cpulist import format_cpu_list
-from edge_runtime.errors import CheckFailedError, Interrupted
+from edge_runtime.errors import CheckFailedError, Interrupted, UserError
 from edge_runtime.files import plan_output, write_output
 from edge_runtime.interrupts import interrupt_delta, parse_interrupts
 from edge_runtime.measure import Measurement, StopRequest, hdr_log_text, measure
@@ -106,7 +106,11 @@ def isolation_report(root: SystemRoot, cpus: list[int] | None) -> dict:
         out["warnings"].append("not pinned: the scheduler may move the measuring thread (use --cpus)")
         return out
     not_isolated = [c for c in cpus if c not in isolated]
-    if not_isolated:
+    for key, raw in iso.get("garbled", {}).items():
+        out["warnings"].append(f"{key}={raw!r} on the kernel command line is not a CPU list: isolation unknown")
+    if root.read("/proc/cmdline") is None and not root.is_live:
+        out["warnings"].append(f"isolation unknown: no /proc/cmdline in {root.root}")
+    elif not_isolated:
         out["warnings"].append(
             f"CPU {format_cpu_list(not_isolated)} not isolated (no isolcpus/nohz_full for it on the kernel command "
             "line): other tasks may run there"
@@ -180,9 +184,11 @@ def _random_feeds(session, seed: int) -> dict[str, np.ndarray]:
 def _counters(root: SystemRoot, tid: int) -> dict:
     st = task_status(tid)
     text = root.read("/proc/interrupts")
+    rows = parse_interrupts(text) if text else None
     return {
-        # None: no /proc/interrupts to read (a captured tree without it): unknown, which is not zero
-        "interrupts": parse_interrupts(text) if text else None,
+        # None: no /proc/interrupts to read, or nothing in it parses (garbage): unknown, which is not zero
+        "interrupts": rows or None,
+        "interrupts_text": text,
         "nonvoluntary": int(st.get("nonvoluntary_ctxt_switches", 0) or 0),
         "voluntary": int(st.get("voluntary_ctxt_switches", 0) or 0),
         "migrations": task_migrations(tid),
@@ -235,6 +241,12 @@ def run_bench(
     cooldown = _cool_down(root, cfg, snap_start, say, iso["warnings"]) if cfg.cooldown_to_c is not None else None
     if cooldown:
         snap_start = read_snapshot(root, cfg.cpus)
+    hottest = snap_start.max_c()
+    if limit_c is not None and hottest is not None and hottest > limit_c:
+        raise CheckFailedError(
+            f"already above the thermal limit before measuring: {hottest:.1f} C > {limit_c:g} C ({limit_source})",
+            hint="let the board cool first (--cooldown-to C waits for it)",
+        )
     use_tegra = root.is_live
     saved_affinity = os.sched_getaffinity(0)  # put back at the end: a library call must not leave its caller pinned
     saved_sched: dict = {}
@@ -262,8 +274,16 @@ def run_bench(
             if cfg.mlock:
                 mlock_all()
                 locked = True
-            before = _counters(root, tid)
-            others_before = cpu_times_by_task(exclude_pid=os.getpid())
+            marks: dict[str, dict] = {}
+
+            def on_start() -> None:  # just before the first timed call: counters cover the measured part only
+                marks["before"] = _counters(root, tid)
+                marks["others_before"] = cpu_times_by_task(exclude_pid=os.getpid())
+
+            def on_end() -> None:
+                marks["after"] = _counters(root, tid)
+                marks["others_after"] = cpu_times_by_task(exclude_pid=os.getpid())
+
             sampler = Sampler(root, cfg.sample_interval_s, cfg.cpus, limit_c, use_tegra, allowed_cpus=saved_affinity)
             sampler.start(t0=0.0)
             last = [0.0]
@@ -292,13 +312,13 @@ def run_bench(
                     progress=tick,
                     should_stop=should_stop,
                     chunk_s=min(0.5, cfg.sample_interval_s),
+                    on_start=on_start,
+                    on_end=on_end,
                 )
             finally:
                 if stop is not None:
                     stop.armed = False
             sampler.stop()
-            after = _counters(root, tid)
-            others_after = cpu_times_by_task(exclude_pid=os.getpid())
             threads = own_threads()
         finally:
             if "sampler" in locals():
@@ -310,9 +330,15 @@ def run_bench(
             session.close()
             if cfg.cpus:
                 restore_affinity(saved_affinity)
-    if len(m.samples_ns) == 0:  # stopped during warm-up: nothing was measured, so there is no result to keep
+    if len(m.samples_ns) == 0:  # nothing was measured, so there is no result to keep
         if stop is not None and stop.requested:
             raise Interrupted(stop.signum or 2)
+        if not m.stopped:
+            per_call = f" (one inference takes about {m.per_call_ns / 1e3:.0f} us)" if m.per_call_ns else ""
+            raise UserError(
+                f"--duration {cfg.duration_s:g}: no inference completed in that time{per_call}",
+                hint="give a longer --duration",
+            )
         raise CheckFailedError(
             f"thermal limit {limit_c:g} C exceeded during warm-up ({sampler.over_limit_c:.1f} C): nothing measured",
             hint="let the board cool down first (--cooldown-to)",
@@ -323,11 +349,19 @@ def run_bench(
     unstable, quality_warnings = stability(m.samples_ns, lat)
     if m.truncated:
         quality_warnings.append("the run filled its sample buffer before --duration ended")
+    if limit_source == "--thermal-limit" and not (snap_start.available or snap_end.available):
+        quality_warnings.append(f"thermal limit {limit_c:g} C not checked: no thermal sensors in {root.root}")
     measured_cpus = cfg.cpus or sorted(os.sched_getaffinity(0))
+    before, after = marks["before"], marks["after"]
     if before["interrupts"] is None or after["interrupts"] is None:
         fired = None
         quality_warnings.append(
-            f"interrupts unknown: no /proc/interrupts under {root.root} (the interrupt counts are not zero, but unread)"
+            f"interrupts unknown: no readable /proc/interrupts under {root.root} (not zero: unread)"
+        )
+    elif not root.is_live and before["interrupts_text"] == after["interrupts_text"]:
+        fired = None  # a captured file that nobody updates: no count was observed
+        quality_warnings.append(
+            f"interrupts unknown: {root.root}/proc/interrupts did not change during the run (a capture, not a count)"
         )
     else:
         fired = interrupt_delta(before["interrupts"], after["interrupts"], measured_cpus)
@@ -336,7 +370,7 @@ def run_bench(
         if after["migrations"] is not None and before["migrations"] is not None
         else None
     )
-    others = competing_tasks(others_before, others_after, measured_cpus, before, after, m.wall_s)
+    others = competing_tasks(marks["others_before"], marks["others_after"], measured_cpus, before, after, m.wall_s)
     if others["warning"]:
         quality_warnings.append(others["warning"])
     if hdr_out is not None:
@@ -465,19 +499,32 @@ def competing_tasks(before_tasks, after_tasks, cpus, before, after, wall_s: floa
     """Who else ran on the measured CPUs during the measured part, and how long the measuring thread waited for them."""
     hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     tasks = []
-    for key, (comm, ticks, cpu) in after_tasks.items():
+    for key, (comm, ticks, cpu, _state) in after_tasks.items():
         if cpu not in cpus:
             continue
         prev = before_tasks.get(key)
         used = ticks - (prev[1] if prev else 0)
         if used > 0:
             tasks.append({"pid": key[0], "tid": key[1], "comm": comm, "cpu": cpu, "cpu_s": round(used / hz, 3)})
+    # A task that was running on a measured CPU when the run began and has ended since: it competed, for how long
+    # its /proc entry can no longer say.
+    # (Gone from /proc, or a zombie its parent has not reaped yet.)
+    ended = [
+        {"pid": key[0], "tid": key[1], "comm": comm, "cpu": cpu, "cpu_s": None}
+        for key, (comm, _ticks, cpu, state) in before_tasks.items()
+        if (key not in after_tasks or after_tasks[key][3] in ("Z", "X")) and cpu in cpus and state == "R"
+    ]
     by_pid: dict[int, dict] = {}
-    for t in tasks:
-        row = by_pid.setdefault(t["pid"], {"pid": t["pid"], "comm": t["comm"], "cpus": set(), "cpu_s": 0.0})
+    for t in tasks + ended:
+        row = by_pid.setdefault(
+            t["pid"], {"pid": t["pid"], "comm": t["comm"], "cpus": set(), "cpu_s": 0.0, "ended": False}
+        )
         row["cpus"].add(t["cpu"])
-        row["cpu_s"] = round(row["cpu_s"] + t["cpu_s"], 3)
-    rows = sorted(by_pid.values(), key=lambda r: -r["cpu_s"])
+        if t["cpu_s"] is None:
+            row["ended"] = True
+        else:
+            row["cpu_s"] = round(row["cpu_s"] + t["cpu_s"], 3)
+    rows = sorted(by_pid.values(), key=lambda r: (-r["cpu_s"], not r["ended"]))
     for r in rows:
         r["cpus"] = sorted(r["cpus"])
     wait_ms = share = None
@@ -485,10 +532,18 @@ def competing_tasks(before_tasks, after_tasks, cpus, before, after, wall_s: floa
         wait_ns = after["schedstat"][1] - before["schedstat"][1]
         wait_ms = round(wait_ns / 1e6, 3)
         share = round(wait_ns / 1e9 / wall_s, 4) if wall_s > 0 else None
-    heavy = [r for r in rows if r["cpu_s"] >= OTHER_TASK_WARN_S]
+    heavy = [r for r in rows if r["cpu_s"] >= OTHER_TASK_WARN_S or r["ended"]]
     warning = None
     if heavy or (share is not None and share >= WAIT_SHARE_WARN):
-        named = ", ".join(f"{r['comm']} (pid {r['pid']}, {r['cpu_s']:.2f} s)" for r in heavy[:4]) or "unknown tasks"
+        named = (
+            ", ".join(
+                f"{r['comm']} (pid {r['pid']}, "
+                + (f"{r['cpu_s']:.2f} s" if r["cpu_s"] else "ended during the run")
+                + ")"
+                for r in heavy[:4]
+            )
+            or "tasks that could not be named"
+        )
         wait = f"the measuring thread waited {share:.0%} of the run for the CPU; " if share is not None else ""
         warning = f"other tasks ran on the measured CPU {format_cpu_list(cpus)}: {wait}{named}"
     return {"runqueue_wait_ms": wait_ms, "runqueue_wait_share": share, "tasks": rows[:20], "warning": warning}
@@ -599,6 +654,10 @@ def _power_section(start, sampler, m: Measurement) -> dict:
     }
 
 
+def env_live(r: dict) -> bool:
+    return not (r.get("environment") or {}).get("measured_on")
+
+
 def _precision(path) -> str:
     """From the manifest naming convention where we can tell; the manifest itself says for reference models."""
     name = path.stem.lower()
@@ -687,7 +746,8 @@ def format_report(r: dict) -> str:
         temps = f"start {c(t['start_c'])}, max {c(t['max_c'])}, end {c(t['end_c'])}"
         lines.append(f"thermal      {temps}; {head}; {thr}{drift_txt}")
     else:
-        lines.append(f"thermal      no thermal sensors on this machine{drift_txt}")
+        where = "this machine" if env_live(r) else f"the tree {r['environment']['sysroot']}"
+        lines.append(f"thermal      no thermal sensors in {where}{drift_txt}")
     pw = r.get("power") or {}
     if pw.get("available"):
         lines.append(

@@ -100,6 +100,13 @@ def _samples_bound() -> tuple[int, str]:
     return n, " samples fit in this machine's memory (8 bytes each, kept and sorted)"
 
 
+def _word(text: str) -> str:
+    """argparse type for a name (--backend, --device): not empty, one word."""
+    if not text.strip() or text != text.strip() or any(c.isspace() for c in text):
+        raise argparse.ArgumentTypeError(f"{text!r}: not a name")
+    return text
+
+
 def _path(text: str) -> str:
     """argparse type for a path: not empty, no NUL byte (an empty --json used to be ignored silently)."""
     if text == "":
@@ -127,6 +134,13 @@ def _input_paths(args, session=None) -> list[tuple[str, object]]:
     model = Path(args.model)
     if model.suffix.lower() == ".xml":
         found.append(("the model's weights", model.with_suffix(".bin")))
+    elif model.suffix.lower() == ".onnx" and os.path.isfile(model):
+        from edge_runtime.model import onnx_external_files
+
+        try:
+            found += [("the model's external data", e) for e in onnx_external_files(model)]
+        except EdgeRuntimeError:
+            pass  # an unreadable model is refused, with its reason, when it is loaded
     for spec in args.input or []:
         for p in {spec, spec.partition("=")[2] or spec}:
             found.append(("an --input file", p))
@@ -237,7 +251,13 @@ def cmd_info(args) -> int:
     online, isolated = doc["cpus"]["online"], doc["cpus"]["isolated"]
     p(f"  cpus     online {format_cpu_list(online) or '?'}, isolated {format_cpu_list(isolated) or 'none'}")
     cmd = (
-        "  ".join(f"{k}={format_cpu_list(v)}" for k, v in doc["isolation"].items()) or "none on the kernel command line"
+        "  ".join(
+            f"{k}={format_cpu_list(v)}"
+            if k != "garbled"
+            else "  ".join(f"{g}={raw!r} (garbled)" for g, raw in v.items())
+            for k, v in doc["isolation"].items()
+        )
+        or "none on the kernel command line"
     )
     p(f"  isolation {cmd}")
     p("backends")
@@ -598,7 +618,8 @@ def cmd_thermal(args) -> int:
         temp = f"{z.temp_c:.1f}" if z.temp_c is not None else "-"
         print(f"{z.type:<24} {temp:>8}  {trips or '-'}")
         for c in z.cooling:
-            print(f"{'':<24} {'':>8}  cooling {c.type} {c.cur_state}/{c.max_state}")
+            state = f"{'?' if c.cur_state is None else c.cur_state}/{'?' if c.max_state is None else c.max_state}"
+            print(f"{'':<24} {'':>8}  cooling {c.type} {state}")
     for h in snap.hwmon:
         crit = f"  crit {h.crit_c:g}" if h.crit_c else ""
         print(f"{h.chip + '/' + h.label:<24} {h.temp_c:>8.1f}{crit}")
@@ -658,6 +679,16 @@ def cmd_tune(args) -> int:
     from edge_runtime.cpulist import format_cpu_list
 
     root = _sysroot(args.sysroot)
+    given = {
+        "--governor": args.governor is not None,
+        "--dry-run": args.dry_run,
+        "--state-dir": bool(args.state_dir),
+        "--cpus": args.cpus is not None,
+    }
+    allowed = {"show": {"--cpus"}, "apply": set(given), "reset": {"--dry-run", "--state-dir"}}[args.action]
+    stray = [flag for flag, on in given.items() if on and flag not in allowed]
+    if stray:
+        raise _UsageError(f"tune {args.action}: {', '.join(stray)} does not apply here (ignored flags hide mistakes)")
     outs = _plan_outputs([("--json", args.json)])
     if args.action == "show":
         cpus = _tune_cpus(args, root)
@@ -684,7 +715,7 @@ def cmd_tune(args) -> int:
     save = None
     if args.action == "apply":
         cpus = _tune_cpus(args, root)
-        lines, save = tuning.apply(cpus, args.governor, args.sysroot, args.dry_run, state)
+        lines, save = tuning.apply(cpus, args.governor or "performance", args.sysroot, args.dry_run, state)
         if save is not None:
             lines.append(f"saved what was there before in {save} (edge-runtime tune reset puts it back)")
     else:
@@ -731,8 +762,10 @@ def _load_kwargs(args) -> dict:
 def _model_args(p: argparse.ArgumentParser) -> None:
     """What `run` and `bench` share: the model, where it runs, its inputs."""
     p.add_argument("model", metavar="MODEL", type=_path, help=".onnx, .xml (OpenVINO IR) or .tflite file")
-    p.add_argument("--backend", help="onnxruntime, openvino or tflite (default: from the file type)")
-    p.add_argument("--device", help="onnxruntime: cpu|cuda|tensorrt|qnn|openvino|...; openvino: CPU|GPU|NPU|AUTO")
+    p.add_argument("--backend", type=_word, help="onnxruntime, openvino or tflite (default: from the file type)")
+    p.add_argument(
+        "--device", type=_word, help="onnxruntime: cpu|cuda|tensorrt|qnn|openvino|...; openvino: CPU|GPU|NPU|AUTO"
+    )
     p.add_argument(
         "--delegate", metavar="PATH", type=_path, help="TFLite external delegate library (e.g. libvx_delegate.so)"
     )
@@ -834,7 +867,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("thermal", help=COMMANDS["thermal"][1], description=COMMANDS["thermal"][1])
     p.add_argument(
         "--watch",
-        type=_real(0.0, 86400.0, "seconds", low_open=True),
+        type=_real(0.1, 86400.0, "seconds", why=" (a day)"),
         metavar="SECONDS",
         help="a live line every SECONDS (Ctrl-C to stop)",
     )
@@ -847,7 +880,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tune", help=COMMANDS["tune"][1], description=COMMANDS["tune"][1])
     p.add_argument("action", choices=["show", "apply", "reset"], help="show: audit (exit 1 when not tuned)")
     p.add_argument("--cpus", metavar="LIST", help="CPUs to set apart (default: the board profile's, or isolated ones)")
-    p.add_argument("--governor", default="performance", help="apply: cpufreq governor (default performance)")
+    p.add_argument("--governor", help="apply: cpufreq governor (default performance)")
     p.add_argument("--dry-run", action="store_true", help="apply/reset: print what would change, change nothing")
     p.add_argument(
         "--state-dir", type=_path, metavar="DIR", help="where apply keeps its save file (default /var/lib/edge-runtime)"
@@ -901,7 +934,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--platform-latency",
-        type=_real(0.0, 3600.0, "seconds", low_open=True),
+        type=_real(1.0, 3600.0, "seconds", why=" (cyclictest runs whole seconds, at least 1)"),
         nargs="?",
         const=3.0,
         metavar="SECONDS",
@@ -964,7 +997,16 @@ class _Signals:
 
     stop = None
 
+    pid = os.getpid()
+
     def handler(self, signum, frame) -> None:
+        if os.getpid() != self.pid:
+            # A child forked by a library (multiprocessing): not ours to interpret; die as the signal says.
+            import signal
+
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         if self.stop is not None and self.stop.armed:
             self.stop.request(signum)
             return
@@ -973,6 +1015,7 @@ class _Signals:
     def install(self) -> None:
         import signal
 
+        self.pid = os.getpid()
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             try:
                 signal.signal(sig, self.handler)
@@ -1006,6 +1049,9 @@ def main(argv: list[str] | None = None) -> int:
     if not debug:
         warnings.showwarning = _one_line_warning
     closed = _reopen_closed_std_fds()
+    from edge_runtime import files
+
+    files.CLOSED_STD_FDS.update(closed)
 
     def err_line(text: str) -> None:
         if sys.stderr is not None and 2 not in closed:

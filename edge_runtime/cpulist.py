@@ -6,9 +6,34 @@ kernel-parameters.txt, "cpu lists").
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 MAX_CPUS = 8192  # CONFIG_NR_CPUS tops out at 8192: a larger number is a typo, not a machine
+
+_DECIMAL = re.compile(r"[+-]?[0-9]+")
+_HEX = re.compile(r"[0-9a-fA-F]+")
+
+
+def ascii_int(text: str) -> int:
+    """A decimal integer as the kernel writes one: ASCII digits only. Python's int() also takes '٤٥', '4_5' and
+    surrounding junk-free Unicode digits; a sysfs value spelled like that is garbled, not a number. ValueError if so."""
+    t = text.strip()
+    if not _DECIMAL.fullmatch(t):
+        raise ValueError(f"{text!r} is not a number")
+    return int(t)
+
+
+def is_number(text: str) -> bool:
+    """ASCII digits only ('²'.isdigit() is True, and int('²') fails)."""
+    return bool(_DECIMAL.fullmatch(text)) and text[0] not in "+-"
+
+
+def _cpu(text: str) -> int:
+    t = text.strip()
+    if not is_number(t):
+        raise ValueError(f"{text.strip()!r} is not a CPU number")
+    return int(t)
 
 
 def parse_cpu_list(text: str) -> list[int]:
@@ -26,18 +51,18 @@ def parse_cpu_list(text: str) -> list[int]:
             part, _, step = part.partition(":")
             used, _, group = step.partition("/")
             if group:
-                used_n, group_n = int(used), int(group)
+                used_n, group_n = _cpu(used), _cpu(group)
                 lo, _, hi = part.partition("-")
-                start, end = int(lo), int(hi or lo)
+                start, end = _cpu(lo), _cpu(hi or lo)
                 if end >= MAX_CPUS or group_n < 1 or start > end:
                     raise ValueError(f"bad CPU range {part!r}")
                 for base in range(start, end + 1, group_n):
                     cpus.update(c for c in range(base, min(base + used_n, end + 1)))
                 continue
-            stride = int(step)
+            stride = _cpu(step)
         lo, sep, hi = part.partition("-")
-        start = int(lo)
-        end = int(hi) if sep else start
+        start = _cpu(lo)
+        end = _cpu(hi) if sep else start
         if start < 0 or end < start or stride < 1:
             raise ValueError(f"bad CPU range {part!r}")
         if end >= MAX_CPUS:
@@ -67,6 +92,8 @@ def parse_cpu_mask(text: str) -> list[int]:
     digits = text.strip().replace(",", "")
     if not digits:
         return []
+    if not _HEX.fullmatch(digits):
+        raise ValueError(f"{text.strip()!r} is not a CPU mask")
     value = int(digits, 16)
     return [i for i in range(value.bit_length()) if value >> i & 1]
 
@@ -89,6 +116,6 @@ def parse_isolcpus(arg: str) -> tuple[list[int], list[str]]:
     """The value of `isolcpus=`: optional flags (`nohz`, `domain`, `managed_irq`) then a CPU list -> (cpus, flags)."""
     flags: list[str] = []
     parts = arg.split(",")
-    while parts and parts[0] and not parts[0][0].isdigit():
+    while parts and parts[0] and parts[0][0] not in "0123456789":
         flags.append(parts.pop(0))
     return parse_cpu_list(",".join(parts)), flags

@@ -16,9 +16,12 @@ Never: replace anything but a regular file; open a user's path blocking; write N
 from __future__ import annotations
 
 import errno
+import fcntl
+import hashlib
 import json
 import math
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -102,8 +105,9 @@ def check_input(
             raise error(f"{what} {shown!r}: is a directory, not a file")
         return st
     if directory is True:
-        raise error(f"{what} {shown!r}: is {_kind(st.st_mode) if not stat.S_ISREG(st.st_mode) else 'a file'}, "
-                    "not a directory")  # fmt: skip
+        raise error(
+            f"{what} {shown!r}: is {_kind(st.st_mode) if not stat.S_ISREG(st.st_mode) else 'a file'}, not a directory"
+        )
     if not stat.S_ISREG(st.st_mode):
         raise error(f"{what} {shown!r}: is {_kind(st.st_mode)}, not a regular file")
     bound = memory_bytes() if max_bytes is None else max_bytes
@@ -140,31 +144,55 @@ def check_tree(path: str | os.PathLike[str], what: str, *, error: type[UserError
 
 
 # ------------------------------------------------------------------------------------------------------- outputs
-_STD_STREAMS = {"/dev/stdout": 1, "/dev/stderr": 2}
+_FD_PATH = re.compile(r"/(?:dev/fd|proc/(?:self|thread-self|\d+(?:/task/\d+)?)/fd)/([0-9]+)")
+_STD_NAMES = {0: "standard input", 1: "standard output", 2: "standard error"}
+# Standard descriptors that were closed when the process started (the CLI reopens them on /dev/null): writing to
+# one of them would lose the output.
+CLOSED_STD_FDS: set[int] = set()
 
 
 def _fd_alias(dest: str) -> int | None:
-    """`-`, /dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N: the descriptor meant, not a file to create."""
+    """`-`, /dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N (any spelling): the descriptor meant, not a file."""
     if dest == "-":
         return 1
-    if dest in _STD_STREAMS:
-        return _STD_STREAMS[dest]
-    for prefix in ("/dev/fd/", "/proc/self/fd/"):
-        if dest.startswith(prefix) and dest[len(prefix) :].isdigit():
-            return int(dest[len(prefix) :])
+    norm = "/" + os.path.normpath(dest).lstrip("/") if dest.startswith("/") else None
+    if norm in ("/dev/stdin", "/dev/stdout", "/dev/stderr"):
+        return {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}[norm]
+    m = _FD_PATH.fullmatch(norm or "")
+    if m and (norm.startswith(("/dev/fd", "/proc/self", "/proc/thread-self")) or _is_own(norm)):
+        return int(m.group(1))
+    return None
+
+
+def _is_own(norm: str) -> bool:
+    parts = norm.split("/")
+    return len(parts) > 2 and parts[2] == str(os.getpid())
+
+
+def _std_fd_of(st: os.stat_result) -> int | None:
+    """Which of standard input/output/error `st` is the very file of (a name for a redirected stream)."""
+    for fd in (1, 2, 0):
+        if fd in CLOSED_STD_FDS:
+            continue
+        try:
+            o = os.fstat(fd)
+        except OSError:
+            continue
+        if (o.st_dev, o.st_ino) == (st.st_dev, st.st_ino) and stat.S_ISREG(o.st_mode):
+            return fd
     return None
 
 
 @dataclass(frozen=True)
 class Output:
     """A checked destination. `kind`: fd (write to a descriptor), file (atomic replace of `target`), through (an
-    existing character device or fifo, written in place)."""
+    existing character device or fifo, opened now and written in place at the end)."""
 
     flag: str
     dest: str
     kind: str
     target: str | None = None  # file/through: the real path (links resolved)
-    fd: int | None = None
+    fd: int | None = None  # fd: the descriptor; through: the descriptor opened when planned
     identity: tuple[int, int] | None = None  # (st_dev, st_ino) when it exists
 
     @property
@@ -184,14 +212,15 @@ def plan_output(flag: str, dest: str, *, regular_only: bool = False) -> Output:
     if "\x00" in dest:
         raise UserError(f"{flag} {dest!r}: not a valid path (NUL byte)")
     fd = _fd_alias(dest)
-    if fd is not None:
-        if regular_only:
-            raise UserError(f"{shown}: must be a file (this output is written as a regular file)")
+    if fd is None:
         try:
-            st = os.fstat(fd)
-        except OSError as err:
-            raise UserError(f"{shown}: descriptor {fd} is not open") from err
-        return Output(flag, dest, "fd", fd=fd, identity=(st.st_dev, st.st_ino))
+            st0 = os.stat(dest)
+        except (OSError, ValueError):
+            st0 = None
+        if st0 is not None and stat.S_ISREG(st0.st_mode):
+            fd = _std_fd_of(st0)  # `--json F > F`: F is standard output, redirected; write it as such
+    if fd is not None:
+        return _plan_fd(flag, dest, fd, regular_only)
     try:
         lst = os.lstat(dest)
     except FileNotFoundError:
@@ -206,28 +235,148 @@ def plan_output(flag: str, dest: str, *, regular_only: bool = False) -> Output:
         st = None
     except OSError as err:
         raise UserError(f"{shown}: {reason(err)}") from err
+    target = os.path.realpath(dest)
+    if target == "/proc" or target.startswith(("/proc/", "/sys/")) or target == "/sys":
+        raise UserError(f"{shown}: is a kernel file under /proc or /sys; a result is never written there")
     if st is not None and not stat.S_ISREG(st.st_mode):
         mode = st.st_mode
         if (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)) and not regular_only:
-            if not os.access(dest, os.W_OK):
-                raise UserError(f"{shown}: {_kind(mode)} this user cannot write to")
-            return Output(flag, dest, "through", target=os.path.realpath(dest), identity=(st.st_dev, st.st_ino))
+            return _plan_through(flag, dest, st)
         what = _kind(mode)
         raise UserError(
             f"{shown}: is {what}; refusing to replace it"
             + ("" if regular_only or stat.S_ISDIR(mode) else " (only files, character devices and fifos are written)")
         )
-    target = os.path.realpath(dest)
     parent = os.path.dirname(target) or "."
     try:
         os.makedirs(parent, exist_ok=True)
     except OSError as err:
         raise UserError(f"{shown}: cannot create {parent!r}: {reason(err)}") from err
-    if st is None and not os.access(parent, os.W_OK):
-        raise UserError(f"{shown}: cannot write in {parent!r}: permission denied")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        # The result is replaced atomically: a temporary file beside it, then a rename. That needs the directory.
+        raise UserError(f"{shown}: cannot create files in {parent!r} (permission denied)")
     if st is not None and not os.access(target, os.W_OK):
         raise UserError(f"{shown}: cannot write: permission denied")
+    _claim(flag, dest, target)
+    _sweep_stale_temporaries(target)
     return Output(flag, dest, "file", target=target, identity=(st.st_dev, st.st_ino) if st else None)
+
+
+def _plan_fd(flag: str, dest: str, fd: int, regular_only: bool) -> Output:
+    shown = f"{flag} {dest!r}"
+    name = _STD_NAMES.get(fd, f"descriptor {fd}")
+    if regular_only:
+        raise UserError(f"{shown}: must be a file (this output is written as a regular file)")
+    if fd in CLOSED_STD_FDS:
+        raise UserError(f"{shown}: {name} is closed: the output would be lost")
+    try:
+        st = os.fstat(fd)
+        mode = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
+    except OSError as err:
+        raise UserError(f"{shown}: {name} is not open") from err
+    if fd == 0 or mode == os.O_RDONLY:
+        raise UserError(f"{shown}: {name} is open for reading, not writing")
+    return Output(flag, dest, "fd", fd=fd, identity=(st.st_dev, st.st_ino))
+
+
+def _plan_through(flag: str, dest: str, st: os.stat_result) -> Output:
+    """A character device or fifo: opened now (a fifo needs its reader now, not after an hour of measuring) and kept
+    open until the result is written; never created, truncated or replaced."""
+    shown = f"{flag} {dest!r}"
+    try:
+        fd = os.open(dest, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError as err:
+        raise UserError(f"{shown}: {_kind(st.st_mode)} that cannot be written: {reason(err)}") from err
+    got = os.fstat(fd)
+    if not (stat.S_ISCHR(got.st_mode) or stat.S_ISFIFO(got.st_mode)):  # swapped since the stat: not ours to write
+        os.close(fd)
+        raise UserError(f"{shown}: changed while it was checked; refused")
+    os.set_blocking(fd, True)
+    _OPEN_THROUGH.append(fd)
+    return Output(flag, dest, "through", target=os.path.realpath(dest), fd=fd, identity=(got.st_dev, got.st_ino))
+
+
+_OPEN_THROUGH: list[int] = []
+_CLAIMS: dict[str, int] = {}
+
+
+def lock_dir() -> str:
+    for d in ("/run/lock", "/var/lock", tempfile.gettempdir()):
+        if os.path.isdir(d) and os.access(d, os.W_OK | os.X_OK):
+            return d
+    return tempfile.gettempdir()
+
+
+def lock_file(path: str) -> int:
+    """Open (creating) a lock file safely in a world-writable directory: never through a link, only a regular file."""
+    flags = os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+    try:
+        fd = os.open(path, os.O_RDWR | flags, 0o644)
+    except PermissionError:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)  # another user's lock: flock works read-only
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file")
+    return fd
+
+
+def _claim(flag: str, dest: str, target: str) -> None:
+    """Hold a lock on `target` for the life of this process: two commands writing one result file at once would
+    silently lose one result; the second is refused before it runs. The lock lives in /run/lock (keyed by the real
+    path), so nothing is left beside the user's files, and the kernel releases it if we die."""
+    if target in _CLAIMS:
+        return
+    key = hashlib.sha256(target.encode(errors="surrogateescape")).hexdigest()[:16]
+    path = os.path.join(lock_dir(), f"edge-runtime-out-{key}.lock")
+    try:
+        fd = lock_file(path)
+    except OSError:
+        return  # cannot lock here (read-only /run, odd file): write without the guard rather than refuse
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 16, 0).decode(errors="replace").strip()
+        os.close(fd)
+        raise UserError(
+            f"{flag} {dest!r}: another edge-runtime is writing this file"
+            + (f" (pid {holder})" if holder.isdecimal() else ""),
+            hint="give each run its own output file",
+        ) from None
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError:
+        pass
+    _CLAIMS[target] = fd
+
+
+def _temp_name(target: str) -> str:
+    return os.path.join(os.path.dirname(target) or ".", f".{os.path.basename(target)}.er-{os.getpid()}.tmp")
+
+
+def _sweep_stale_temporaries(target: str) -> None:
+    """Temporary files a killed writer left beside `target` (named after its pid, which is gone): removed."""
+    directory, base = os.path.dirname(target) or ".", os.path.basename(target)
+    prefix = f".{base}.er-"
+    try:
+        names = [n for n in os.listdir(directory) if n.startswith(prefix) and n.endswith(".tmp")]
+    except OSError:
+        return
+    for n in names:
+        pid = n[len(prefix) : -len(".tmp")]
+        if not pid.isdecimal() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # its writer is alive
+        except ProcessLookupError:
+            pass
+        except (PermissionError, OverflowError, ValueError):
+            continue
+        try:
+            os.unlink(os.path.join(directory, n))
+        except OSError:
+            pass
 
 
 def check_distinct(outputs: Iterable[Output], inputs: Iterable[tuple[str, str | os.PathLike[str] | None]] = ()) -> None:
@@ -253,8 +402,8 @@ def check_distinct(outputs: Iterable[Output], inputs: Iterable[tuple[str, str | 
     for flag, path in inputs:
         if path is None or str(path) == "":
             continue
-        real = os.path.realpath(path)
         try:
+            real = os.path.realpath(path)
             st = os.stat(path)
             ident = (st.st_dev, st.st_ino)
         except (OSError, ValueError):
@@ -277,12 +426,12 @@ def write_output(out: Output, data: bytes | str) -> None:
                     stream.flush()
             _write_all(out.fd, raw)  # type: ignore[arg-type]
         elif out.kind == "through":
-            fd = os.open(out.dest, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
             try:
-                os.set_blocking(fd, True)
-                _write_all(fd, raw)
+                _write_all(out.fd, raw)  # type: ignore[arg-type]
             finally:
-                os.close(fd)
+                if out.fd in _OPEN_THROUGH:
+                    _OPEN_THROUGH.remove(out.fd)
+                    os.close(out.fd)  # type: ignore[arg-type]  # EOF for a fifo's reader
         else:
             _replace_file(out, raw)
     except OSError as err:
@@ -297,6 +446,8 @@ def _write_all(fd: int, raw: bytes) -> None:
 
 
 def _replace_file(out: Output, raw: bytes) -> None:
+    """Temporary file beside the real target, fsync, rename: a crash leaves the old file or the new one, whole. A hard
+    link to the old file keeps the old content (writing in place could leave both names empty)."""
     target = out.target or out.dest
     try:
         existing = os.stat(target)
@@ -304,29 +455,15 @@ def _replace_file(out: Output, raw: bytes) -> None:
         existing = None
     if existing is not None and not stat.S_ISREG(existing.st_mode):
         raise UserError(f"{out.shown()}: became {_kind(existing.st_mode)} since it was checked; refusing to replace it")
-    if existing is not None and existing.st_nlink > 1:
-        # A hard-linked file: a rename would split the links; every name should see the new content.
-        with open(target, "r+b") as f:
-            f.truncate(0)
-            f.write(raw)
-        return
-    directory = os.path.dirname(target) or "."
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".er-", suffix=".tmp", dir=directory)
-    except OSError:
-        if existing is None:
-            raise
-        with open(target, "r+b") as f:  # a writable file in a directory this user cannot create in: in place
-            f.truncate(0)
-            f.write(raw)
-        return
+    tmp = _temp_name(target)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
         if existing is not None:
             os.fchmod(fd, stat.S_IMODE(existing.st_mode))
         else:
             umask = os.umask(0)
             os.umask(umask)
-            os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a result is as readable as any other file
+            os.fchmod(fd, 0o666 & ~umask)  # a result is as readable as any other file the user makes
         _write_all(fd, raw)
         os.fsync(fd)
         os.close(fd)

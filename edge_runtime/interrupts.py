@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from edge_runtime.cpulist import is_number
+
 _HEADER = re.compile(r"CPU(\d+)")
 _ROW = re.compile(r"^\s*([^:\s]+):(.*)$")
 
@@ -37,12 +39,12 @@ def parse_interrupts(text: str) -> dict[str, InterruptRow]:
             continue
         name, rest = m.group(1), m.group(2).split()
         counts: list[int] = []
-        while rest and len(counts) < len(cpus) and rest[0].isdigit():
+        while rest and len(counts) < len(cpus) and is_number(rest[0]):
             counts.append(int(rest.pop(0)))
         if len(counts) != len(cpus):
             continue  # a total (ERR/MIS/Err) or no counts (FIQ): not attributable to a CPU
         description = " ".join(rest)
-        if name.isdigit():
+        if is_number(name):
             label = rest[-1] if len(rest) >= 2 else (description or f"irq{name}")
         else:
             label = name

@@ -55,6 +55,7 @@ class Measurement:
     # (samples done, seconds since the measured part began) at each chunk boundary: maps wall time to sample index
     chunks: list[tuple[int, float]] | None = None
     begin_perf_s: float = 0.0  # time.perf_counter() when the measured part began
+    per_call_ns: int = 0  # one call's time as the warm-up saw it (sizes chunks and buffers)
 
 
 def _timed(fn: Callable[[], object], out: np.ndarray, start: int, stop: int, deadline: int | None) -> int:
@@ -94,8 +95,14 @@ def measure(
     progress: Callable[[int, int | None, float], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     chunk_s: float = CHUNK_S,
+    on_start: Callable[[], None] | None = None,
+    on_end: Callable[[], None] | None = None,
 ) -> Measurement:
-    """Time `fn` after warming up (`warmup` calls, or `warmup_s` seconds). Give `iterations` or `duration_s`."""
+    """Time `fn` after warming up (`warmup` calls, or `warmup_s` seconds). Give `iterations` or `duration_s`.
+
+    `on_start` runs just before the first timed call and `on_end` just after the last (outside the timed samples and
+    the wall time): counters read there cover the measured part only, not the warm-up.
+    """
     if (iterations is None) == (duration_s is None):
         raise ValueError("give iterations or duration_s")
     if iterations is not None and not 1 <= iterations <= max_samples():
@@ -112,7 +119,9 @@ def measure(
         warm_calls += 1
         if should_stop is not None and warm_calls % 64 == 0 and should_stop():
             # Stopped during warm-up (a signal, the thermal limit): nothing was measured.
-            return Measurement(np.empty(0, dtype=np.int64), time.time_ns(), 0.0, warm_calls, overhead, stopped=True)
+            return Measurement(
+                np.empty(0, dtype=np.int64), time.time_ns(), 0.0, warm_calls, overhead, stopped=True, per_call_ns=0
+            )
     per_call_ns = max(1, (time.perf_counter_ns() - t0) // max(warm_calls, 1))
     if warm_calls == 0:  # no warm-up asked: one untimed probe call for sizing
         t0 = time.perf_counter_ns()
@@ -128,6 +137,8 @@ def measure(
     chunked = progress is not None or should_stop is not None or duration_s is not None
     chunk = max(1, int(chunk_s * 1e9 / per_call_ns)) if chunked else capacity
 
+    if on_start is not None:
+        on_start()
     was_enabled = gc.isenabled()
     gc.collect()
     gc.disable()
@@ -162,9 +173,20 @@ def measure(
         if was_enabled:
             gc.enable()
     wall_s = (time.perf_counter_ns() - begin) / 1e9
+    if on_end is not None:
+        on_end()
     truncated = duration_s is not None and n == capacity and wall_s < duration_s
     return Measurement(
-        samples[:n].copy(), start_wall, wall_s, warm_calls, overhead, truncated, stopped, chunks, begin / 1e9
+        samples[:n].copy(),
+        start_wall,
+        wall_s,
+        warm_calls,
+        overhead,
+        truncated,
+        stopped,
+        chunks,
+        begin / 1e9,
+        per_call_ns,
     )
 
 

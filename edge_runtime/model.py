@@ -8,6 +8,7 @@ message. They cannot prove a file is safe for a native parser: that is what the 
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ class ModelFile:
     format: str
     size: int
     weights: Path | None = None  # OpenVINO IR: the .bin beside the .xml
+    external: tuple[Path, ...] = ()  # ONNX: external-data files the model names
     _sha: list[str] = field(default_factory=list, compare=False, repr=False)
 
     @property
@@ -38,7 +40,7 @@ class ModelFile:
         """sha256 of the model file (and, for IR, of the .xml followed by the .bin), computed once."""
         if not self._sha:
             h = hashlib.sha256()
-            for p in (self.path, self.weights):
+            for p in (self.path, self.weights, *self.external):
                 if p is not None:
                     with open_input(p, "model", error=ModelError) as f:
                         for chunk in iter(lambda f=f: f.read(1 << 20), b""):
@@ -57,6 +59,73 @@ def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
             return value, pos
         shift += 7
     raise ValueError("truncated varint")
+
+
+def _fields(buf, start: int, end: int):
+    """(field number, wire type, value start, value end) of a protobuf message in buf[start:end]; stops at garbage."""
+    pos = start
+    while pos < end:
+        try:
+            key, pos = _read_varint(buf, pos)
+            wire = key & 7
+            if wire == 0:
+                _, pos = _read_varint(buf, pos)
+                continue
+            if wire == 1:
+                pos += 8
+                continue
+            if wire == 5:
+                pos += 4
+                continue
+            if wire != 2:
+                return
+            length, pos = _read_varint(buf, pos)
+        except ValueError:
+            return
+        if pos + length > end:
+            return
+        yield key >> 3, wire, pos, pos + length
+        pos += length
+
+
+# onnx.proto field numbers: ModelProto.graph 7; GraphProto.node 1, initializer 5, sparse_initializer 15;
+# NodeProto.attribute 5; AttributeProto.t 5, g 6, tensors 10, graphs 11; TensorProto.external_data 13;
+# StringStringEntryProto key 1, value 2; SparseTensorProto values 1, indices 2.
+def _external_locations(buf, start: int, end: int, kind: str, out: set[str], depth: int = 0) -> None:
+    if depth > 64:
+        return
+    for num, _, a, b in _fields(buf, start, end):
+        if kind == "model" and num == 7:
+            _external_locations(buf, a, b, "graph", out, depth + 1)
+        elif kind == "graph" and num in (5, 15):
+            _external_locations(buf, a, b, "tensor" if num == 5 else "sparse", out, depth + 1)
+        elif kind == "graph" and num == 1:
+            _external_locations(buf, a, b, "node", out, depth + 1)
+        elif kind == "node" and num == 5:
+            _external_locations(buf, a, b, "attribute", out, depth + 1)
+        elif kind == "attribute" and num in (5, 10):
+            _external_locations(buf, a, b, "tensor", out, depth + 1)
+        elif kind == "attribute" and num in (6, 11):
+            _external_locations(buf, a, b, "graph", out, depth + 1)
+        elif kind == "sparse" and num in (1, 2):
+            _external_locations(buf, a, b, "tensor", out, depth + 1)
+        elif kind == "tensor" and num == 13:
+            entry = {n: bytes(buf[x:y]) for n, _, x, y in _fields(buf, a, b)}
+            if entry.get(1) == b"location" and 2 in entry:
+                out.add(entry[2].decode(errors="replace"))
+
+
+def onnx_external_files(path: Path) -> tuple[Path, ...]:
+    """The external-data files an ONNX model names (TensorProto.external_data "location", relative to the model's
+    folder), read from the protobuf without the onnx package. They are inputs of a command like the model itself."""
+    with open_input(path, "model", error=ModelError) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            return ()
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            found: set[str] = set()
+            _external_locations(buf, 0, size, "model", found)
+    return tuple(sorted(path.parent / loc for loc in found))
 
 
 def _looks_like_onnx(head: bytes) -> bool:
@@ -83,6 +152,7 @@ def inspect_model(path: str | os.PathLike[str]) -> ModelFile:
     if size == 0:
         raise ModelError(f"model {shown!r}: file is empty")
     weights = None
+    external: tuple[Path, ...] = ()
     if fmt == "tflite":
         # FlatBuffers file identifier at bytes 4..8 (tensorflow/lite/schema/schema.fbs: file_identifier "TFL3").
         if len(head) < 8 or head[4:8] != b"TFL3":
@@ -90,6 +160,11 @@ def inspect_model(path: str | os.PathLike[str]) -> ModelFile:
     elif fmt == "onnx":
         if not _looks_like_onnx(head):
             raise ModelError(f"model {shown!r}: not an ONNX protobuf (the first bytes are no ModelProto field)")
+        external = onnx_external_files(p)
+        for e in external:
+            if not os.path.lexists(e):
+                raise ModelError(f"model {shown!r}: external data file {str(e)!r} is missing")
+            check_input(e, f"model {shown!r}: external data file", error=ModelError)
     elif fmt == "openvino":
         text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
         if not (text.startswith(b"<?xml") or text.startswith(b"<net")):
@@ -98,4 +173,4 @@ def inspect_model(path: str | os.PathLike[str]) -> ModelFile:
         if not os.path.lexists(weights):
             raise ModelError(f"model {shown!r}: weights file {str(weights)!r} is missing (an IR is an .xml and a .bin)")
         check_input(weights, f"model {shown!r}: weights file", error=ModelError)
-    return ModelFile(path=p, format=fmt, size=size, weights=weights)
+    return ModelFile(path=p, format=fmt, size=size, weights=weights, external=external)

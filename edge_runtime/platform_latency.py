@@ -29,7 +29,7 @@ def parse_cyclictest(text: str) -> dict:
         if m:
             summary[m.group(1).lower()] = [int(v) for v in m.group(2).split()]
             continue
-        if line and line[0].isdigit():
+        if line and line[0] in "0123456789":
             parts = line.split()
             histogram[int(parts[0])] = sum(int(v) for v in parts[1:])
     if not summary.get("max"):

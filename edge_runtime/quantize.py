@@ -9,8 +9,10 @@ Heavy libraries are imported only here, only when asked for (extra `edge-runtime
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
 import stat
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -21,6 +23,7 @@ import numpy as np
 
 from edge_runtime.errors import ModelError, UserError
 from edge_runtime.files import Output, check_distinct, check_input, load_npy, load_npz, plan_output, write_output
+from edge_runtime.model import onnx_external_files
 
 METHODS = ("minmax", "entropy", "percentile")
 FEW_SAMPLES = 100  # representative sets are usually 100-500 samples
@@ -55,14 +58,16 @@ def _load_file(path: Path, what: str) -> dict[str, np.ndarray] | list[np.ndarray
     return load_npz(path, what)
 
 
-def load_samples(source: str, inputs, what: str = "calibration data", skip_keys=("y", "labels")) -> list[dict]:
+def load_samples(
+    source: str, inputs, what: str = "calibration data", skip_keys=("y", "labels"), notes: list[str] | None = None
+) -> list[dict]:
     """A .npy/.npz file or a folder of them -> one feed dict per sample, checked against the model's inputs.
 
     Arrays are stacked along axis 0 (N samples); keyed by input name, else taken in input order (a single-input
     model also accepts any one array, e.g. "x"). Each sample must have the input's shape (batch 1 added when the
     model's first dimension is 1 and the array lacks it).
     """
-    files = data_files(source, what)
+    files = data_files(source, what, notes)
     names = [t.name for t in inputs]
     per_input: dict[str, list[np.ndarray]] = {n: [] for n in names}
     for f in files:
@@ -115,17 +120,23 @@ def load_samples(source: str, inputs, what: str = "calibration data", skip_keys=
     return [{name: per_input[name][i] for name in names} for i in range(n)]
 
 
-def data_files(source: str, what: str) -> list[Path]:
-    """A .npy/.npz file, or the .npy/.npz files of a folder, each checked to be a regular file before it is read."""
+def data_files(source: str, what: str, notes: list[str] | None = None) -> list[Path]:
+    """A .npy/.npz file, or the .npy/.npz files of a folder (hidden ones left out), each checked to be a regular file
+    before it is read. What a folder holds besides is named in `notes`, not used silently."""
     st = check_input(source, what, directory=None)
     p = Path(source)
     if not stat.S_ISDIR(st.st_mode):
         if p.suffix not in (".npy", ".npz"):
             raise UserError(f"{what} {source!r}: not a .npy or .npz file")
         return [p]
-    files = sorted(f for f in p.iterdir() if f.suffix in (".npy", ".npz"))
+    entries = sorted(p.iterdir())
+    files = [f for f in entries if f.suffix in (".npy", ".npz") and not f.name.startswith(".")]
     if not files:
         raise UserError(f"{what} {source!r}: the folder holds no .npy or .npz files")
+    skipped = [f.name for f in entries if f not in files]
+    if skipped and notes is not None:
+        shown = ", ".join(skipped[:5]) + (" ..." if len(skipped) > 5 else "")
+        notes.append(f"{what} {source!r}: {len(skipped)} entr{'y' if len(skipped) == 1 else 'ies'} not used ({shown})")
     for f in files:
         check_input(f, what)
     return files
@@ -134,6 +145,7 @@ def data_files(source: str, what: str) -> list[Path]:
 def load_labels(validation: str, labels: str | None, n: int) -> np.ndarray | None:
     """Labels from --labels (.npy), or the "y"/"labels" array of the validation .npz; None when there are none."""
     arr = None
+    where = f"--labels {labels!r}" if labels else f"validation data {validation!r}"
     if labels:
         arr = load_npy(labels, "--labels")
     elif Path(validation).suffix == ".npz":
@@ -148,13 +160,26 @@ def load_labels(validation: str, labels: str | None, n: int) -> np.ndarray | Non
         arr = arr.argmax(axis=1)  # one-hot
     elif arr.ndim == 2 and arr.shape[1] == 1:
         arr = arr[:, 0]
-    if arr.ndim != 1 or arr.dtype.kind not in "iub":
-        raise UserError(
-            f"labels: expected one class index per sample (or one-hot rows), got shape {arr.shape} {arr.dtype}"
-        )
+    if arr.ndim != 1:
+        raise UserError(f"{where}: expected one class index per sample (or one-hot rows), got shape {arr.shape}")
+    if arr.dtype.kind == "f":
+        if not np.isfinite(arr).all() or not np.array_equal(arr, np.round(arr)):
+            raise UserError(f"{where}: labels are {arr.dtype} values that are not whole numbers (class indices are)")
+    elif arr.dtype.kind not in "iub":
+        raise UserError(f"{where}: labels of dtype {arr.dtype} are not class indices")
     if len(arr) != n:
-        raise UserError(f"labels: {len(arr)} labels for {n} validation samples")
+        raise UserError(f"{where}: {len(arr)} labels for {n} validation samples")
     return arr.astype(np.int64)
+
+
+def check_label_range(labels: np.ndarray, classes: int, source: str) -> None:
+    """Every label names one of the model's outputs: a label of -100 or 1000 for 10 classes is a mistake that would
+    read as 0% top-1 and pass any budget."""
+    lo, hi = int(labels.min()), int(labels.max())
+    if lo < 0 or hi >= classes:
+        raise UserError(
+            f"{source}: labels run from {lo} to {hi}, but the model has {classes} classes (0 to {classes - 1})"
+        )
 
 
 # ------------------------------------------------------------------------------------------------------ the CPU
@@ -231,8 +256,19 @@ def _preprocess(model: Path, tmp: Path) -> Path:
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     pre = tmp / "pre.onnx"
+    src = model
+    if onnx_external_files(model):
+        # Weights in external files: ONNX Runtime's pre-processing looks for them beside its own temporary copy.
+        # Quantize a single-file copy instead (a protobuf holds up to 2 GB, which INT8 board models are far below).
+        import onnx
+
+        src = tmp / "fp32_inline.onnx"
+        try:
+            onnx.save(onnx.load(str(model)), str(src))
+        except (ValueError, OSError) as err:
+            raise UserError(f"model {str(model)!r}: its external data cannot be put in one file: {err}") from err
     try:
-        quant_pre_process(str(model), str(pre), skip_symbolic_shape=True)
+        quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
     except Exception as err:
         raise UserError(f"model {str(model)!r}: ONNX Runtime pre-processing failed: {err}") from err
     # Layers are kept in FP32 by node name: give every unnamed node one (op type and position).
@@ -328,6 +364,15 @@ def _v(dist: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------- main
+def no_vendor_telemetry() -> None:
+    """NNCF and OpenVINO's model converter report usage through `openvino_telemetry`, which forks a sender process
+    from a thread (it can hang the exit, and its children inherit our signal handlers) and writes an ID under
+    ~/intel. Both fall back to a stub when the package cannot be imported: make it so, for this process. ONNX Runtime's
+    own telemetry is stopped by its backend (ORT_DISABLE_TELEMETRY)."""
+    if "openvino_telemetry" not in sys.modules:
+        sys.modules["openvino_telemetry"] = None  # type: ignore[assignment]  # import now raises ImportError
+
+
 def plan_outputs(cfg: QuantizeConfig, json_dest: str | None = None) -> dict[str, Output]:
     """Every file `run` will write, checked now: the model (and an IR's .bin), its manifest, the JSON report. None may
     be an input (the model, calibration, validation or label files) or another of them."""
@@ -339,11 +384,16 @@ def plan_outputs(cfg: QuantizeConfig, json_dest: str | None = None) -> dict[str,
     if json_dest is not None:
         outs["--json"] = plan_output("--json", json_dest)
     inputs: list[tuple[str, object]] = [("the model", cfg.model)]
+    if os.path.isfile(cfg.model):
+        try:
+            inputs += [("the model's external data", e) for e in onnx_external_files(Path(cfg.model))]
+        except UserError:
+            pass  # refused with its reason when the model is read
     for flag, src in (("--calibration", cfg.calibration), ("--validation", cfg.validation), ("--labels", cfg.labels)):
         if not src:
             continue
         inputs.append((flag, src))
-        if Path(src).is_dir():
+        if os.path.isdir(src):  # never raises (a 300-character name is checked, with its message, when read)
             inputs += [(f"a {flag} file", f) for f in Path(src).iterdir()]
     check_distinct(outs.values(), inputs)
     return outs
@@ -355,6 +405,7 @@ def run(cfg: QuantizeConfig, say=lambda _m: None, outputs: dict[str, Output] | N
     from edge_runtime.model import inspect_model
     from edge_runtime.session import load
 
+    no_vendor_telemetry()
     res = Result()
     mf = inspect_model(cfg.model)
     if mf.format != "onnx":
@@ -372,16 +423,23 @@ def run(cfg: QuantizeConfig, say=lambda _m: None, outputs: dict[str, Output] | N
     # The first load runs in the crash-check child: a corrupted file is refused with one line, never a crash here.
     with load(mf.path, backend="onnxruntime") as s:
         inputs = list(s.inputs)
+        classes = int(np.prod([d or 1 for d in s.outputs[0].shape]))
     if already_quantized(mf.path):
         raise UserError(
             f"model {cfg.model!r}: already quantized (it has QuantizeLinear/DequantizeLinear or integer ops)",
             hint="quantize the FP32 model",
         )
-    calib = load_samples(cfg.calibration, inputs)
+    calib = load_samples(cfg.calibration, inputs, notes=res.warnings)
     if len(calib) < FEW_SAMPLES:
         res.warnings.append(f"only {len(calib)} calibration samples: representative sets are usually 100-500")
-    val = load_samples(cfg.validation, inputs, "validation data") if cfg.validation else calib[: min(100, len(calib))]
+    val = (
+        load_samples(cfg.validation, inputs, "validation data", notes=res.warnings)
+        if cfg.validation
+        else calib[: min(100, len(calib))]
+    )
     labels = load_labels(cfg.validation, cfg.labels, len(val)) if cfg.validation else None
+    if labels is not None:
+        check_label_range(labels, classes, f"--labels {cfg.labels!r}" if cfg.labels else "labels")
     say(
         f"{len(calib)} calibration samples, {len(val)} validation samples"
         + (" with labels" if labels is not None else " (no labels: compared with FP32)")
@@ -451,7 +509,8 @@ def run(cfg: QuantizeConfig, say=lambda _m: None, outputs: dict[str, Output] | N
             w32, w8 = ir32.with_suffix(".bin").stat().st_size, out.with_suffix(".bin").stat().st_size
             t32, t8 = w32 + ir32.stat().st_size, w8 + out.stat().st_size
         else:
-            w32, w8 = mf.size, out.stat().st_size  # ONNX keeps weights and graph in one file
+            # ONNX: graph and weights in one file (the FP32 model's external data counted with it)
+            w32, w8 = mf.size + sum(e.stat().st_size for e in mf.external), out.stat().st_size
             t32, t8 = w32, w8
         doc["size_bytes"] = {
             "fp32": w32,

@@ -216,8 +216,14 @@ class Session:
         converted = arr is not value
         if arr.dtype != info.dtype:
             same_kind = arr.dtype.kind == info.dtype.kind == "f"
-            if not (same_kind or np.can_cast(arr.dtype, info.dtype, "safe")):
-                hint = "quantize it with session.inputs[i].quantize(x)" if info.quantization else None
+            bool_mix = (arr.dtype.kind == "b") != (info.dtype.kind == "b")  # numpy calls bool->float "safe"; it is not
+            if bool_mix or not (same_kind or np.can_cast(arr.dtype, info.dtype, "safe")):
+                hint = (
+                    "a full-integer model takes quantized values: x / scale + zero_point of this input "
+                    "(session.inputs[i].quantize(x) in Python)"
+                    if info.quantization
+                    else None
+                )
                 raise FeedError(
                     f"input {info.name!r} of {self.model.path.name!r} expects {info.dtype}, got {arr.dtype}",
                     hint=hint,

@@ -73,6 +73,22 @@ class CoRunner:
         forced = os.environ.get("EDGE_RUNTIME_STRESS_TOOL")  # "builtin" to test (or prefer) the built-in hog
         self.tool = forced or ("stress-ng" if shutil.which("stress-ng") else "builtin")
         allowed = set(os.sched_getaffinity(0)) | set(range(os.cpu_count() or 1))
+        seen: set[int] = set()
+        for spec in specs:
+            twice = sorted(seen & set(spec.cpus))
+            if twice:
+                raise UserError(
+                    f"--stress {spec.kind}:{format_cpu_list(spec.cpus)}: CPU {format_cpu_list(twice)} "
+                    "is already loaded by another --stress"
+                )
+            seen |= set(spec.cpus)
+        usable = set(os.sched_getaffinity(0))
+        if specs and not measured_cpus and usable <= seen:
+            raise UserError(
+                f"--stress loads every CPU this process may use ({format_cpu_list(sorted(usable))}): none is left to "
+                "measure on",
+                hint="pin the measurement with --cpus and load the others",
+            )
         for spec in specs:
             bad = [c for c in spec.cpus if c not in allowed]
             if bad:

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from edge_runtime.cpulist import format_cpu_list, parse_cpu_list, parse_isolcpus
+from edge_runtime.cpulist import format_cpu_list, is_number, parse_cpu_list, parse_isolcpus
 from edge_runtime.errors import PinningError
 
 # /proc/interrupts of a 256-CPU machine is about 1 MB; nothing we read from /proc or /sys comes near this.
@@ -95,14 +95,17 @@ class SystemRoot:
     def isolation(self) -> dict[str, list[int]]:
         """CPUs set apart on the kernel command line and in sysfs (kernel-parameters.txt: isolcpus, nohz_full...)."""
         args = self.cmdline_args()
-        out: dict[str, list[int]] = {}
+        out: dict = {}
+        garbled: dict[str, str] = {}
         for key in ("isolcpus", "nohz_full", "rcu_nocbs", "irqaffinity"):
             if key in args:
                 try:
                     out[key] = parse_isolcpus(args[key])[0] if key == "isolcpus" else parse_cpu_list(args[key])
                 except ValueError:
-                    out[key] = []
+                    garbled[key] = args[key]  # not a CPU list: unknown, said so, not an empty list
         out["sysfs_isolated"] = self.cpus("isolated") or []
+        if garbled:
+            out["garbled"] = garbled
         return out
 
     def kernel(self) -> str:
@@ -116,7 +119,7 @@ class SystemRoot:
             if sep:
                 fields.setdefault(key.strip().lower(), value.strip())
         for key in ("model name", "hardware", "model", "cpu model", "processor"):
-            if fields.get(key) and not fields[key].isdigit():
+            if fields.get(key) and not is_number(fields[key]):
                 return fields[key]
         return ""
 
@@ -136,7 +139,7 @@ class SystemRoot:
         out: dict[str, list[int]] = {}
         base = self.path("/proc/irq")
         try:
-            entries = sorted((e for e in base.iterdir() if e.name.isdigit()), key=lambda e: int(e.name))
+            entries = sorted((e for e in base.iterdir() if is_number(e.name)), key=lambda e: int(e.name))
         except OSError:
             return out
         for e in entries:
@@ -349,12 +352,12 @@ def schedstat(tid: int) -> tuple[int, int] | None:
         return None
 
 
-def cpu_times_by_task(exclude_pid: int | None = None) -> dict[tuple[int, int], tuple[str, int, int]]:
-    """(pid, tid) -> (comm, CPU ticks used, CPU last run on) for every task on this machine (live /proc).
+def cpu_times_by_task(exclude_pid: int | None = None) -> dict[tuple[int, int], tuple[str, int, int, str]]:
+    """(pid, tid) -> (comm, CPU ticks used, CPU last run on, state) for every task on this machine (live /proc).
 
     Read before and after a run to find the tasks that used the measured CPUs meanwhile. Tasks that end while we look
     are skipped."""
-    out: dict[tuple[int, int], tuple[str, int, int]] = {}
+    out: dict[tuple[int, int], tuple[str, int, int, str]] = {}
     try:
         pids = [int(e) for e in os.listdir("/proc") if e.isdigit()]
     except OSError:
@@ -376,7 +379,7 @@ def cpu_times_by_task(exclude_pid: int | None = None) -> dict[tuple[int, int], t
             comm = head.partition("(")[2]
             fields = rest.split()
             try:  # fields after the comm: state is [0]; utime [11], stime [12]; processor [36] (proc(5))
-                out[(pid, tid)] = (comm, int(fields[11]) + int(fields[12]), int(fields[36]))
+                out[(pid, tid)] = (comm, int(fields[11]) + int(fields[12]), int(fields[36]), fields[0])
             except (IndexError, ValueError):
                 continue
     return out

@@ -7,6 +7,7 @@ skipped and counted in `Snapshot.skipped`, never fatal: boards ship half-working
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -14,6 +15,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
+from edge_runtime.cpulist import ascii_int, is_number
 from edge_runtime.system import SystemRoot, dies_with_parent
 
 # What a silicon temperature sensor can report. CMOS on-die sensors span about -55 to +150 C (automotive parts to
@@ -31,7 +33,7 @@ def millidegrees(text: str | None) -> float | None:
     if text is None:
         return None
     try:
-        value = int(text.strip()) / 1000.0
+        value = ascii_int(text) / 1000.0
     except (ValueError, OverflowError):
         return None
     lo, hi = SILICON_RANGE_C
@@ -40,7 +42,7 @@ def millidegrees(text: str | None) -> float | None:
 
 def _int(text: str | None) -> int | None:
     try:
-        return int(text.strip()) if text is not None else None
+        return ascii_int(text) if text is not None else None
     except ValueError:
         return None
 
@@ -127,10 +129,10 @@ def parse_throttled(text: str) -> int | None:
     text = text.strip()
     if text.startswith("throttled="):
         text = text.split("=", 1)[1]
-    try:
-        return int(text, 16)
-    except ValueError:
+    text = text.removeprefix("0x").removeprefix("0X")
+    if not re.fullmatch(r"[0-9a-fA-F]{1,16}", text):
         return None
+    return int(text, 16)
 
 
 _TEGRA_TEMP = re.compile(r"(\w+)@(-?[\d.]+)C(?:/[-\d.]+C)?")
@@ -153,6 +155,7 @@ class Snapshot:
     rails: list[Rail] = field(default_factory=list)
     throttled: dict | None = None  # decoded Raspberry Pi flags
     throttle_counts: dict[str, int] = field(default_factory=dict)  # x86 thermal_throttle counters, summed
+    cooling: list[Cooling] = field(default_factory=list)  # every cooling device, bound to a zone or not
     skipped: int = 0
 
     @property
@@ -178,7 +181,7 @@ def _zones(root: SystemRoot, snap: Snapshot) -> None:
     try:
         names = sorted(
             (p.name for p in base.iterdir() if p.name.startswith("thermal_zone")),
-            key=lambda n: int(n[12:]) if n[12:].isdigit() else 0,
+            key=lambda n: int(n[12:]) if is_number(n[12:]) else 0,
         )
     except OSError:
         return
@@ -214,16 +217,33 @@ def _zones(root: SystemRoot, snap: Snapshot) -> None:
         for cdev in sorted(root.path(d).glob("cdev[0-9]*")):
             if not cdev.is_dir():
                 continue
-            rel = f"{d}/{cdev.name}"
-            cooling.append(
-                Cooling(
-                    cdev.name,
-                    root.read(f"{rel}/type", "?") or "?",
-                    _int(root.read(f"{rel}/cur_state")),
-                    _int(root.read(f"{rel}/max_state")),
-                )
-            )
+            c = _cooling(root, f"{d}/{cdev.name}", snap)
+            if c is not None:
+                cooling.append(c)
         snap.zones.append(Zone(name, ztype, temp, root.read(f"{d}/policy"), tuple(trips), tuple(cooling)))
+    # Every cooling device, bound to a zone or not: intel_powerclamp and ACPI processor throttling usually are not.
+    try:
+        devices = sorted(p.name for p in base.iterdir() if p.name.startswith("cooling_device"))
+    except OSError:
+        devices = []
+    for name in devices:
+        c = _cooling(root, f"/sys/class/thermal/{name}", snap)
+        if c is not None:
+            snap.cooling.append(c)
+
+
+def _cooling(root: SystemRoot, rel: str, snap: Snapshot) -> Cooling | None:
+    """One cooling device; named after the device it is (cooling_deviceN), also when reached through a zone's link.
+    cur_state -1 (intel_powerclamp idle) is off; a state above the maximum is garbled: skipped and counted."""
+    real = os.path.basename(os.path.realpath(root.path(rel)))
+    name = real if real.startswith("cooling_device") else rel.rsplit("/", 1)[-1]
+    cur, top = _int(root.read(f"{rel}/cur_state")), _int(root.read(f"{rel}/max_state"))
+    if cur is not None and cur < 0:
+        cur = 0
+    if cur is not None and (top is None or top < 0 or cur > top):
+        snap.skipped += 1
+        cur = None
+    return Cooling(name, root.read(f"{rel}/type", "?") or "?", cur, top)
 
 
 def _hwmon(root: SystemRoot, snap: Snapshot) -> None:
@@ -269,7 +289,7 @@ def _hwmon(root: SystemRoot, snap: Snapshot) -> None:
                 continue
             i = m.group(1)
             ma, mv = _int(root.read(f"{d}/{f}")), _int(root.read(f"{d}/in{i}_input"))
-            if ma is None or mv is None or not abs(mv * ma / 1e6) <= MAX_RAIL_W:
+            if ma is None or mv is None or mv < 0 or not 0 <= mv * ma / 1e6 <= MAX_RAIL_W:
                 snap.skipped += 1
                 continue
             label = root.read(f"{d}/in{i}_label") or root.read(f"{d}/curr{i}_label") or f"rail{i}"
@@ -355,10 +375,15 @@ def throttle_reasons(snap: Snapshot, base: Snapshot | None = None, cpus: list[in
         for kind, n in snap.throttle_counts.items():
             if n > base.throttle_counts.get(kind, n):
                 why.append(f"{kind} thermal throttle count +{n - base.throttle_counts[kind]}")
+    bound = set()
     for z in snap.zones:
         for c in z.cooling:
+            bound.add(c.name)
             if throttles_compute(c.type) and c.cur_state and c.cur_state > 0:
                 why.append(f"{z.type}: cooling {c.type} at state {c.cur_state}/{c.max_state}")
+    for c in snap.cooling:
+        if c.name not in bound and throttles_compute(c.type) and c.cur_state and c.cur_state > 0:
+            why.append(f"cooling device {c.type} ({c.name}) at state {c.cur_state}/{c.max_state}")
     return why
 
 

@@ -9,14 +9,15 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import subprocess
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from edge_runtime.cpulist import format_cpu_list, parse_cpu_list, parse_cpu_mask
+from edge_runtime.cpulist import format_cpu_list, is_number, parse_cpu_list, parse_cpu_mask
 from edge_runtime.errors import CheckFailedError, UserError
+from edge_runtime.files import check_input, lock_dir, lock_file, open_input, reason
 from edge_runtime.system import SystemRoot
 
 
@@ -62,7 +63,19 @@ def audit(root: SystemRoot, cpus: list[int]) -> list[Check]:
 
     iso = root.isolation()
     missing = {k: sorted(want - set(iso.get(k, []))) for k in ("isolcpus", "nohz_full", "rcu_nocbs")}
-    if not any(missing.values()):
+    if root.read("/proc/cmdline") is None:
+        checks.append(Check("kernel command line", "warn", "unknown: no /proc/cmdline to read"))
+    elif iso.get("garbled"):
+        bad = "; ".join(f"{k}={v!r} is not a CPU list" for k, v in iso["garbled"].items())
+        checks.append(
+            Check(
+                "kernel command line",
+                "fail",
+                bad,
+                f"fix the boot arguments; `kernel_cmdline.sh --cpus {L}` prints them",
+            )
+        )
+    elif not any(missing.values()):
         checks.append(Check("kernel command line", "ok", f"isolcpus, nohz_full and rcu_nocbs cover CPU {L}"))
     else:
         gaps = "; ".join(f"{k} lacks {format_cpu_list(v)}" for k, v in missing.items() if v)
@@ -114,6 +127,10 @@ def audit(root: SystemRoot, cpus: list[int]) -> list[Check]:
 
     running = False
     try:
+        procs = any(True for _ in root.path("/proc").glob("[0-9]*"))
+    except OSError:
+        procs = False
+    try:
         for comm in root.path("/proc").glob("[0-9]*/comm"):
             if (root.read(str(comm.relative_to(root.root))) or "") == "irqbalance":
                 running = True
@@ -128,7 +145,9 @@ def audit(root: SystemRoot, cpus: list[int]) -> list[Check]:
                     banned = parse_cpu_list(line.split("=", 1)[1].strip().strip('"'))
                 except ValueError:
                     banned = []
-    if not running:
+    if not running and not procs:
+        checks.append(Check("irqbalance", "warn", "unknown: no process list to look in (a captured tree)"))
+    elif not running:
         checks.append(Check("irqbalance", "ok", "not running"))
     elif banned is not None and want <= set(banned):
         checks.append(Check("irqbalance", "ok", f"running, banned from CPU {format_cpu_list(banned)}"))
@@ -165,7 +184,7 @@ def audit(root: SystemRoot, cpus: list[int]) -> list[Check]:
             floor = root.read(f"{d}/scaling_min_freq") or (
                 root.read(f"{d}/cpuinfo_min_freq") if gov not in ("performance", "powersave") else None
             )
-            if not (top and top.isdigit()) or not (floor and floor.isdigit()):
+            if not (top and is_number(top)) or not (floor and is_number(floor)):
                 if gov not in ("performance", "powersave"):
                     unknown.append(f"CPU{c} {gov}")
                 continue
@@ -214,7 +233,7 @@ def audit(root: SystemRoot, cpus: list[int]) -> list[Check]:
         checks.append(Check("RT throttling", "n/a", "no sched_rt_runtime_us"))
     elif rt.strip() == "-1":
         checks.append(Check("RT throttling", "ok", "off (sched_rt_runtime_us=-1)"))
-    elif not rt.strip().lstrip("-").isdigit() or not period.strip().isdigit() or int(period) <= 0:
+    elif not is_number(rt.strip().lstrip("-")) or not is_number(period.strip()) or int(period) <= 0:
         checks.append(Check("RT throttling", "n/a", f"unreadable: sched_rt_runtime_us={rt!r}, period={period!r}"))
     else:
         share = int(rt) / int(period)
@@ -268,8 +287,13 @@ def run_script(name: str, args: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(["sh", str(script), *args], capture_output=True, text=True, timeout=300)
 
 
+def _real_root(root: str) -> str:
+    """One spelling per root (relative, through a link, with a trailing /.): the scripts' save files record it."""
+    return os.path.realpath(root or "/")
+
+
 def _root_key(root: str) -> str:
-    return hashlib.sha256(os.path.realpath(root or "/").encode()).hexdigest()[:12]
+    return hashlib.sha256(_real_root(root).encode(errors="surrogateescape")).hexdigest()[:12]
 
 
 def _latest(state: Path, root: str) -> Path:
@@ -277,92 +301,141 @@ def _latest(state: Path, root: str) -> Path:
     return state / f"latest-{_root_key(root)}"
 
 
-def _lock_dir() -> Path:
-    """Where the per-root locks live: one place for every state dir, so two applies with different --state-dir on the
-    same root still exclude each other."""
-    for d in ("/run/lock", "/var/lock", tempfile.gettempdir()):
-        if os.path.isdir(d) and os.access(d, os.W_OK | os.X_OK):
-            return Path(d)
-    return Path(tempfile.gettempdir())
-
-
 @contextlib.contextmanager
 def exclusive(root: str):
-    """Hold the tuning lock of `root` (flock: released by the kernel if we die, so it never goes stale).
-
-    Two `tune apply` on one root at once would each save the other's half-written values; the second is refused."""
+    """Hold the tuning lock of `root` (flock: released by the kernel if we die, so it never goes stale) and yield its
+    descriptor. The lock file lives in one place for every --state-dir and also records which save file holds the
+    original values while tuning is applied, so a second apply through another state dir is refused too."""
     import fcntl
 
-    path = _lock_dir() / f"edge-runtime-tune-{_root_key(root)}.lock"
+    path = os.path.join(lock_dir(), f"edge-runtime-tune-{_root_key(root)}.lock")
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    except PermissionError:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = lock_file(path)
     except OSError as err:
-        raise UserError(f"cannot create the tuning lock {str(path)!r}: {err.strerror or err}") from err
+        raise UserError(f"cannot use the tuning lock {path!r}: {reason(err)}") from err
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
             raise UserError(
-                f"another `edge-runtime tune` is applying or resetting tuning on {root or '/'}"
-                + (f" (pid {holder})" if holder.isdigit() else ""),
+                f"another `edge-runtime tune` is applying or resetting tuning on {_real_root(root)}",
                 hint="wait for it to finish; one change at a time keeps the save file exact",
             ) from None
-        try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        except OSError:
-            pass  # read-only lock file: the lock holds all the same
-        yield
+        yield fd
     finally:
         os.close(fd)
+
+
+def _applied(fd: int) -> tuple[str, str] | None:
+    """(save file, state dir) recorded in the lock file while tuning is applied, or None."""
+    raw = os.pread(fd, 8192, 0).decode(errors="replace").splitlines()
+    return (raw[0], raw[1]) if len(raw) >= 2 and raw[0] else None
+
+
+def _record_applied(fd: int, save: Path | None, state: Path | None) -> None:
+    try:
+        os.ftruncate(fd, 0)
+        if save is not None:
+            os.pwrite(fd, f"{save}\n{state}\n".encode(errors="surrogateescape"), 0)
+    except OSError:
+        pass  # another user's read-only lock file: the state dir's pointer still guards its own resets
+
+
+def _read_pointer(latest: Path) -> Path:
+    """The save file a pointer names, read as an input: a regular file of one line holding an absolute path."""
+    with open_input(latest, "tune state pointer", max_bytes=4096) as f:
+        raw = f.read()
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError:
+        text = None
+    lines = (text or "").splitlines()
+    if text is None or "\x00" in text or len(lines) != 1 or not lines[0].startswith("/"):
+        raise UserError(
+            f"tune state pointer {str(latest)!r}: garbled (expected the path of a save file)",
+            hint="remove it; a save file it named is still in the state dir",
+        )
+    return Path(lines[0])
+
+
+GOVERNOR = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+
+
+def check_governor(governor: str, cpus: list[int], root: SystemRoot) -> None:
+    """Before anything changes: a governor name, and one these CPUs offer (where the tree says which they offer)."""
+    if not GOVERNOR.fullmatch(governor):
+        raise UserError(f"--governor {governor!r}: not a cpufreq governor name", hint="e.g. performance, schedutil")
+    for c in cpus:
+        offered = root.read(f"/sys/devices/system/cpu/cpu{c}/cpufreq/scaling_available_governors")
+        if offered and governor not in offered.split():
+            raise UserError(f"--governor {governor!r}: CPU {c} offers only {offered}")
+
+
+def check_state_dir(state: Path) -> None:
+    """The state dir is a directory, or can be made: checked in a dry run too, so a dry run passes only where a real
+    run would."""
+    if os.path.lexists(state):
+        check_input(state, "--state-dir", directory=True)
+        if not os.access(state, os.W_OK | os.X_OK):
+            raise UserError(f"--state-dir {str(state)!r}: not writable by this user")
+        return
+    parent = state.parent
+    while not os.path.lexists(parent) and parent != parent.parent:
+        parent = parent.parent
+    check_input(parent, "--state-dir", directory=True)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"--state-dir {str(state)!r}: cannot be created in {str(parent)!r} (permission denied)")
 
 
 def apply(cpus: list[int], governor: str, root: str, dry_run: bool, state: Path) -> tuple[list[str], Path | None]:
     """Run isolate_cpus.sh and cpufreq.sh with one save file; return their messages and the save file.
 
     Exclusive per root. The pointer to the save file is written before the scripts run, so a run that fails half-way
-    can still be reset; a second apply on the same root is refused, since its save would hold the first apply's
-    values, not the original.
+    can still be reset; a second apply on the same root is refused (whatever its --state-dir), since its save would
+    hold the first apply's values, not the original.
     """
+    check_governor(governor, cpus, SystemRoot(root or "/"))
+    check_state_dir(state)
     if dry_run:
-        return _apply(cpus, governor, root, dry_run, state)
-    with exclusive(root):
-        return _apply(cpus, governor, root, dry_run, state)
+        return _apply(cpus, governor, root, dry_run, state, None)
+    with exclusive(root) as fd:
+        return _apply(cpus, governor, root, dry_run, state, fd)
 
 
-def _apply(cpus: list[int], governor: str, root: str, dry_run: bool, state: Path) -> tuple[list[str], Path | None]:
+def _apply(
+    cpus: list[int], governor: str, root: str, dry_run: bool, state: Path, lock: int | None
+) -> tuple[list[str], Path | None]:
     L = format_cpu_list(cpus)
-    rootargs = ["--root", root] if root not in ("", "/") else []
+    real = _real_root(root)
+    rootargs = ["--root", real] if real != "/" else []
     common = list(rootargs)
     save = None
     latest = _latest(state, root)
     if dry_run:
         common.append("--dry-run")
     else:
-        if latest.exists():
+        recorded = _applied(lock) if lock is not None else None
+        if os.path.lexists(latest) or recorded:
+            where = f"save file {recorded[0]}, --state-dir {recorded[1]}" if recorded else f"pointer {latest}"
             raise UserError(
-                f"tuning is already applied to {root or '/'} (save file {latest.read_text().strip()})",
-                hint="edge-runtime tune reset first, so the save keeps the original values",
+                f"tuning is already applied to {real} ({where})",
+                hint="edge-runtime tune reset first (with that --state-dir), so the save keeps the original values",
             )
         try:
             state.mkdir(parents=True, exist_ok=True)
         except OSError as err:
-            raise UserError(f"--state-dir {str(state)!r}: cannot create: {err.strerror or err}") from err
-        save = state / f"tuning-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.save"
+            raise UserError(f"--state-dir {str(state)!r}: cannot create: {reason(err)}") from err
+        save = state.resolve() / f"tuning-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.save"
         common += ["--save", str(save)]
         try:
-            fd = os.open(latest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            fd = os.open(latest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
         except FileExistsError:
-            raise UserError(
-                f"tuning is already applied to {root or '/'}", hint="edge-runtime tune reset first"
-            ) from None
+            raise UserError(f"tuning is already applied to {real}", hint="edge-runtime tune reset first") from None
         except OSError as err:
-            raise UserError(f"--state-dir {str(state)!r}: cannot write: {err.strerror or err}") from err
+            raise UserError(f"--state-dir {str(state)!r}: cannot write: {reason(err)}") from err
         with os.fdopen(fd, "w") as f:
             f.write(str(save) + "\n")
+        _record_applied(lock, save, state.resolve())  # type: ignore[arg-type]
     out: list[str] = []
     for script, extra in (("isolate_cpus.sh", []), ("cpufreq.sh", ["--governor", governor])):
         proc = run_script(script, ["--cpus", L, *extra, *common])
@@ -371,6 +444,7 @@ def _apply(cpus: list[int], governor: str, root: str, dry_run: bool, state: Path
             if save is not None and not (save.exists() and save.read_text().count("\n") > 1):
                 latest.unlink(missing_ok=True)  # nothing was changed: nothing to reset
                 save.unlink(missing_ok=True)
+                _record_applied(lock, None, None)  # type: ignore[arg-type]
             msg = (proc.stderr.strip().splitlines() or [f"{script} failed"])[-1]
             raise UserError(msg, hint="edge-runtime tune reset puts back what was changed" if latest.exists() else None)
     proc = run_script("kernel_cmdline.sh", ["--cpus", L, *rootargs])
@@ -382,19 +456,27 @@ def reset(root: str, dry_run: bool, state: Path) -> list[str]:
     """Put back what the last apply on `root` saved. A save line that cannot be restored fails the reset (exit 1,
     naming the lines); the save file is then kept, so the reset can be run again once the cause is fixed."""
     if dry_run:
-        return _reset(root, dry_run, state)
-    with exclusive(root):
-        return _reset(root, dry_run, state)
+        return _reset(root, dry_run, state, None)
+    with exclusive(root) as fd:
+        return _reset(root, dry_run, state, fd)
 
 
-def _reset(root: str, dry_run: bool, state: Path) -> list[str]:
+def _reset(root: str, dry_run: bool, state: Path, lock: int | None) -> list[str]:
+    real = _real_root(root)
     latest = _latest(state, root)
-    if not latest.exists():
+    if not os.path.lexists(latest):
+        recorded = _applied(lock) if lock is not None else None
+        if recorded:
+            raise UserError(
+                f"nothing to reset for {real} in {str(state)!r}: it was applied with --state-dir {recorded[1]}",
+                hint=f"edge-runtime tune reset --state-dir {recorded[1]}",
+            )
         raise UserError(
-            f"nothing to reset for {root or '/'}: no saved tuning in {str(state)!r}", hint="tune apply records one"
+            f"nothing to reset for {real}: no saved tuning in {str(state)!r}", hint="tune apply records one"
         )
-    save = Path(latest.read_text().strip())
-    args = ["--restore", str(save)] + (["--root", root] if root not in ("", "/") else [])
+    save = _read_pointer(latest)
+    check_input(save, "tune save file", max_bytes=64 << 20)
+    args = ["--restore", str(save)] + (["--root", real] if real != "/" else [])
     if dry_run:
         args.append("--dry-run")
     proc = run_script("isolate_cpus.sh", args)
@@ -410,4 +492,5 @@ def _reset(root: str, dry_run: bool, state: Path) -> list[str]:
     if not dry_run:
         latest.unlink()
         save.rename(save.with_suffix(".restored"))
+        _record_applied(lock, None, None)  # type: ignore[arg-type]
     return [*proc.stdout.splitlines(), f"restored what {save.name} recorded"]

@@ -229,31 +229,47 @@ er_restore() {
     sed -n '2,$=;2,$p' "$ER_RESTORE" | sed -n 'N;s/\n/\t/;p' | sed -n '1!G;h;$p' | {
     er_failed=""
     while IFS="$ER_TAB" read -r er_line er_kind er_a er_b er_c; do
+        # A path must stay below the root: absolute, no '..' component (a save file is data, not a script).
+        case "$er_kind" in
+            value|content|copy|absent)
+                case "$er_a" in
+                    /*) case "/$er_a/" in */../*|*/./*) er_bad="path '$er_a' leaves the root" ;; *) er_bad="" ;; esac ;;
+                    *) er_bad="no absolute path" ;;
+                esac
+                if [ -n "$er_bad" ]; then
+                    er_say "save line $er_line: $er_bad; not restored"; er_failed="$er_failed $er_line"; continue
+                fi ;;
+        esac
         case "$er_kind" in
             value)
                 case "$er_b" in 0|1) ;; *) er_say "save line $er_line: malformed value line"; er_failed="$er_failed $er_line"; continue ;; esac
-                if [ -z "$er_a" ]; then er_say "save line $er_line: no path"; er_failed="$er_failed $er_line"; continue; fi
                 if [ "$ER_DRY_RUN" = 1 ]; then er_say "would restore '$er_c' to $er_a"; continue; fi
                 if [ "$er_b" = 1 ]; then er_fmt='%s\n'; else er_fmt='%s'; fi
                 # shellcheck disable=SC2059
                 if ! (printf "$er_fmt" "$er_c" > "$ER_ROOT$er_a") 2>/dev/null; then
                     er_say "could not restore $er_a (save line $er_line)"; er_failed="$er_failed $er_line"
                 fi ;;
-            content)
+            content|copy)
+                if [ ! -f "$er_b" ]; then
+                    er_say "save line $er_line: the saved copy '$er_b' is missing"; er_failed="$er_failed $er_line"; continue
+                fi
                 if [ "$ER_DRY_RUN" = 1 ]; then er_say "would restore $er_a from $er_b"; continue; fi
-                if [ ! -f "$er_b" ] || ! (cat "$er_b" > "$ER_ROOT$er_a") 2>/dev/null; then
-                    er_say "could not restore $er_a (save line $er_line)"; er_failed="$er_failed $er_line"
-                fi ;;
-            copy)
-                if [ "$ER_DRY_RUN" = 1 ]; then er_say "would restore $er_a from $er_b"; continue; fi
-                cp -p "$er_b" "$ER_ROOT$er_a" 2>/dev/null || {
-                    er_say "could not restore $er_a (save line $er_line)"; er_failed="$er_failed $er_line"; } ;;
+                if [ "$er_kind" = content ]; then
+                    (cat "$er_b" > "$ER_ROOT$er_a") 2>/dev/null
+                else
+                    cp -p "$er_b" "$ER_ROOT$er_a" 2>/dev/null
+                fi || { er_say "could not restore $er_a (save line $er_line)"; er_failed="$er_failed $er_line"; } ;;
             absent)
                 if [ "$ER_DRY_RUN" = 1 ]; then er_say "would remove $er_a"; continue; fi
-                rm -f "$ER_ROOT$er_a" ;;
+                rm -f "$ER_ROOT$er_a" 2>/dev/null || { er_say "could not remove $er_a (save line $er_line)"; er_failed="$er_failed $er_line"; } ;;
             affinity)
+                case "$er_a" in ''|*[!0-9]*) er_say "save line $er_line: '$er_a' is not a task id"; er_failed="$er_failed $er_line"; continue ;; esac
+                case "$er_b" in ''|*[!0-9,-]*) er_say "save line $er_line: '$er_b' is not a CPU list"; er_failed="$er_failed $er_line"; continue ;; esac
                 if [ "$ER_DRY_RUN" = 1 ]; then er_say "would give task $er_a CPUs $er_b"; continue; fi
-                taskset -pc "$er_b" "$er_a" >/dev/null 2>&1 || true ;;
+                # A task that has ended since needs nothing back; one that is there and refuses is a failure.
+                if [ -d "/proc/$er_a" ] && ! taskset -pc "$er_b" "$er_a" >/dev/null 2>&1 && [ -d "/proc/$er_a" ]; then
+                    er_say "could not give task $er_a CPUs $er_b back (save line $er_line)"; er_failed="$er_failed $er_line"
+                fi ;;
             '') [ -z "$er_a$er_b$er_c" ] || { er_say "save line $er_line: malformed"; er_failed="$er_failed $er_line"; } ;;
             *) er_say "save line $er_line: unknown kind '$er_kind', cannot restore it"; er_failed="$er_failed $er_line" ;;
         esac

@@ -298,10 +298,12 @@ def test_rt_priority_and_mlock_are_applied_as_root():
 # Drops to nobody *after* everything is imported and the board profiles are read, inside one root process: the
 # checkout may lie where nobody cannot go (a clone under /root, a private mktemp -d), and so may the interpreter.
 _DROP_AND_BENCH = """
-import os, resource, secrets, shutil, sys, tempfile
+import importlib, os, pkgutil, resource, secrets, shutil, sys, tempfile
 import numpy, numpy.random
+import edge_runtime
 from edge_runtime import backends, boards, cli
-import edge_runtime.benchmark, edge_runtime.measure, edge_runtime.stats, edge_runtime.stress, edge_runtime.sampler
+for m in pkgutil.walk_packages(edge_runtime.__path__, "edge_runtime."):  # every module, before they are unreadable
+    importlib.import_module(m.name)
 backends.get("onnxruntime").library_version()  # imports onnxruntime, telemetry off
 boards.load_all()
 shared = tempfile.mkdtemp(prefix="er-priv-")  # world-readable, unlike the checkout may be

@@ -185,8 +185,14 @@ def test_dev_stdout_is_standard_output(tmp_path):
     out = tmp_path / "captured.txt"
     with open(out, "w") as f:  # stdout redirected to a file: written through it, the file is not replaced
         ino = os.fstat(f.fileno()).st_ino
-        proc = subprocess.run([sys.executable, "-m", "edge_runtime.cli", "run", str(MODEL), "--json", "/dev/stdout"],
-                              cwd=ROOT, stdout=f, stderr=subprocess.PIPE, text=True, timeout=120)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-m", "edge_runtime.cli", "run", str(MODEL), "--json", "/dev/stdout"],
+            cwd=ROOT,
+            stdout=f,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
     assert proc.returncode == 0, proc.stderr
     assert out.stat().st_ino == ino and strict_json(out.read_text())["schema"] == "edge-runtime/run/1"
 
@@ -200,8 +206,11 @@ def _fifo(tmp_path: Path, name: str) -> Path:
 
 def test_a_fifo_as_the_model_is_refused_at_once(tmp_path):
     fifo = _fifo(tmp_path, "m.onnx")
-    for args in (["run", fifo], ["bench", fifo, "--iterations", "5"], ["quantize", fifo, "--calibration", fifo,
-                                                                        "--out", tmp_path / "q.onnx"]):  # fmt: skip
+    for args in (
+        ["run", fifo],
+        ["bench", fifo, "--iterations", "5"],
+        ["quantize", fifo, "--calibration", fifo, "--out", tmp_path / "q.onnx"],
+    ):
         assert_one_line_error(cli(*args, timeout=60), str(fifo), "is a fifo, not a regular file")
 
 
@@ -289,8 +298,19 @@ def test_two_tune_applies_at_once_leave_an_exact_restore(tmp_path):
     t = _tree(tmp_path)
     before = _snapshot(t)
     state = tmp_path / "state"
-    cmd = [sys.executable, "-m", "edge_runtime.cli", "tune", "apply", "--cpus", "1", "--sysroot", str(t),
-           "--state-dir", str(state)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "edge_runtime.cli",
+        "tune",
+        "apply",
+        "--cpus",
+        "1",
+        "--sysroot",
+        str(t),
+        "--state-dir",
+        str(state),
+    ]
     procs = [subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in "ab"]
     results = [(p.wait(timeout=120), p.stderr.read()) for p in procs]
     ok = [r for r in results if r[0] == 0]
@@ -536,8 +556,9 @@ def test_a_300_character_file_name(tmp_path):
 def test_bench_with_stdout_closed():
     need("onnxruntime")
     args = [sys.executable, "-m", "edge_runtime.cli", "bench", str(MODEL), "--iterations", "20"]
-    proc = subprocess.run(args, cwd=ROOT, stderr=subprocess.PIPE, text=True, timeout=120, stdout=None,
-                          preexec_fn=lambda: os.close(1))  # fmt: skip
+    proc = subprocess.run(
+        args, cwd=ROOT, stderr=subprocess.PIPE, text=True, timeout=120, stdout=None, preexec_fn=lambda: os.close(1)
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
         "edge-runtime: error: standard output is closed: the result would be lost (give --json FILE, or open stdout)"
@@ -548,8 +569,9 @@ def test_bench_with_stdout_closed_writes_its_json_file(tmp_path):
     need("onnxruntime")
     out = tmp_path / "r.json"
     args = [sys.executable, "-m", "edge_runtime.cli", "bench", str(MODEL), "--iterations", "20", "--json", str(out)]
-    proc = subprocess.run(args, cwd=ROOT, stderr=subprocess.PIPE, text=True, timeout=120,
-                          preexec_fn=lambda: os.close(1))  # fmt: skip
+    proc = subprocess.run(
+        args, cwd=ROOT, stderr=subprocess.PIPE, text=True, timeout=120, preexec_fn=lambda: os.close(1)
+    )
     assert proc.returncode == 0, proc.stderr
     assert strict_json(out.read_text())["latency_us"]["count"] == 20
 
@@ -565,7 +587,7 @@ def _four_cpu_tree(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     ("args", "needles"),
     [
-        (["bench", MODEL, "--platform-latency", "-1"], ["--platform-latency -1", "> 0"]),
+        (["bench", MODEL, "--platform-latency", "-1"], ["--platform-latency -1", ">= 1"]),
         (["bench", MODEL, "--platform-latency", "nan"], ["--platform-latency nan", "finite"]),
         (["run", MODEL, "--json", ""], ["--json ''", "empty path"]),
         (["bench", MODEL, "--prom", ""], ["--prom ''", "empty path"]),
@@ -653,14 +675,8 @@ def test_a_one_sample_run_is_not_called_stable():
 
 def test_a_second_bench_on_the_same_cpu_sees_the_first():
     need("onnxruntime")
-    first = subprocess.Popen(
-        [sys.executable, "-m", "edge_runtime.cli", "bench", str(MODEL), "--cpus", "1", "--duration", "6"],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    first = measuring_bench("--cpus", "1", "--duration", "6")
     try:
-        time.sleep(2.0)  # loaded and measuring
         r = strict_json(cli("bench", MODEL, "--cpus", "1", "--duration", "2", "--json").stdout)
     finally:
         first.wait(timeout=60)
@@ -681,10 +697,23 @@ def test_sigkill_takes_the_realtime_cyclictest_with_it():
     if not shutil.which("cyclictest") or os.geteuid() != 0:
         pytest.skip("needs cyclictest (apt-get install rt-tests) and root for SCHED_FIFO")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "edge_runtime.cli", "bench", str(MODEL), "--platform-latency", "15", "--rt-priority",
-         "50", "--iterations", "10"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "edge_runtime.cli",
+            "bench",
+            str(MODEL),
+            "--platform-latency",
+            "15",
+            "--rt-priority",
+            "50",
+            "--iterations",
+            "10",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 20
         while not _ps("cyclictest -q") and time.monotonic() < deadline:
@@ -727,8 +756,13 @@ def test_an_interrupted_run_writes_its_partial_result(tmp_path, sig, code):
     assert proc.returncode == code, err
     r = strict_json(out.read_text())
     name = signal.Signals(sig).name
-    assert r["aborted"] == {"kind": "interrupted", "reason": f"interrupted by {name}", "signal": name,
-                            "at_s": r["aborted"]["at_s"], "partial": True}  # fmt: skip
+    assert r["aborted"] == {
+        "kind": "interrupted",
+        "reason": f"interrupted by {name}",
+        "signal": name,
+        "at_s": r["aborted"]["at_s"],
+        "partial": True,
+    }
     assert r["latency_us"]["count"] > 0 and 0.5 < r["wall_s"] < 30
     assert f"interrupted by {name}: partial result written" in err
 
@@ -737,10 +771,24 @@ def test_an_interrupt_before_measuring_writes_nothing(tmp_path):
     need("openvino")
     out = tmp_path / "r.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "edge_runtime.cli", "bench", str(artifact("mobilenet_v1_025_vww", "_int8.xml")),
-         "--warmup-time", "30", "--iterations", "10", "--json", str(out)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "edge_runtime.cli",
+            "bench",
+            str(artifact("mobilenet_v1_025_vww", "_int8.xml")),
+            "--warmup-time",
+            "30",
+            "--iterations",
+            "10",
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(6)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
@@ -778,3 +826,474 @@ def test_litert_messages_keep_their_separators():
     assert ")Node number" in raw  # LiteRT's own text runs together
     text = _short(err.value)
     assert "); Node number 0 (CONV_2D) failed to prepare." in text and ")Node" not in text
+
+
+# ====================================================================================== found by the second pass
+# ------------------------------------------------------------------------------------------- vendor telemetry
+def test_quantize_on_openvino_sends_nothing_and_exits(tmp_path, digits):
+    need("openvino")
+    pytest.importorskip("nncf")
+    home = tmp_path / "home"
+    home.mkdir()
+    calib = tmp_path / "c.npy"
+    np.save(calib, digits[0][:40])
+    env = {**os.environ, "HOME": str(home)}
+    env.pop("ORT_DISABLE_TELEMETRY", None)
+    for i in range(2):  # the telemetry sender used to hang the exit about every other run
+        proc = cli(
+            "quantize",
+            FP32,
+            "--backend",
+            "openvino",
+            "--calibration",
+            calib,
+            "--out",
+            tmp_path / f"q{i}.xml",
+            timeout=120,
+            env=env,
+        )
+        assert proc.returncode == 0, proc.stderr
+    proc = cli("run", MODEL, timeout=60, env=env)  # ONNX Runtime: no device ID, no upload
+    assert proc.returncode == 0, proc.stderr
+    assert list(home.iterdir()) == []  # no ~/intel, no ~/.cache/Microsoft
+
+
+# ---------------------------------------------------------------------------------------- outputs, second pass
+@pytest.mark.parametrize("spelling", ["//dev/stdout", "/dev/./stdout", "/proc/thread-self/fd/1", "SAME"])
+def test_every_spelling_of_stdout_writes_through_it(tmp_path, spelling):
+    need("onnxruntime")
+    out = tmp_path / "captured.txt"
+    out.write_text("")
+    dest = str(out) if spelling == "SAME" else spelling  # `--json F > F`: F is standard output
+    with open(out, "w") as f:
+        ino = os.fstat(f.fileno()).st_ino
+        proc = subprocess.run(
+            [sys.executable, "-m", "edge_runtime.cli", "info", "--json", dest],
+            cwd=ROOT,
+            stdout=f,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    assert proc.returncode == 0, proc.stderr
+    assert out.stat().st_ino == ino  # not replaced: the shell's file is the one written
+    assert strict_json(out.read_text())["schema"] == "edge-runtime/info/1"  # and only the JSON, as with -
+
+
+@pytest.mark.parametrize(
+    ("dest", "needle"),
+    [
+        ("/dev/stdin", "standard input is open for reading"),
+        ("/dev/fd/0", "standard input is open for reading"),
+        ("/proc/version", "kernel file under /proc or /sys"),
+        ("/proc/sys/kernel/hostname", "kernel file under /proc or /sys"),
+        ("/dev/fd/²", "kernel file under /proc or /sys"),
+    ],
+)
+def test_descriptors_and_kernel_files_are_refused_before_the_run(tmp_path, dest, needle):
+    need("onnxruntime")
+    src = tmp_path / "in.txt"
+    src.write_text("keep me")
+    hostname = Path("/proc/sys/kernel/hostname").read_text()
+    t0 = time.monotonic()
+    with open(src) as f:
+        proc = subprocess.run(
+            [sys.executable, "-m", "edge_runtime.cli", "bench", str(MODEL), "--duration", "30", "--json", dest],
+            cwd=ROOT,
+            stdin=f,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert_one_line_error(proc, needle)
+    assert time.monotonic() - t0 < 25 and src.read_text() == "keep me"
+    assert Path("/proc/sys/kernel/hostname").read_text() == hostname
+
+
+def test_closed_stderr_as_an_output_is_refused():
+    need("onnxruntime")
+    args = [sys.executable, "-m", "edge_runtime.cli", "info", "--json", "/dev/stderr"]
+    proc = subprocess.run(
+        args, cwd=ROOT, capture_output=False, stdout=subprocess.PIPE, timeout=60, preexec_fn=lambda: os.close(2)
+    )
+    assert proc.returncode == 2 and proc.stdout == b""
+
+
+def test_a_hard_linked_result_is_replaced_whole(tmp_path):
+    need("onnxruntime")
+    f = tmp_path / "r.json"
+    f.write_text("old")
+    (tmp_path / "hard.json").hardlink_to(f)
+    assert cli("run", MODEL, "--json", f).returncode == 0
+    assert strict_json(f.read_text())["schema"] == "edge-runtime/run/1"
+    assert (tmp_path / "hard.json").read_text() == "old"  # the other name keeps the old file, never half of one
+
+
+def test_two_commands_never_write_one_result_file_at_once(tmp_path):
+    need("onnxruntime")
+    f = tmp_path / "r.json"
+    first = subprocess.Popen(
+        [sys.executable, "-m", "edge_runtime.cli", "bench", str(MODEL), "--duration", "4", "--json", str(f)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while "measuring" not in (line := first.stderr.readline()) and time.monotonic() < deadline:
+            pass
+        assert "measuring" in line
+        proc = cli("bench", MODEL, "--iterations", "10", "--json", f)
+        assert_one_line_error(proc, "another edge-runtime is writing this file", f"pid {first.pid}")
+    finally:
+        first.wait(timeout=60)
+    assert first.returncode == 0 and strict_json(f.read_text())["latency_us"]["count"] > 0
+
+
+def test_a_fifo_without_a_reader_is_refused_before_the_run(tmp_path):
+    need("onnxruntime")
+    fifo = tmp_path / "f"
+    os.mkfifo(fifo)
+    t0 = time.monotonic()
+    assert_one_line_error(cli("bench", MODEL, "--duration", "30", "--json", fifo), "no process is reading from it")
+    assert time.monotonic() - t0 < 25
+
+
+def test_temporary_files_of_a_killed_writer_are_swept(tmp_path):
+    need("onnxruntime")
+    dead = subprocess.run(["true"]).args and 2**22 + 12345  # beyond pid_max on most systems: not a live process
+    stale = tmp_path / f".r.json.er-{dead}.tmp"
+    stale.write_text("half")
+    assert cli("run", MODEL, "--json", tmp_path / "r.json").returncode == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+
+
+# ---------------------------------------------------------------------------------------- exit 3, second pass
+def test_a_duration_too_short_for_one_inference():
+    need("onnxruntime")
+    assert_one_line_error(cli("bench", MODEL, "--warmup", "0", "--duration", "1e-9"), "no inference completed")
+
+
+def _tree_with(tmp_path: Path, files: dict[str, str]) -> Path:
+    root = _four_cpu_tree(tmp_path)
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def test_unicode_digits_in_a_tree_are_garbled_not_a_crash(tmp_path):
+    need("onnxruntime")
+    root = _tree_with(
+        tmp_path,
+        {
+            "proc/irq/²/smp_affinity_list": "0-3\n",
+            "proc/irq/5/smp_affinity_list": "0-3\n",
+            "proc/interrupts": "           CPU0       CPU1\n  5:         ²          3   IO-APIC   eth0\n",
+            "sys/class/thermal/thermal_zone²/type": "odd\n",
+            "sys/class/thermal/thermal_zone²/temp": "45000\n",
+            "sys/class/thermal/thermal_zone0/type": "cpu\n",
+            "sys/class/thermal/thermal_zone0/temp": "٤٥٠٠٠\n",
+            "sys/class/thermal/thermal_zone1/type": "cpu2\n",
+            "sys/class/thermal/thermal_zone1/temp": "4_5000\n",
+            "sys/devices/system/cpu/cpu1/cpufreq/scaling_governor": "ondemand\n",
+            "sys/devices/system/cpu/cpu1/cpufreq/scaling_max_freq": "²\n",
+            "sys/devices/system/cpu/cpu1/cpufreq/scaling_min_freq": "600000\n",
+            "proc/sys/kernel/sched_rt_runtime_us": "９５０\n",
+        },
+    )
+    for args in (["tune", "show", "--cpus", "1"], ["thermal"], ["bench", MODEL, "--iterations", "50", "--cpus", "1"]):
+        proc = cli(*args, "--sysroot", root, "--json")
+        assert proc.returncode in (0, 1), proc.stderr
+        doc = strict_json(proc.stdout)
+    thermal = strict_json(cli("thermal", "--sysroot", root, "--json").stdout)
+    assert thermal["max_c"] == 45.0 and thermal["sensors_skipped"] == 2  # ٤٥٠٠٠ and 4_5000 are not numbers
+    assert doc["interference"]["interrupts"] is None  # a count spelled '²' parses as nothing: unknown
+
+
+def test_quantize_with_a_300_character_data_path(tmp_path, digits):
+    need("onnxruntime")
+    long = "a" * 300
+    good = tmp_path / "c.npz"
+    np.savez(good, x=digits[0][:20], y=digits[1][:20])
+    for extra in (
+        ["--calibration", long],
+        ["--calibration", good, "--validation", long],
+        ["--calibration", good, "--validation", good, "--labels", long],
+    ):
+        proc = cli("quantize", FP32, *extra, "--out", tmp_path / "q.onnx")
+        assert_one_line_error(proc, "file name too long")
+
+
+# ------------------------------------------------------------------------------------------- tune, second pass
+def _key(root: Path) -> str:
+    from edge_runtime.tuning import _root_key
+
+    return _root_key(str(root))
+
+
+@pytest.mark.parametrize("pointer", ["fifo", "zero", "dir", "latin1", "nul", "two-lines"])
+def test_a_garbled_state_pointer_is_one_line(tmp_path, pointer):
+    t = _tree(tmp_path)
+    state = tmp_path / "state"
+    state.mkdir()
+    latest = state / f"latest-{_key(t)}"
+    if pointer == "fifo":
+        os.mkfifo(latest)
+    elif pointer == "zero":
+        latest.symlink_to("/dev/zero")
+    elif pointer == "dir":
+        latest.mkdir()
+    else:
+        latest.write_bytes(
+            {"latin1": b"/tmp/\xe9t\xe9.save\n", "nul": b"/tmp/a\0b\n", "two-lines": b"/a\n/b\n"}[pointer]
+        )
+    for action in ("apply", "reset"):
+        args = ["tune", action, "--sysroot", t, "--state-dir", state] + (["--cpus", "1"] if action == "apply" else [])
+        proc = cli(*args, timeout=30)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
+def test_save_lines_that_leave_the_root_or_make_no_sense_are_named(tmp_path):
+    t = _tree(tmp_path)
+    outside = tmp_path / "evil_outside"
+    state = tmp_path / "state"
+    assert cli("tune", "apply", "--cpus", "2-3", "--sysroot", t, "--state-dir", state).returncode == 0
+    save = next(state.glob("tuning-*.save"))
+    lines = save.read_text().splitlines()
+    rel = os.path.relpath(outside, t)
+    lines[1:1] = [
+        f"value\t/{rel}\t1\tpwned",
+        "affinity\tnotapid\tgarbage",
+        "absent\t",
+        "value\t/proc/irq/8/../../../x\t1\ty",
+    ]
+    save.write_text("\n".join(lines) + "\n")
+    proc = cli("tune", "reset", "--sysroot", t, "--state-dir", state)
+    assert proc.returncode == 1, proc.stderr
+    assert "could not restore save line(s) 5 4 3 2" in proc.stderr
+    assert not outside.exists()
+
+
+def test_a_second_apply_through_another_state_dir_is_refused(tmp_path):
+    t = _tree(tmp_path)
+    before = _snapshot(t)
+    assert cli("tune", "apply", "--cpus", "1", "--sysroot", t, "--state-dir", tmp_path / "st0").returncode == 0
+    proc = cli("tune", "apply", "--cpus", "2", "--sysroot", t, "--state-dir", tmp_path / "st2")
+    assert_one_line_error(proc, "already applied", str(tmp_path / "st0"))
+    proc = cli("tune", "reset", "--sysroot", t, "--state-dir", tmp_path / "st2")
+    assert_one_line_error(proc, f"--state-dir {tmp_path / 'st0'}")
+    link = tmp_path / "alias"
+    link.symlink_to(t)
+    proc = cli("tune", "reset", "--sysroot", f"{link}/.", "--state-dir", tmp_path / "st0")  # another spelling
+    assert proc.returncode == 0, proc.stderr
+    assert _snapshot(t) == before
+
+
+def test_the_tune_lock_never_follows_a_link(tmp_path):
+    from edge_runtime.files import lock_dir
+
+    t = _tree(tmp_path)
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    lock = Path(lock_dir()) / f"edge-runtime-tune-{_key(t)}.lock"
+    lock.unlink(missing_ok=True)
+    lock.symlink_to(victim)
+    try:
+        proc = cli("tune", "apply", "--cpus", "1", "--sysroot", t, "--state-dir", tmp_path / "st")
+        assert_one_line_error(proc, "tuning lock")
+        assert victim.read_text() == "precious"
+    finally:
+        lock.unlink()
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["show", "--governor", "x"], "--governor does not apply here"),
+        (["show", "--dry-run"], "--dry-run does not apply here"),
+        (["reset", "--cpus", "1"], "--cpus does not apply here"),
+        (["reset", "--governor", "performance"], "--governor does not apply here"),
+        (["apply", "--cpus", "1", "--governor", "perf\nx"], "not a cpufreq governor name"),
+    ],
+)
+def test_tune_flags_that_do_not_apply_are_refused(tmp_path, args, needle):
+    t = _tree(tmp_path)
+    assert_one_line_error(cli("tune", *args, "--sysroot", t), needle)
+
+
+def test_a_dry_run_checks_the_state_dir_too(tmp_path):
+    t = _tree(tmp_path)
+    fifo = _fifo(tmp_path, "state")
+    proc = cli("tune", "apply", "--cpus", "1", "--dry-run", "--sysroot", t, "--state-dir", fifo)
+    assert_one_line_error(proc, "--state-dir", "is a fifo")
+
+
+# ------------------------------------------------------------------------------- sensors and reports, second pass
+def test_cooling_devices_not_bound_to_a_zone(tmp_path):
+    root = _tree_with(
+        tmp_path,
+        {
+            "sys/class/thermal/cooling_device0/type": "thermal-cpufreq-0\n",
+            "sys/class/thermal/cooling_device0/cur_state": "2\n",
+            "sys/class/thermal/cooling_device0/max_state": "5\n",
+            "sys/class/thermal/cooling_device1/type": "Processor\n",
+            "sys/class/thermal/cooling_device1/cur_state": "9\n",  # above its maximum: garbled
+            "sys/class/thermal/cooling_device1/max_state": "3\n",
+        },
+    )
+    doc = strict_json(cli("thermal", "--sysroot", root, "--json").stdout)
+    assert doc["throttled"] == ["cooling device thermal-cpufreq-0 (cooling_device0) at state 2/5"]
+    assert doc["sensors_skipped"] == 1
+
+
+def test_a_rail_with_a_negative_voltage_is_garbled(tmp_path):
+    root = _tree_with(
+        tmp_path,
+        {
+            "sys/class/hwmon/hwmon0/name": "ina3221\n",
+            "sys/class/hwmon/hwmon0/in1_label": "VDD_IN\n",
+            "sys/class/hwmon/hwmon0/in1_input": "-12000\n",
+            "sys/class/hwmon/hwmon0/curr1_input": "400\n",
+        },
+    )
+    doc = strict_json(cli("thermal", "--sysroot", root, "--json").stdout)
+    assert doc["power"] is None and doc["sensors_skipped"] == 1
+
+
+def test_a_capture_gives_no_interrupt_counts(tmp_path):
+    need("onnxruntime")
+    root = tmp_path / "root"
+    shutil.copytree(FIXTURES / "x86-node-exporter", root)
+    r = strict_json(cli("bench", MODEL, "--sysroot", root, "--iterations", "200", "--cpus", "1", "--json").stdout)
+    assert r["interference"]["interrupts"] is None
+    assert any("did not change during the run (a capture" in w for w in r["quality"]["warnings"])
+    (root / "proc/interrupts").write_bytes(os.urandom(1 << 16))
+    r = strict_json(cli("bench", MODEL, "--sysroot", root, "--iterations", "200", "--json").stdout)
+    assert r["interference"]["interrupts"] is None
+
+
+def test_garbled_boot_arguments_are_said_not_emptied(tmp_path):
+    root = _tree_with(tmp_path, {"proc/cmdline": "ro isolcpus=0-99999999999 nohz_full=garbage\n"})
+    doc = strict_json(cli("info", "--sysroot", root, "--json").stdout)
+    assert doc["isolation"]["garbled"] == {"isolcpus": "0-99999999999", "nohz_full": "garbage"}
+    assert "isolcpus='0-99999999999' (garbled)" in cli("info", "--sysroot", root).stdout
+    check = strict_json(cli("tune", "show", "--sysroot", root, "--cpus", "1", "--json").stdout)["checks"][0]
+    assert check["status"] == "fail" and "is not a CPU list" in check["seen"]
+
+
+def test_an_empty_tree_is_unknown_not_untuned(tmp_path):
+    need("onnxruntime")
+    root = _four_cpu_tree(tmp_path)
+    text = cli("bench", MODEL, "--sysroot", root, "--iterations", "100", "--cpus", "1").stdout
+    assert f"isolation unknown: no /proc/cmdline in {root}" in text and "not isolated" not in text
+    assert f"no thermal sensors in the tree {root}" in text
+    assert (
+        "thermal limit 70 C not checked"
+        in cli("bench", MODEL, "--thermal-limit", "70", "--sysroot", root, "--iterations", "100").stdout
+    )
+
+
+def test_a_run_that_starts_above_the_limit_is_refused(tmp_path):
+    need("onnxruntime")
+    root = _thermal_tree(tmp_path, {"cpu-thermal": "57000"})
+    t0 = time.monotonic()
+    proc = cli("bench", MODEL, "--sysroot", root, "--thermal-limit", "50", "--duration", "30")
+    assert_one_line_error(proc, "already above the thermal limit before measuring: 57.0 C > 50 C", code=1)
+    assert time.monotonic() - t0 < 25
+
+
+def measuring_bench(*args: str) -> subprocess.Popen:
+    """A bench in the background, returned once it reports that it is measuring (about 1 s into its measured part)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edge_runtime.cli", "bench", str(MODEL), *args],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    line = ""
+    while "measuring" not in line and time.monotonic() < deadline and proc.poll() is None:
+        line = proc.stderr.readline()
+    assert "measuring" in line, "the background bench never started measuring"
+    return proc
+
+
+def test_a_competitor_that_ends_first_is_still_named():
+    need("onnxruntime")
+    first = measuring_bench("--cpus", "1", "--duration", "3")
+    try:
+        r = strict_json(cli("bench", MODEL, "--cpus", "1", "--duration", "4", "--json").stdout)
+    finally:
+        first.wait(timeout=60)
+    inter = r["interference"]
+    row = next((t for t in inter["other_tasks"] if t["pid"] == first.pid), None)
+    assert row is not None, (first.pid, inter["other_tasks"], inter["runqueue_wait_share"])
+    assert row["ended"] is True
+    assert 0 < inter["runqueue_wait_share"] <= 1.0  # a share of the measured part, never more than all of it
+
+
+# ------------------------------------------------------------------------------- nonsense, second pass
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["run", MODEL, "--device", ""], ["--device ''", "not a name"]),
+        (["run", MODEL, "--backend", ""], ["--backend ''", "not a name"]),
+        (["thermal", "--watch", "1e-300"], ["--watch 1e-300", ">= 0.1"]),
+        (["bench", MODEL, "--platform-latency", "0.5"], ["--platform-latency 0.5", ">= 1"]),
+        (["bench", MODEL, "--stress", "cpu:0", "--stress", "cpu:0-1", "--cpus", "1"], ["CPU 0 is already loaded"]),
+        (["run", MODEL, "--cpus", "-1"], ["--cpus '-1'", "is not a CPU number"]),
+        (["run", MODEL, "--cpus", "0x3"], ["--cpus '0x3'", "is not a CPU number"]),
+    ],
+)
+def test_more_nonsense_is_refused(args, needles):
+    assert_one_line_error(cli(*args), *needles)
+
+
+def test_stress_on_every_cpu_leaves_nothing_to_measure():
+    need("onnxruntime")
+    every = f"0-{os.cpu_count() - 1}"
+    assert_one_line_error(
+        cli("bench", MODEL, "--stress", f"cpu:{every}", "--iterations", "5"), "none is left to measure"
+    )
+
+
+def test_a_bool_array_for_a_float_input(tmp_path):
+    need("onnxruntime")
+    x = tmp_path / "b.npy"
+    np.save(x, np.zeros((1, 8, 8, 1), bool))
+    assert_one_line_error(cli("run", FP32, "--input", x), "expects float32, got bool")
+
+
+def test_labels_must_name_the_model_classes(tmp_path, digits):
+    need("onnxruntime")
+    x, y = digits
+    calib = tmp_path / "c.npy"
+    np.save(calib, x[:40])
+    for name, labels, needle in (
+        ("minus", y[:40] - 100, "labels run from -100"),
+        ("big", y[:40] + 1000, "but the model has 10 classes"),
+        ("float", y[:40] + 0.5, "not whole numbers"),
+    ):
+        f = tmp_path / f"{name}.npy"
+        np.save(f, labels)
+        proc = cli(
+            "quantize", FP32, "--calibration", calib, "--validation", calib, "--labels", f, "--out", tmp_path / "q.onnx"
+        )
+        assert_one_line_error(proc, f"--labels '{f}'", needle)
+
+
+def test_hidden_and_other_files_in_a_calibration_folder_are_named(tmp_path, digits):
+    need("onnxruntime")
+    folder = tmp_path / "calib"
+    folder.mkdir()
+    np.save(folder / "a.npy", digits[0][:60])
+    np.save(folder / ".hidden.npy", np.full((60, 8, 8, 1), np.nan, np.float32))  # would poison it if used
+    (folder / "notes.txt").write_text("x")
+    proc = cli("quantize", FP32, "--calibration", folder, "--out", tmp_path / "q.onnx", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert strict_json(proc.stdout)["calibration_samples"] == 60
+    assert "2 entries not used (.hidden.npy, notes.txt)" in proc.stderr

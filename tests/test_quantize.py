@@ -292,5 +292,5 @@ def test_one_hot_labels_are_accepted_and_garbage_labels_refused(tmp_path):
         "--out",
         str(tmp_path / "r.onnx"),
     )
-    assert_one_line_error(proc, "labels: expected one class index per sample")
+    assert_one_line_error(proc, "expected one class index per sample")
     assert not (tmp_path / "r.onnx").exists()
