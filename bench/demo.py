@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 import edge_runtime
-from edge_runtime import backends
-from edge_runtime.accuracy import classify
+from edge_runtime.runtime import backends
+from edge_runtime.runtime.accuracy import classify
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
 ARTIFACTS = {  # backend -> (fp32 file, int8 file), by suffix

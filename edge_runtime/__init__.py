@@ -3,18 +3,22 @@
 Importing this package imports no backend library (each is an extra) and never imports the host package `bench`.
 """
 
-from edge_runtime.backends.base import Quantization, TensorInfo
 from edge_runtime.errors import (
     BackendNotInstalledError,
     DeviceError,
     EdgeRuntimeError,
     FeedError,
     InferenceError,
+    MemoryLockError,
     ModelError,
+    PinningError,
+    SchedulingError,
+    SessionClosedError,
     UnknownBackendError,
     UserError,
 )
-from edge_runtime.session import BackendInfo, FallbackWarning, Session, load
+from edge_runtime.runtime.backends.base import Quantization, TensorInfo
+from edge_runtime.runtime.session import BackendInfo, FallbackWarning, Session, load
 
 __version__ = "0.1.0"
 
@@ -26,9 +30,13 @@ __all__ = [
     "FallbackWarning",
     "FeedError",
     "InferenceError",
+    "MemoryLockError",
     "ModelError",
+    "PinningError",
     "Quantization",
+    "SchedulingError",
     "Session",
+    "SessionClosedError",
     "TensorInfo",
     "UnknownBackendError",
     "UserError",

@@ -61,6 +61,18 @@ class PinningError(UserError):
     """A CPU list that cannot be applied (CPUs that do not exist or are not allowed to this process)."""
 
 
+class SchedulingError(UserError):
+    """SCHED_FIFO refused: no privilege (CAP_SYS_NICE, RLIMIT_RTPRIO) or a priority the kernel will not take."""
+
+
+class MemoryLockError(UserError):
+    """mlockall refused: no privilege (CAP_IPC_LOCK) or RLIMIT_MEMLOCK too small."""
+
+
+class SessionClosedError(UserError):
+    """A Session used after close(): a mistake in the calling program, not in its inputs."""
+
+
 class CheckFailedError(EdgeRuntimeError):
     """A check that ran and failed (SLO missed, system not tuned). Exit code 1."""
 

@@ -546,7 +546,7 @@ def tensor_specs(path: Path, fmt: str) -> tuple[list[dict], list[dict]]:
 def digits_accuracy(paths: dict[str, Path], x: np.ndarray, y: np.ndarray) -> dict[str, dict]:
     """Top-1 on the held-out split per backend, and INT8 agreement with FP32 on the same backend."""
     sys.path.insert(0, str(ROOT))
-    from edge_runtime.accuracy import classify
+    from edge_runtime.runtime.accuracy import classify
 
     runs = {
         "onnxruntime": ("fp32_onnx", "int8_onnx", "onnxruntime"),

@@ -17,9 +17,9 @@ import pytest
 from conftest import FIXTURES, ROOT, artifact, need
 from test_bad_input import assert_one_line_error, run_cli
 
-from edge_runtime.benchmark import SCHEMA, BenchConfig, run_bench
-from edge_runtime.stress import StressSpec
-from edge_runtime.system import SystemRoot
+from edge_runtime.measure.bench import SCHEMA, BenchConfig, run_bench
+from edge_runtime.measure.corunners import StressSpec
+from edge_runtime.system.root import SystemRoot
 
 MODEL = ("digits_cnn", "_int8.onnx")
 DESIGN_KEYS = {
@@ -185,7 +185,7 @@ def test_interference_counts_the_interrupts_of_the_measured_part(tmp_path, captu
     inter = r["interference"]
     assert inter["interrupts"] == 412
     assert inter["interrupts_per_cpu"]["1"] == [{"source": loc, "label": loc, "count": 412}]
-    from edge_runtime.benchmark import format_report
+    from edge_runtime.measure.bench import format_report
 
     r["_samples_ns"] = None
     assert f"CPU1: 412 {loc}" in format_report(r)
@@ -274,7 +274,8 @@ def test_rt_priority_and_mlock_are_applied_as_root():
     if os.geteuid() != 0:
         pytest.skip("needs root (or CAP_SYS_NICE and CAP_IPC_LOCK)")
     code = (
-        "import os, json, edge_runtime.benchmark as b, edge_runtime.system as s\n"
+        "import os, json, edge_runtime.measure.bench as b, edge_runtime.system.process as s\n"
+        "from edge_runtime.system import SystemRoot\n"
         "seen = {}\n"
         "orig = b.measure\n"
         "def spy(fn, **kw):\n"
@@ -283,7 +284,7 @@ def test_rt_priority_and_mlock_are_applied_as_root():
         "    return orig(fn, **kw)\n"
         "b.measure = spy\n"
         f"b.run_bench(b.BenchConfig(model={str(artifact(*MODEL))!r}, cpus=[1], rt_priority=10, mlock=True,"
-        " iterations=50, isolate=False), s.SystemRoot('/'))\n"
+        " iterations=50, isolate=False), SystemRoot('/'))\n"
         "print(json.dumps({'policies': sorted(set(seen['policy'].values())), 'locked_kb': int(seen['locked']),"
         " 'after': os.sched_getscheduler(0)}))\n"
     )
@@ -301,9 +302,12 @@ _DROP_AND_BENCH = """
 import importlib, os, pkgutil, resource, secrets, shutil, sys, tempfile
 import numpy, numpy.random
 import edge_runtime
-from edge_runtime import backends, boards, cli
+from edge_runtime import cli
+from edge_runtime.runtime import backends
+from edge_runtime.system import boards
 for m in pkgutil.walk_packages(edge_runtime.__path__, "edge_runtime."):  # every module, before they are unreadable
-    importlib.import_module(m.name)
+    if not m.name.endswith("__main__"):
+        importlib.import_module(m.name)
 backends.get("onnxruntime").library_version()  # imports onnxruntime, telemetry off
 boards.load_all()
 shared = tempfile.mkdtemp(prefix="er-priv-")  # world-readable, unlike the checkout may be

@@ -12,7 +12,7 @@ import pytest
 from conftest import FIXTURES, MANIFEST, artifact, backend_installed, need
 from test_bad_input import run_cli
 
-from edge_runtime.system import SystemRoot
+from edge_runtime.system.root import SystemRoot
 
 
 def _fixture(name: str):
@@ -52,7 +52,7 @@ def test_info_text_is_readable():
     assert rows["cpu"].split(None, 1)[1] == doc["cpu_model"]
     assert rows["kernel"].split(None, 1)[1] == doc["kernel"] == platform.release()
     online = SystemRoot("/").online_cpus()
-    from edge_runtime.cpulist import format_cpu_list
+    from edge_runtime.system.cpulist import format_cpu_list
 
     assert rows["cpus"].split()[2].rstrip(",") == format_cpu_list(online)
     assert lines.index("backends") > 0

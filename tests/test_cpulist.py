@@ -2,7 +2,7 @@
 
 import pytest
 
-from edge_runtime.cpulist import format_cpu_list, format_cpu_mask, parse_cpu_list, parse_cpu_mask, parse_isolcpus
+from edge_runtime.system.cpulist import format_cpu_list, format_cpu_mask, parse_cpu_list, parse_cpu_mask, parse_isolcpus
 
 
 @pytest.mark.parametrize(

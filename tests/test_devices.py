@@ -76,7 +76,7 @@ def test_missing_device_is_an_error_or_a_reported_fallback(backend, suffix, devi
         assert s.backend.device.lower() == "cpu"
         # The reason names what was missing, in the library's own words.
         if backend == "onnxruntime":
-            from edge_runtime.backends.onnxruntime_backend import PROVIDERS
+            from edge_runtime.runtime.backends.onnxruntime_backend import PROVIDERS
 
             assert f"has no {PROVIDERS[device]} here" in s.backend.fallback_reason
         else:

@@ -413,7 +413,7 @@ def test_non_finite_calibration_or_validation_data_is_a_user_error(tmp_path, dig
 
 def test_no_json_ever_holds_nan(tmp_path):
     need("onnxruntime")
-    from edge_runtime.files import dumps
+    from edge_runtime.system.files import dumps
 
     text = dumps({"a": float("nan"), "b": [np.float32("inf"), 1.5], "c": {"d": -np.inf}})
     assert strict_json(text) == {"a": None, "b": [None, 1.5], "c": {"d": None}}
@@ -446,8 +446,8 @@ def _thermal_tree(tmp_path: Path, temps: dict[str, str], cooling: dict | None = 
 
 @pytest.mark.parametrize("raw", [str(10**24), "2147483647", "-274000", "-300000", "nan", "4e9"])
 def test_readings_no_silicon_can_report_are_skipped_and_counted(tmp_path, raw):
-    from edge_runtime.system import SystemRoot
-    from edge_runtime.thermal import read_snapshot
+    from edge_runtime.system.root import SystemRoot
+    from edge_runtime.system.thermal import read_snapshot
 
     root = _thermal_tree(tmp_path, {"cpu-thermal": "51000", "garbled": raw})
     snap = read_snapshot(SystemRoot(root))
@@ -489,7 +489,7 @@ def test_thermal_limits_must_be_temperatures(value, command):
     ],
 )
 def test_cooling_devices_that_slow_the_chip(ctype, throttles):
-    from edge_runtime.thermal import throttles_compute
+    from edge_runtime.system.thermal import throttles_compute
 
     assert throttles_compute(ctype) is throttles
 
@@ -815,7 +815,7 @@ def test_messages_point_the_right_way(tmp_path):
 
 def test_litert_messages_keep_their_separators():
     need("tflite")
-    from edge_runtime.backends.tflite_backend import _impl, _short
+    from edge_runtime.runtime.backends.tflite_backend import _impl, _short
 
     _, mod = _impl()
     interp = mod.Interpreter(model_path=str(artifact("digits_cnn", "_int8.tflite")))
@@ -1028,7 +1028,7 @@ def test_quantize_with_a_300_character_data_path(tmp_path, digits):
 
 # ------------------------------------------------------------------------------------------- tune, second pass
 def _key(root: Path) -> str:
-    from edge_runtime.tuning import _root_key
+    from edge_runtime.system.tuning import _root_key
 
     return _root_key(str(root))
 
@@ -1093,7 +1093,7 @@ def test_a_second_apply_through_another_state_dir_is_refused(tmp_path):
 
 
 def test_the_tune_lock_never_follows_a_link(tmp_path):
-    from edge_runtime.files import lock_dir
+    from edge_runtime.system.files import lock_dir
 
     t = _tree(tmp_path)
     victim = tmp_path / "victim"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import FIXTURES
 
-from edge_runtime.interrupts import interrupt_delta, parse_interrupts
+from edge_runtime.measure.interference import interrupt_delta, parse_interrupts
 
 
 def _read(name: str) -> str:

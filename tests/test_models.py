@@ -10,7 +10,7 @@ import pytest
 from conftest import ARTIFACTS, MANIFEST, MODELS, READERS, artifact, need
 
 import edge_runtime
-from edge_runtime.accuracy import classify
+from edge_runtime.runtime.accuracy import classify
 
 MATRIX = [(a["file"], b) for a in ARTIFACTS for b in READERS[a["format"]]]
 

@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT, artifact, backend_installed, need
 
 import edge_runtime
-from edge_runtime import FeedError, InferenceError
+from edge_runtime import FeedError, InferenceError, SessionClosedError
 
 # One artifact per backend, all of digits_cnn INT8: float input on ORT/OpenVINO, int8 input on TFLite.
 PER_BACKEND = {
@@ -182,12 +182,12 @@ def test_closed_session_refuses_work():
     feeds = {"input": np.zeros((1, 8, 8, 1), np.float32)}
     s.infer(feeds)  # bound: the next call with the same array would take the fast path
     s.close()
-    with pytest.raises(FeedError, match="closed"):
+    with pytest.raises(SessionClosedError, match="closed"):
         s.infer(feeds)
-    with pytest.raises(FeedError, match="closed"):
+    with pytest.raises(SessionClosedError, match="closed"):
         s.infer([np.zeros((1, 8, 8, 1), np.float32)])
     for call in (s.run, s.results):
-        with pytest.raises(FeedError, match="closed"):
+        with pytest.raises(SessionClosedError, match="closed"):
             call()
 
 
@@ -241,7 +241,7 @@ def test_cpus_pins_every_thread_including_backend_pools(backend):
 
 
 def test_backends_registry_refuses_duplicates():
-    from edge_runtime import backends
+    from edge_runtime.runtime import backends
 
     with pytest.raises(ValueError, match="already registered"):
         backends.register("onnxruntime", "x:y")

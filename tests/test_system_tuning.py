@@ -18,8 +18,8 @@ import pytest
 from conftest import FIXTURES, ROOT
 from test_bad_input import run_cli
 
-from edge_runtime.boards import BoardProfileError, BoardProfileWarning, detect, load_all, load_profile
-from edge_runtime.system import SystemRoot
+from edge_runtime.system.boards import BoardProfileError, BoardProfileWarning, detect, load_all, load_profile
+from edge_runtime.system.root import SystemRoot
 
 SCRIPTS = ROOT / "system_tuning"
 SHELLS = {"busybox": ["busybox", "sh"], "dash": ["dash"]}

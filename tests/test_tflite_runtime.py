@@ -14,7 +14,7 @@ from conftest import ARTIFACTS, MANIFEST, MODELS, ROOT, artifact
 
 import edge_runtime
 from edge_runtime import DeviceError, ModelError
-from edge_runtime.accuracy import classify
+from edge_runtime.runtime.accuracy import classify
 
 IN_TFLRT_ENV = os.environ.get("EDGE_RUNTIME_TFLITE_IMPL") == "tflite-runtime" and np.__version__.startswith("1.")
 needs_env = pytest.mark.skipif(

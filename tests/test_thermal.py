@@ -14,9 +14,9 @@ import pytest
 from conftest import FIXTURES, artifact, need
 from test_bad_input import run_cli
 
-from edge_runtime.benchmark import BenchConfig, run_bench
-from edge_runtime.system import SystemRoot
-from edge_runtime.thermal import (
+from edge_runtime.measure.bench import BenchConfig, run_bench
+from edge_runtime.system.root import SystemRoot
+from edge_runtime.system.thermal import (
     decode_throttled,
     millidegrees,
     parse_tegrastats,
@@ -349,6 +349,6 @@ def test_a_sensor_that_appears_mid_run_and_a_sampler_with_no_housekeeping_cpu(tm
     t = r["thermal"]
     assert t["start_c"] is None and t["max_c"] == 55.0 and t["available"] is True
     assert any("no housekeeping CPU left for the thermal sampler" in w for w in r["quality"]["warnings"])
-    from edge_runtime.benchmark import format_report
+    from edge_runtime.measure.bench import format_report
 
     assert "thermal      start ?, max 55.0 C, end 55.0 C" in format_report(r)

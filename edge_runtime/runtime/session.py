@@ -13,10 +13,10 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from edge_runtime import backends
-from edge_runtime.backends.base import Backend, LoadOptions, TensorInfo
-from edge_runtime.errors import EdgeRuntimeError, FeedError, InferenceError, ModelError, UserError
-from edge_runtime.model import DEFAULT_BACKEND, ModelFile, inspect_model
+from edge_runtime.errors import EdgeRuntimeError, FeedError, InferenceError, ModelError, SessionClosedError, UserError
+from edge_runtime.runtime import backends
+from edge_runtime.runtime.backends.base import Backend, LoadOptions, TensorInfo
+from edge_runtime.runtime.model import DEFAULT_BACKEND, ModelFile, inspect_model
 
 
 class FallbackWarning(UserWarning):
@@ -70,8 +70,8 @@ def load(
     so a file that crashes a native library is refused with an error instead of taking this process down; the check
     runs once per file, backend and options in this process.
     """
-    from edge_runtime import probe
-    from edge_runtime.system import pin_all_threads
+    from edge_runtime.runtime import sandbox as probe
+    from edge_runtime.system.process import pin_all_threads
 
     mf = inspect_model(model)
     name = backend or DEFAULT_BACKEND[mf.format]
@@ -341,7 +341,7 @@ class Session:
     # -- lifetime ----------------------------------------------------------------------------------------------
     def _check_open(self) -> None:
         if self._closed:
-            raise FeedError(f"session for {self.model.path.name!r} is closed")
+            raise SessionClosedError(f"session for {self.model.path.name!r} is closed", hint="load the model again")
 
     def close(self) -> None:
         if not self._closed:

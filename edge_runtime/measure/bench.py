@@ -24,16 +24,14 @@ from importlib.metadata import PackageNotFoundError, version
 import numpy as np
 
 from edge_runtime import __version__
-from edge_runtime.cpulist import format_cpu_list
 from edge_runtime.errors import CheckFailedError, Interrupted, UserError
-from edge_runtime.files import plan_output, write_output
-from edge_runtime.interrupts import interrupt_delta, parse_interrupts
-from edge_runtime.measure import Measurement, StopRequest, hdr_log_text, measure
-from edge_runtime.sampler import Sampler
-from edge_runtime.stats import PERCENTILE_METHOD, jitter, stability, summarize
-from edge_runtime.stress import CoRunner, StressSpec
-from edge_runtime.system import (
-    SystemRoot,
+from edge_runtime.measure.corunners import CoRunner, StressSpec
+from edge_runtime.measure.interference import interrupt_delta, parse_interrupts
+from edge_runtime.measure.loop import Measurement, StopRequest, hdr_log_text, measure
+from edge_runtime.measure.stats import PERCENTILE_METHOD, jitter, stability, summarize
+from edge_runtime.system.cpulist import format_cpu_list
+from edge_runtime.system.files import plan_output, write_output
+from edge_runtime.system.process import (
     cpu_times_by_task,
     major_faults,
     mlock_all,
@@ -46,7 +44,9 @@ from edge_runtime.system import (
     task_migrations,
     task_status,
 )
-from edge_runtime.thermal import pick_rail, read_snapshot, thermal_limit, throttle_reasons
+from edge_runtime.system.root import SystemRoot
+from edge_runtime.system.sampler import Sampler
+from edge_runtime.system.thermal import pick_rail, read_snapshot, thermal_limit, throttle_reasons
 
 SCHEMA = "edge-runtime/bench/1"
 SHOWN = [
@@ -210,14 +210,14 @@ def run_bench(
     result comes back marked `aborted` (kind `interrupted`). The samples ride along as `_samples_ns` for the caller's
     histogram and are not part of the public result.
     """
-    from edge_runtime.session import load
+    from edge_runtime.runtime.session import load
 
     say = progress or (lambda _msg: None)
     hdr_out = plan_output("hdr_log", cfg.hdr_log) if isinstance(cfg.hdr_log, str) else cfg.hdr_log
     iso = isolation_report(root, cfg.cpus)
     platform_latency = None
     if cfg.platform_latency_s:
-        from edge_runtime import platform_latency as pl
+        from edge_runtime.measure import platform_latency as pl
 
         if not pl.available():
             iso["warnings"].append("--platform-latency: cyclictest not installed (apt-get install rt-tests)")
@@ -234,7 +234,7 @@ def run_bench(
     # --iterations run (its length is not known in advance); stopped as soon as the run ends either way.
     bound_s = expected_s * 3 + 60.0 + (cfg.warmup_s or 0.0) if cfg.duration_s else 3600.0
     corunner = CoRunner(cfg.stress, max_seconds=bound_s, measured_cpus=cfg.cpus)
-    from edge_runtime.boards import detect
+    from edge_runtime.system.boards import detect
 
     snap_start = read_snapshot(root, cfg.cpus)
     limit_c, limit_source = thermal_limit(cfg.thermal_limit_c, detect(root), snap_start)

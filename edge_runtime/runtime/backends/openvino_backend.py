@@ -9,9 +9,9 @@ import functools
 
 import numpy as np
 
-from edge_runtime.backends.base import Backend, FastHandles, LoadOptions, TensorInfo, require
 from edge_runtime.errors import DeviceError, ModelError, UserError
-from edge_runtime.model import ModelFile
+from edge_runtime.runtime.backends.base import Backend, FastHandles, LoadOptions, TensorInfo, require
+from edge_runtime.runtime.model import ModelFile
 
 DEVICES = ("CPU", "GPU", "NPU", "AUTO")
 # Properties of the OpenVINO core rather than of a device plugin, accepted by compile_model for any device.

@@ -11,8 +11,8 @@ import os
 import threading
 import time
 
-from edge_runtime.system import SystemRoot
-from edge_runtime.thermal import TegraStats, pick_rail, read_snapshot, throttle_reasons
+from edge_runtime.system.root import SystemRoot
+from edge_runtime.system.thermal import TegraStats, pick_rail, read_snapshot, throttle_reasons
 
 
 class Sampler:

@@ -14,7 +14,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from edge_runtime.model import ModelFile
+from edge_runtime.runtime.model import ModelFile
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,10 @@ import tempfile
 
 import numpy as np
 
-from edge_runtime.backends.base import Backend, FastHandles, LoadOptions, Quantization, TensorInfo
 from edge_runtime.errors import BackendNotInstalledError, DeviceError, FeedError, ModelError, UserError
-from edge_runtime.files import check_input
-from edge_runtime.model import ModelFile
+from edge_runtime.runtime.backends.base import Backend, FastHandles, LoadOptions, Quantization, TensorInfo
+from edge_runtime.runtime.model import ModelFile
+from edge_runtime.system.files import check_input
 
 # Which flavour to use can be forced, e.g. to test tflite_runtime on a machine that has both.
 IMPL_ENV = "EDGE_RUNTIME_TFLITE_IMPL"
@@ -90,7 +90,7 @@ class TfliteBackend(Backend):
     @classmethod
     def describe(cls) -> dict:
         dist, _ = _impl()
-        from edge_runtime.system import SystemRoot
+        from edge_runtime.system.root import SystemRoot
 
         root = SystemRoot("/")
         found = [p for p in KNOWN_DELEGATES if root.path(p).exists()]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edge_runtime.errors import UserError
-from edge_runtime.system import SystemRoot
+from edge_runtime.system.root import SystemRoot
 
 try:
     import tomllib
@@ -204,7 +204,7 @@ def load_profile(path: str | os.PathLike[str]) -> BoardProfile:
 def boards_dir() -> Path:
     """boards/ beside the package (source or editable install), or EDGE_RUNTIME_BOARDS."""
     env = os.environ.get("EDGE_RUNTIME_BOARDS")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "boards"
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "boards"
 
 
 def load_all(directory: Path | None = None) -> list[BoardProfile]:

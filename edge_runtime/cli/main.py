@@ -21,7 +21,7 @@ import numpy as np
 
 from edge_runtime import __version__
 from edge_runtime.errors import EdgeRuntimeError, FeedError, Interrupted, UserError
-from edge_runtime.files import Output, check_distinct, finite, load_npy, plan_output, write_json, write_output
+from edge_runtime.system.files import Output, check_distinct, finite, load_npy, plan_output, write_json, write_output
 
 PROG = "edge-runtime"
 MAX_THREADS = 1024  # more inference threads than any board has cores, by far
@@ -87,14 +87,14 @@ def _real(low: float, high: float, unit: str, *, low_open: bool = False, why: st
 
 def _celsius(text: str) -> float:
     """A temperature a sensor could report (thermal.SILICON_RANGE_C); anything else is a typo."""
-    from edge_runtime.thermal import SILICON_RANGE_C
+    from edge_runtime.system.thermal import SILICON_RANGE_C
 
     lo, hi = SILICON_RANGE_C
     return _real(lo, hi, "C", why=" (beyond what silicon temperature sensors report)")(text)
 
 
 def _samples_bound() -> tuple[int, str]:
-    from edge_runtime.measure import max_samples
+    from edge_runtime.measure.loop import max_samples
 
     n = max_samples()
     return n, " samples fit in this machine's memory (8 bytes each, kept and sorted)"
@@ -135,7 +135,7 @@ def _input_paths(args, session=None) -> list[tuple[str, object]]:
     if model.suffix.lower() == ".xml":
         found.append(("the model's weights", model.with_suffix(".bin")))
     elif model.suffix.lower() == ".onnx" and os.path.isfile(model):
-        from edge_runtime.model import onnx_external_files
+        from edge_runtime.runtime.model import onnx_external_files
 
         try:
             found += [("the model's external data", e) for e in onnx_external_files(model)]
@@ -163,11 +163,11 @@ def _cpus(text: str | None, root=None) -> list[int] | None:
     """A CPU list, or `board`: the detected board profile's CPUs to isolate."""
     if text is None:
         return None
-    from edge_runtime.cpulist import parse_cpu_list
+    from edge_runtime.system.cpulist import parse_cpu_list
 
     if text == "board":
-        from edge_runtime.boards import detect
-        from edge_runtime.system import SystemRoot
+        from edge_runtime.system.boards import detect
+        from edge_runtime.system.root import SystemRoot
 
         root = root or SystemRoot("/")
         board = detect(root)
@@ -187,8 +187,8 @@ def _cpus(text: str | None, root=None) -> list[int] | None:
 
 # ------------------------------------------------------------------------------------------------------------ info
 def cmd_info(args) -> int:
-    from edge_runtime import backends
-    from edge_runtime.cpulist import format_cpu_list
+    from edge_runtime.runtime import backends
+    from edge_runtime.system.cpulist import format_cpu_list
 
     root = _sysroot(args.sysroot)
     outs = _plan_outputs([("--json", args.json)])
@@ -210,7 +210,7 @@ def cmd_info(args) -> int:
                 "install": f"pip install 'edge-runtime[{cls.extra}]'",
             }
     iso = root.isolation()
-    from edge_runtime.boards import detect
+    from edge_runtime.system.boards import detect
 
     profile = detect(root)
     doc = {
@@ -333,7 +333,7 @@ def _top(info, arr: np.ndarray, k: int) -> list[list[float]]:
 
 
 def cmd_run(args) -> int:
-    from edge_runtime.session import load
+    from edge_runtime.runtime.session import load
 
     if args.top < 0:
         raise _UsageError(f"--top {args.top}: must be >= 0")
@@ -379,10 +379,10 @@ def cmd_run(args) -> int:
 
 # ------------------------------------------------------------------------------------------------------------ main
 def cmd_bench(args) -> int:
-    from edge_runtime.benchmark import BenchConfig, format_report, run_bench
-    from edge_runtime.measure import StopRequest
-    from edge_runtime.stats import cyclictest_histogram
-    from edge_runtime.stress import StressSpec
+    from edge_runtime.measure.bench import BenchConfig, format_report, run_bench
+    from edge_runtime.measure.corunners import StressSpec
+    from edge_runtime.measure.loop import StopRequest
+    from edge_runtime.measure.stats import cyclictest_histogram
 
     root = _sysroot(args.sysroot)
     # Before the run, not after it: a result is never lost to a bad path.
@@ -434,7 +434,7 @@ def cmd_bench(args) -> int:
     # A run stopped at the thermal limit is a failed check; one stopped by a signal exits as that signal says.
     code = (128 + stop.signum if stop.signum else 1) if aborted else 0
     if "--prom" in outs:
-        from edge_runtime.prom import textfile
+        from edge_runtime.system.prom import textfile
 
         write_output(outs["--prom"], textfile(result))
     if "--json" in outs:
@@ -526,16 +526,16 @@ def cmd_quantize(args) -> int:
 
 
 def _sysroot(path: str):
-    from edge_runtime.files import check_input
-    from edge_runtime.system import SystemRoot
+    from edge_runtime.system.files import check_input
+    from edge_runtime.system.root import SystemRoot
 
     check_input(path, "--sysroot", error=_UsageError, directory=True)
     return SystemRoot(path)
 
 
 def cmd_thermal(args) -> int:
-    from edge_runtime.boards import detect
-    from edge_runtime.thermal import pick_rail, read_snapshot, thermal_limit, throttle_reasons
+    from edge_runtime.system.boards import detect
+    from edge_runtime.system.thermal import pick_rail, read_snapshot, thermal_limit, throttle_reasons
 
     root = _sysroot(args.sysroot)
     board = detect(root)
@@ -654,14 +654,14 @@ def _tune_cpus(args, root) -> list[int]:
         online = root.online_cpus()
         bad = sorted(set(cpus) - set(online)) if online else []
         if bad:
-            from edge_runtime.cpulist import format_cpu_list
+            from edge_runtime.system.cpulist import format_cpu_list
 
             raise _UsageError(
                 f"--cpus {args.cpus!r}: CPU {format_cpu_list(bad)} does not exist on {root.root} "
                 f"(online: {format_cpu_list(online)})"
             )
         return cpus
-    from edge_runtime.boards import detect
+    from edge_runtime.system.boards import detect
 
     board = detect(root)
     if board is not None:
@@ -675,8 +675,8 @@ def _tune_cpus(args, root) -> list[int]:
 
 
 def cmd_tune(args) -> int:
-    from edge_runtime import tuning
-    from edge_runtime.cpulist import format_cpu_list
+    from edge_runtime.system import tuning
+    from edge_runtime.system.cpulist import format_cpu_list
 
     root = _sysroot(args.sysroot)
     given = {
@@ -1049,7 +1049,7 @@ def main(argv: list[str] | None = None) -> int:
     if not debug:
         warnings.showwarning = _one_line_warning
     closed = _reopen_closed_std_fds()
-    from edge_runtime import files
+    from edge_runtime.system import files
 
     files.CLOSED_STD_FDS.update(closed)
 

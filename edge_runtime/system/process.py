@@ -1,167 +1,17 @@
-"""The one place edge_runtime touches the system: reads of /proc and /sys, and actions on this process.
-
-Reads go through `SystemRoot(root)`, so a board's captured tree can be inspected anywhere and tests use fake trees
-(`--sysroot DIR`). Every read is tolerant: a missing or unreadable file gives the fallback, never an exception.
-What the process does to itself (pinning its threads) always acts on the live system: `/proc/self` is never
-redirected, as DESIGN.md says.
+"""What this process does to itself and the processes it starts, always on the live system (never --sysroot):
+its threads and where they may run, SCHED_FIFO and mlockall and putting them back, helper processes that die with
+it, and who else ran on its CPUs. Reads of the observed system live in `root.SystemRoot`.
 """
 
 from __future__ import annotations
 
 import os
-import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from edge_runtime.cpulist import format_cpu_list, is_number, parse_cpu_list, parse_isolcpus
-from edge_runtime.errors import PinningError
-
-# /proc/interrupts of a 256-CPU machine is about 1 MB; nothing we read from /proc or /sys comes near this.
-MAX_READ_BYTES = 16 << 20
-
-
-class SystemRoot:
-    """Observed system state, read below `root` (default `/`)."""
-
-    def __init__(self, root: str | os.PathLike[str] = "/"):
-        self.root = Path(root)
-
-    @property
-    def is_live(self) -> bool:
-        """True when this root is the running system itself (`/`), not a captured tree."""
-        try:
-            return self.root.resolve() == Path("/")
-        except OSError:
-            return False
-
-    def path(self, rel: str) -> Path:
-        return self.root / rel.lstrip("/")
-
-    def read(self, rel: str, fallback: str | None = None) -> str | None:
-        """Text of a file with trailing whitespace stripped, or `fallback` when it is missing or unreadable."""
-        raw = self.read_bytes(rel)
-        return fallback if raw is None else raw.decode(errors="replace").rstrip("\n\x00 ")
-
-    def read_bytes(self, rel: str) -> bytes | None:
-        """Bytes of a regular file (procfs, sysfs and device-tree files are), or None. A fifo, a device or a link to
-        /dev/zero in a hostile tree is not read: opened non-blocking and checked first, and reads are bounded."""
-        try:
-            fd = os.open(self.path(rel), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        except (OSError, ValueError):
-            return None
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
-            chunks, size = [], 0
-            while size <= MAX_READ_BYTES:
-                chunk = os.read(fd, 1 << 16)
-                if not chunk:
-                    return b"".join(chunks)
-                chunks.append(chunk)
-                size += len(chunk)
-            return None  # larger than any file the kernel gives us: garbled
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
-
-    def cpus(self, which: str) -> list[int] | None:
-        """`online`, `possible`, `present`, `isolated`, `offline` from /sys/devices/system/cpu; None if unreadable."""
-        text = self.read(f"/sys/devices/system/cpu/{which}")
-        if text is None:
-            return None
-        try:
-            return parse_cpu_list(text)
-        except ValueError:
-            return None  # garbled: treat as unknown rather than guess
-
-    def online_cpus(self) -> list[int]:
-        online = self.cpus("online")
-        if online is not None:
-            return online
-        return list(range(os.cpu_count() or 1)) if self.is_live else []
-
-    def cmdline(self) -> str:
-        return self.read("/proc/cmdline", "") or ""
-
-    def cmdline_args(self) -> dict[str, str]:
-        args: dict[str, str] = {}
-        for word in self.cmdline().split():
-            key, _, value = word.partition("=")
-            args[key] = value
-        return args
-
-    def isolation(self) -> dict[str, list[int]]:
-        """CPUs set apart on the kernel command line and in sysfs (kernel-parameters.txt: isolcpus, nohz_full...)."""
-        args = self.cmdline_args()
-        out: dict = {}
-        garbled: dict[str, str] = {}
-        for key in ("isolcpus", "nohz_full", "rcu_nocbs", "irqaffinity"):
-            if key in args:
-                try:
-                    out[key] = parse_isolcpus(args[key])[0] if key == "isolcpus" else parse_cpu_list(args[key])
-                except ValueError:
-                    garbled[key] = args[key]  # not a CPU list: unknown, said so, not an empty list
-        out["sysfs_isolated"] = self.cpus("isolated") or []
-        if garbled:
-            out["garbled"] = garbled
-        return out
-
-    def kernel(self) -> str:
-        return self.read("/proc/sys/kernel/osrelease", "") or ""
-
-    def cpu_model(self) -> str:
-        text = self.read("/proc/cpuinfo", "") or ""
-        fields: dict[str, str] = {}
-        for line in text.splitlines():
-            key, sep, value = line.partition(":")
-            if sep:
-                fields.setdefault(key.strip().lower(), value.strip())
-        for key in ("model name", "hardware", "model", "cpu model", "processor"):
-            if fields.get(key) and not is_number(fields[key]):
-                return fields[key]
-        return ""
-
-    def board_model(self) -> str:
-        """Device-tree `model` on ARM boards, DMI vendor and product on x86; "" when neither is there."""
-        raw = self.read_bytes("/proc/device-tree/model") or self.read_bytes("/sys/firmware/devicetree/base/model")
-        if raw:
-            return raw.split(b"\x00")[0].decode(errors="replace").strip()
-        vendor = self.read("/sys/class/dmi/id/sys_vendor", "") or ""
-        product = self.read("/sys/class/dmi/id/product_name", "") or ""
-        return " ".join(p for p in (vendor.strip(), product.strip()) if p)
-
-    def irq_affinities(self) -> dict[str, list[int]]:
-        """IRQ number -> CPUs it may be delivered to (/proc/irq/N/smp_affinity_list, else the smp_affinity mask)."""
-        from edge_runtime.cpulist import parse_cpu_mask
-
-        out: dict[str, list[int]] = {}
-        base = self.path("/proc/irq")
-        try:
-            entries = sorted((e for e in base.iterdir() if is_number(e.name)), key=lambda e: int(e.name))
-        except OSError:
-            return out
-        for e in entries:
-            text = self.read(f"/proc/irq/{e.name}/smp_affinity_list")
-            try:
-                if text is not None:
-                    out[e.name] = parse_cpu_list(text)
-                    continue
-                mask = self.read(f"/proc/irq/{e.name}/smp_affinity")
-                if mask is not None:
-                    out[e.name] = parse_cpu_mask(mask)
-            except ValueError:
-                continue  # garbled: unknown rather than guessed
-        return out
-
-    def governors(self) -> dict[int, str]:
-        out = {}
-        for cpu in self.online_cpus():
-            gov = self.read(f"/sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor")
-            if gov:
-                out[cpu] = gov
-        return out
+from edge_runtime.errors import MemoryLockError, PinningError, SchedulingError
+from edge_runtime.system.cpulist import format_cpu_list, parse_cpu_list
 
 
 @dataclass(frozen=True)
@@ -236,13 +86,13 @@ def set_fifo(priority: int, tids: list[int] | None = None) -> dict[int, tuple[in
                 continue  # that thread ended meanwhile; the others still get SCHED_FIFO
     except PermissionError as err:
         restore_scheduling(saved)
-        raise PinningError(
+        raise SchedulingError(
             f"--rt-priority {priority}: SCHED_FIFO not permitted for this user",
             hint="run as root, grant CAP_SYS_NICE (setcap cap_sys_nice+ep), or raise RLIMIT_RTPRIO (ulimit -r 99)",
         ) from err
     except OSError as err:
         restore_scheduling(saved)
-        raise PinningError(f"--rt-priority {priority}: {err.strerror or err} (valid: 1-99)") from err
+        raise SchedulingError(f"--rt-priority {priority}: {err.strerror or err} (valid: 1-99)") from err
     return saved
 
 
@@ -265,7 +115,7 @@ def mlock_all() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.mlockall(MCL_CURRENT | MCL_FUTURE) != 0:
         code = ctypes.get_errno()
-        raise PinningError(
+        raise MemoryLockError(
             f"--mlock: mlockall failed: {os.strerror(code)}",
             hint="run as root, grant CAP_IPC_LOCK, or raise RLIMIT_MEMLOCK (ulimit -l unlimited)"
             if code in (errno.EPERM, errno.ENOMEM)

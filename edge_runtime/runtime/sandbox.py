@@ -1,10 +1,10 @@
-"""Load a model and run it once in a child process, so a file that crashes a native library cannot take the caller down.
+"""The crash check, parent side: load a model and run it once in a child process (`sandbox_child`), so a file that
+crashes a native library cannot take the caller down.
 
 `check()` is called by `load()` before the model is loaded in-process. The child reports a clean error as JSON; a
 child killed by a signal (a segfault in a parser) or past its deadline becomes a ModelError here. Results are cached
-per file hash, backend and options for the life of the process.
-
-Run as `python -m edge_runtime.probe` it is the child: a JSON request on stdin, a JSON answer on stdout.
+per file hash, backend and options for the life of the process. This module never imports the session: the child
+does, in its own process, so there is no import circle.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from edge_runtime import errors
-from edge_runtime.backends.base import LoadOptions
 from edge_runtime.errors import DeviceError, ModelError
-from edge_runtime.model import ModelFile
+from edge_runtime.runtime.backends.base import LoadOptions
+from edge_runtime.runtime.model import ModelFile
 
 _PASSED: set[tuple] = set()
 
@@ -58,13 +58,13 @@ def check(model: ModelFile, backend: str, opts: LoadOptions, timeout_s: float = 
         "threads": 1,
         "fallback": opts.fallback,
     }
-    package_root = str(Path(__file__).resolve().parent.parent)
+    package_root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
     shown = str(model.path)
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "edge_runtime.probe"],
+            [sys.executable, "-m", "edge_runtime.runtime.sandbox_child"],
             input=json.dumps(request),
             capture_output=True,
             text=True,
@@ -112,43 +112,3 @@ def check(model: ModelFile, backend: str, opts: LoadOptions, timeout_s: float = 
         raise cls(answer.get("message", "unknown error"), hint=answer.get("hint"))
     _PASSED.add(key)
     return None
-
-
-def _child() -> int:
-    import numpy as np
-
-    from edge_runtime.errors import EdgeRuntimeError
-    from edge_runtime.session import load
-    from edge_runtime.system import set_parent_death_signal
-
-    set_parent_death_signal()  # a check whose caller was killed has no one to answer
-    req = json.loads(sys.stdin.read())
-    try:
-        with load(
-            req["model"],
-            backend=req["backend"],
-            device=req["device"],
-            delegate=req["delegate"],
-            delegate_options=req["delegate_options"],
-            options=req["options"],
-            threads=req["threads"],
-            fallback=req["fallback"],
-            isolate=False,
-        ) as s:
-            feeds = {t.name: np.zeros([d or 1 for d in t.shape], dtype=t.dtype) for t in s.inputs}
-            s.infer(feeds)
-        answer = {"ok": True}
-    except EdgeRuntimeError as err:
-        answer = {"ok": False, "error": type(err).__name__, "message": err.message, "hint": err.hint}
-    except Exception as err:  # noqa: BLE001 - reported to the parent, which decides
-        answer = {"ok": False, "error": "ModelError", "message": f"model {req['model']!r}: {type(err).__name__}: {err}"}
-    sys.stdout.write(json.dumps(answer) + "\n")
-    sys.stdout.flush()
-    return 0
-
-
-if __name__ == "__main__":
-    import warnings
-
-    warnings.simplefilter("ignore")
-    sys.exit(_child())

@@ -15,8 +15,9 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
-from edge_runtime.cpulist import ascii_int, is_number
-from edge_runtime.system import SystemRoot, dies_with_parent
+from edge_runtime.system.cpulist import ascii_int, is_number
+from edge_runtime.system.process import dies_with_parent
+from edge_runtime.system.root import SystemRoot
 
 # What a silicon temperature sensor can report. CMOS on-die sensors span about -55 to +150 C (automotive parts to
 # 175 C); a board in a freezer reads -40. A value outside this range is not a temperature but a garbled reading: a

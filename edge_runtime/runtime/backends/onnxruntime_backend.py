@@ -11,9 +11,9 @@ import os
 
 import numpy as np
 
-from edge_runtime.backends.base import Backend, FastHandles, LoadOptions, TensorInfo, require
 from edge_runtime.errors import DeviceError, ModelError
-from edge_runtime.model import ModelFile
+from edge_runtime.runtime.backends.base import Backend, FastHandles, LoadOptions, TensorInfo, require
+from edge_runtime.runtime.model import ModelFile
 
 # --device name -> execution provider (onnxruntime.ai/docs/execution-providers).
 PROVIDERS = {

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from edge_runtime.errors import ModelError, UserError
-from edge_runtime.files import Output, check_distinct, check_input, load_npy, load_npz, plan_output, write_output
-from edge_runtime.model import onnx_external_files
+from edge_runtime.runtime.model import onnx_external_files
+from edge_runtime.system.files import Output, check_distinct, check_input, load_npy, load_npz, plan_output, write_output
 
 METHODS = ("minmax", "entropy", "percentile")
 FEW_SAMPLES = 100  # representative sets are usually 100-500 samples
@@ -213,7 +213,7 @@ def choose_activations(requested: str, machine: str | None = None, flags: set[st
 def _ort_quantize(
     fp32: Path, out: Path, samples: list[dict], cfg: QuantizeConfig, act: str, exclude: list[str]
 ) -> None:
-    from edge_runtime.backends.onnxruntime_backend import _ort
+    from edge_runtime.runtime.backends.onnxruntime_backend import _ort
 
     _ort()  # telemetry off before onnxruntime initialises (see there)
     from onnxruntime.quantization import (
@@ -250,7 +250,7 @@ def _ort_quantize(
 
 
 def _preprocess(model: Path, tmp: Path) -> Path:
-    from edge_runtime.backends.onnxruntime_backend import _ort
+    from edge_runtime.runtime.backends.onnxruntime_backend import _ort
 
     _ort()
     from onnxruntime.quantization.shape_inference import quant_pre_process
@@ -308,7 +308,7 @@ def already_quantized(model: Path) -> bool:
 # ------------------------------------------------------------------------------------------------ evaluation
 def predict(model: Path, backend: str, samples: list[dict]) -> list[np.ndarray]:
     """Outputs (first output) of every sample, run one by one on the real backend."""
-    from edge_runtime.session import load
+    from edge_runtime.runtime.session import load
 
     with load(model, backend=backend, isolate=False) as s:
         name = s.outputs[0].name
@@ -343,8 +343,8 @@ def compare(fp32: list[np.ndarray], int8: list[np.ndarray], labels: np.ndarray |
 
 def latency_us(model: Path, backend: str, sample: dict, iterations: int) -> float:
     """Median latency with the measurement engine (inputs bound once, one thread)."""
-    from edge_runtime.measure import measure
-    from edge_runtime.session import load
+    from edge_runtime.measure.loop import measure
+    from edge_runtime.runtime.session import load
 
     with load(model, backend=backend, threads=1, isolate=False) as s:
         s.bind(sample)
@@ -402,8 +402,8 @@ def plan_outputs(cfg: QuantizeConfig, json_dest: str | None = None) -> dict[str,
 def run(cfg: QuantizeConfig, say=lambda _m: None, outputs: dict[str, Output] | None = None) -> Result:
     """Quantize as `cfg` says. Everything is built and measured in a temporary folder; the outputs are written at the
     end, each atomically, so a failure half-way leaves no half-written model and no manifest pointing to nothing."""
-    from edge_runtime.model import inspect_model
-    from edge_runtime.session import load
+    from edge_runtime.runtime.model import inspect_model
+    from edge_runtime.runtime.session import load
 
     no_vendor_telemetry()
     res = Result()

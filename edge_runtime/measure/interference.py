@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from edge_runtime.cpulist import is_number
+from edge_runtime.system.cpulist import is_number
 
 _HEADER = re.compile(r"CPU(\d+)")
 _ROW = re.compile(r"^\s*([^:\s]+):(.*)$")

@@ -15,10 +15,10 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from edge_runtime.cpulist import format_cpu_list, is_number, parse_cpu_list, parse_cpu_mask
 from edge_runtime.errors import CheckFailedError, UserError
-from edge_runtime.files import check_input, lock_dir, lock_file, open_input, reason
-from edge_runtime.system import SystemRoot
+from edge_runtime.system.cpulist import format_cpu_list, is_number, parse_cpu_list, parse_cpu_mask
+from edge_runtime.system.files import check_input, lock_dir, lock_file, open_input, reason
+from edge_runtime.system.root import SystemRoot
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class Check:
 
 def scripts_dir() -> Path:
     env = os.environ.get("EDGE_RUNTIME_SCRIPTS")
-    return Path(env) if env else Path(__file__).resolve().parent.parent / "system_tuning"
+    return Path(env) if env else Path(__file__).resolve().parents[2] / "system_tuning"
 
 
 def _cpus_of_mask(text: str | None) -> list[int] | None:

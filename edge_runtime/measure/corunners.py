@@ -16,9 +16,9 @@ import sys
 import time
 from dataclasses import dataclass
 
-from edge_runtime.cpulist import format_cpu_list, parse_cpu_list
 from edge_runtime.errors import UserError
-from edge_runtime.system import dies_with_parent
+from edge_runtime.system.cpulist import format_cpu_list, parse_cpu_list
+from edge_runtime.system.process import dies_with_parent
 
 KINDS = ("cpu", "memory")
 

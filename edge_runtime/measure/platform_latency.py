@@ -10,8 +10,8 @@ import re
 import shutil
 import subprocess
 
-from edge_runtime.cpulist import format_cpu_list
-from edge_runtime.system import dies_with_parent
+from edge_runtime.system.cpulist import format_cpu_list
+from edge_runtime.system.process import dies_with_parent
 
 _SUMMARY = re.compile(r"^# (Min|Avg|Max) Latencies:\s*(.*)$")
 

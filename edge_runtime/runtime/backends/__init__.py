@@ -9,8 +9,8 @@ from __future__ import annotations
 import importlib
 from importlib.metadata import entry_points
 
-from edge_runtime.backends.base import Backend, LoadOptions, Quantization, TensorInfo
 from edge_runtime.errors import UnknownBackendError
+from edge_runtime.runtime.backends.base import Backend, LoadOptions, Quantization, TensorInfo
 
 __all__ = ["Backend", "LoadOptions", "Quantization", "TensorInfo", "available", "get", "names", "register"]
 
@@ -25,9 +25,9 @@ def register(name: str, target: str | type[Backend]) -> None:
     _REGISTRY[name] = target
 
 
-register("onnxruntime", "edge_runtime.backends.onnxruntime_backend:OnnxRuntimeBackend")
-register("openvino", "edge_runtime.backends.openvino_backend:OpenVinoBackend")
-register("tflite", "edge_runtime.backends.tflite_backend:TfliteBackend")
+register("onnxruntime", "edge_runtime.runtime.backends.onnxruntime_backend:OnnxRuntimeBackend")
+register("openvino", "edge_runtime.runtime.backends.openvino_backend:OpenVinoBackend")
+register("tflite", "edge_runtime.runtime.backends.tflite_backend:TfliteBackend")
 
 
 def _load_entry_points() -> None:
