@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import numpy as np
 import pytest
 from badmodels import build_corpus
 from conftest import READERS, ROOT, artifact, backend_installed, need
+from helpers import assert_one_line_error, run_cli
 
 import edge_runtime
 from edge_runtime import ModelError, UserError
@@ -43,32 +43,11 @@ def test_api_refuses_bad_model(name, backend, corpus):
     need(backend)
     case = corpus[name]
     with pytest.raises(ModelError) as err:
-        edge_runtime.load(case.path, backend=backend)  # isolate=True: the probe child sees the file first
+        edge_runtime.load(case.path, backend=backend)  # sandbox=True: the crash-check child sees the file first
     text = str(err.value)
     assert str(case.path) in text
     assert case.expect in text
     assert "\n" not in text
-
-
-def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "edge_runtime.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=180,
-        env={**os.environ, **(env or {})},
-    )
-
-
-def assert_one_line_error(proc, *needles: str, code: int = 2) -> None:
-    lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == code, proc.stderr
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("edge-runtime: error: ")
-    assert "Traceback" not in proc.stderr
-    for n in needles:
-        assert n in lines[0], lines[0]
 
 
 @pytest.mark.parametrize(("name", "backend"), CASES)

@@ -10,7 +10,7 @@ import shutil
 import numpy as np
 import pytest
 from conftest import FIXTURES, MANIFEST, artifact, backend_installed, need
-from test_bad_input import run_cli
+from helpers import run_cli
 
 from edge_runtime.system.root import SystemRoot
 

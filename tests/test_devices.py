@@ -49,7 +49,7 @@ def _zeros(s):
 
 
 def _cpu_reference(path, backend, x):
-    with edge_runtime.load(path, backend=backend, isolate=False) as s:
+    with edge_runtime.load(path, backend=backend, sandbox=False) as s:
         return s.infer(x)
 
 
@@ -67,9 +67,9 @@ def test_missing_device_is_an_error_or_a_reported_fallback(backend, suffix, devi
     need(backend)
     path = artifact("digits_cnn", suffix)
     with pytest.raises(DeviceError, match=rf"device '{device}'.*--allow-fallback"):
-        edge_runtime.load(path, backend=backend, device=device, isolate=False)
+        edge_runtime.load(path, backend=backend, device=device, sandbox=False)
     with pytest.warns(FallbackWarning, match="falling back to CPU"):
-        s = edge_runtime.load(path, backend=backend, device=device, fallback=True, isolate=False)
+        s = edge_runtime.load(path, backend=backend, device=device, fallback=True, sandbox=False)
     with s:
         assert s.backend.fallback is True
         assert s.backend.requested_device == device
@@ -100,7 +100,7 @@ def test_unknown_or_unreachable_device_names_the_choices(backend, device, needle
         "digits_cnn", {"onnxruntime": "_int8.onnx", "openvino": "_int8.xml", "tflite": "_int8.tflite"}[backend]
     )
     with pytest.raises(DeviceError) as err:
-        edge_runtime.load(path, backend=backend, device=device, isolate=False)
+        edge_runtime.load(path, backend=backend, device=device, sandbox=False)
     text = str(err.value)
     assert repr(device) in text
     assert needle in text
@@ -108,7 +108,7 @@ def test_unknown_or_unreachable_device_names_the_choices(backend, device, needle
 
 def test_cpu_device_is_no_fallback():
     need("onnxruntime")
-    with edge_runtime.load(artifact("digits_cnn", "_int8.onnx"), device="cpu", isolate=False) as s:
+    with edge_runtime.load(artifact("digits_cnn", "_int8.onnx"), device="cpu", sandbox=False) as s:
         assert s.backend.fallback is False and s.backend.fallback_reason is None
         assert s.backend.details["provider"] == "CPUExecutionProvider"
 
@@ -119,10 +119,10 @@ def test_delegate_that_does_not_load(which, delegates, tmp_path):
     path = artifact("digits_cnn", "_int8.tflite")
     lib = str(tmp_path / "libnope.so") if which == "missing" else str(delegates[which])
     with pytest.raises(DeviceError, match=rf"delegate '{lib}' does not load.*--allow-fallback"):
-        edge_runtime.load(path, delegate=lib, delegate_options={"k": "v"}, isolate=False)
+        edge_runtime.load(path, delegate=lib, delegate_options={"k": "v"}, sandbox=False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        s = edge_runtime.load(path, delegate=lib, fallback=True, isolate=False)
+        s = edge_runtime.load(path, delegate=lib, fallback=True, sandbox=False)
     assert [w.category for w in caught] == [FallbackWarning]
     with s:
         assert (s.backend.fallback, s.backend.delegate, s.backend.device) == (True, None, "cpu")
@@ -148,15 +148,15 @@ def test_delegate_that_crashes_is_caught_in_the_child(delegates):
 def test_delegate_is_refused_by_backends_without_delegates():
     need("onnxruntime")
     with pytest.raises(DeviceError, match="no --delegate"):
-        edge_runtime.load(artifact("digits_cnn", "_int8.onnx"), delegate="/usr/lib/libvx_delegate.so", isolate=False)
+        edge_runtime.load(artifact("digits_cnn", "_int8.onnx"), delegate="/usr/lib/libvx_delegate.so", sandbox=False)
 
 
 def test_xnnpack_can_be_turned_off_and_results_stay_within_one_step():
     need("tflite")
     path = artifact("digits_cnn", "_int8.tflite")
     with (
-        edge_runtime.load(path, isolate=False) as a,
-        edge_runtime.load(path, options={"xnnpack": "0"}, isolate=False) as b,
+        edge_runtime.load(path, sandbox=False) as a,
+        edge_runtime.load(path, options={"xnnpack": "0"}, sandbox=False) as b,
     ):
         assert a.backend.details["xnnpack"] is True and b.backend.details["xnnpack"] is False
         x = {a.inputs[0].name: a.inputs[0].quantize(np.full(a.inputs[0].shape, 0.5, np.float32))}
@@ -167,5 +167,5 @@ def test_xnnpack_can_be_turned_off_and_results_stay_within_one_step():
 
 def test_openvino_reports_f32_precision_by_default():
     need("openvino")
-    with edge_runtime.load(artifact("digits_cnn", "_fp32.onnx"), backend="openvino", isolate=False) as s:
+    with edge_runtime.load(artifact("digits_cnn", "_fp32.onnx"), backend="openvino", sandbox=False) as s:
         assert s.backend.details["inference_precision"] == "f32"

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import FIXTURES, ROOT, artifact, need
-from test_bad_input import assert_one_line_error
+from helpers import assert_one_line_error
 
 MODEL = artifact("digits_cnn", "_int8.onnx")
 FP32 = artifact("digits_cnn", "_fp32.onnx")

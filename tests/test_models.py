@@ -53,7 +53,7 @@ def test_manifest_covers_all_models_and_formats():
 def test_artifact_runs_on_backend(file, backend):
     need(backend)
     art = next(a for a in ARTIFACTS if a["file"] == file)
-    with edge_runtime.load(MODELS / file, backend=backend, isolate=False) as s:
+    with edge_runtime.load(MODELS / file, backend=backend, sandbox=False) as s:
         assert s.backend.name == backend
         assert s.backend.fallback is False
         assert [tuple(t.shape) for t in s.inputs] == [tuple(i["shape"]) for i in art["inputs"]]
@@ -84,7 +84,7 @@ def test_fp32_outputs_agree_across_backends(model):
     ref_path = artifact(model, "_fp32.onnx")
     others = [("openvino", ref_path), ("tflite", artifact(model, "_fp32.tflite"))]
     need("onnxruntime")
-    with edge_runtime.load(ref_path, isolate=False) as ref:
+    with edge_runtime.load(ref_path, sandbox=False) as ref:
         inp = ref.inputs[0]
         xs = [_float_input(inp.shape, seed) for seed in range(4)]
         expected = [ref.infer({inp.name: x})[ref.outputs[0].name] for x in xs]
@@ -92,7 +92,7 @@ def test_fp32_outputs_agree_across_backends(model):
     for backend, path in others:
         if not __import__("conftest").backend_installed(backend):
             continue
-        with edge_runtime.load(path, backend=backend, isolate=False) as s:
+        with edge_runtime.load(path, backend=backend, sandbox=False) as s:
             for x, want in zip(xs, expected, strict=True):
                 got = s.infer([x])[s.outputs[0].name]
                 np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4, err_msg=f"{model} on {backend}")
@@ -113,8 +113,8 @@ def test_digits_int8_accuracy(backend, digits):
     need(backend)
     x, y = digits
     fp32, int8 = (artifact("digits_cnn", s) for s in DIGITS_RUNS[backend])
-    p32 = classify(fp32, x, backend=backend, isolate=False)
-    p8 = classify(int8, x, backend=backend, isolate=False)
+    p32 = classify(fp32, x, backend=backend, sandbox=False)
+    p8 = classify(int8, x, backend=backend, sandbox=False)
     fp32_top1, int8_top1, agreement = np.mean(p32 == y), np.mean(p8 == y), np.mean(p8 == p32)
     assert agreement >= 0.99
     assert fp32_top1 - int8_top1 <= 0.01

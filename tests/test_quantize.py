@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import MANIFEST, MODELS, artifact, need, tomllib
-from test_bad_input import assert_one_line_error, run_cli
+from helpers import assert_one_line_error, run_cli
 
 from edge_runtime.quantize.core import QuantizeConfig, choose_activations, run
 
@@ -56,7 +56,7 @@ def test_reference_models_quantize_run_and_shrink(name, backend, tmp_path):
     out = Path(doc["out"]["path"])
     import edge_runtime
 
-    with edge_runtime.load(out, backend=backend, isolate=False) as s:
+    with edge_runtime.load(out, backend=backend, sandbox=False) as s:
         assert s.backend.name == backend
         feeds = {t.name: np.zeros(t.shape, t.dtype) for t in s.inputs}
         assert np.all(np.isfinite(s.infer(feeds)[s.outputs[0].name]))

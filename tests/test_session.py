@@ -25,7 +25,7 @@ PER_BACKEND = {
 @pytest.fixture(params=list(PER_BACKEND))
 def session(request):
     need(request.param)
-    with edge_runtime.load(artifact("digits_cnn", PER_BACKEND[request.param]), isolate=False) as s:
+    with edge_runtime.load(artifact("digits_cnn", PER_BACKEND[request.param]), sandbox=False) as s:
         yield s
 
 
@@ -156,7 +156,7 @@ def _dynamic_add_model(path):
 def test_dynamic_shapes_change_between_calls(backend, tmp_path):
     need(backend)
     path = _dynamic_add_model(tmp_path / "add.onnx")
-    with edge_runtime.load(path, backend=backend, isolate=False) as s:
+    with edge_runtime.load(path, backend=backend, sandbox=False) as s:
         assert [t.shape for t in s.inputs] == [(None, 4), (None, 4)]
         for n in (1, 4, 2):
             a = np.full((n, 4), 1.5, np.float32)
@@ -168,7 +168,7 @@ def test_dynamic_shapes_change_between_calls(backend, tmp_path):
 def test_inputs_the_backend_refuses_are_a_one_line_error(backend, tmp_path):
     need(backend)
     path = _dynamic_add_model(tmp_path / "add.onnx")
-    with edge_runtime.load(path, backend=backend, isolate=False) as s:
+    with edge_runtime.load(path, backend=backend, sandbox=False) as s:
         with pytest.raises(InferenceError) as err:
             s.infer({"a": np.zeros((3, 4), np.float32), "b": np.zeros((2, 4), np.float32)})
         text = str(err.value)
@@ -178,7 +178,7 @@ def test_inputs_the_backend_refuses_are_a_one_line_error(backend, tmp_path):
 
 def test_closed_session_refuses_work():
     need("onnxruntime")
-    s = edge_runtime.load(artifact("digits_cnn", "_int8.onnx"), isolate=False)
+    s = edge_runtime.load(artifact("digits_cnn", "_int8.onnx"), sandbox=False)
     feeds = {"input": np.zeros((1, 8, 8, 1), np.float32)}
     s.infer(feeds)  # bound: the next call with the same array would take the fast path
     s.close()
@@ -193,7 +193,7 @@ def test_closed_session_refuses_work():
 
 def test_quantize_round_trip_on_tflite_io():
     need("tflite")
-    with edge_runtime.load(artifact("digits_cnn", "_int8.tflite"), isolate=False) as s:
+    with edge_runtime.load(artifact("digits_cnn", "_int8.tflite"), sandbox=False) as s:
         t = s.inputs[0]
         assert t.dtype == np.int8 and t.quantization is not None
         x = np.linspace(0, 1, 64, dtype=np.float32).reshape(t.shape)
@@ -224,7 +224,7 @@ def test_cpus_pins_every_thread_including_backend_pools(backend):
     path = artifact("digits_cnn", PER_BACKEND[backend])
     code = textwrap.dedent(f"""
         import json, os, numpy as np, edge_runtime
-        s = edge_runtime.load({str(path)!r}, cpus=[0], threads=2, isolate=False)
+        s = edge_runtime.load({str(path)!r}, cpus=[0], threads=2, sandbox=False)
         s.infer({{t.name: np.zeros(t.shape, t.dtype) for t in s.inputs}})
         tasks = {{}}
         for tid in os.listdir("/proc/self/task"):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import FIXTURES, ROOT
-from test_bad_input import run_cli
+from helpers import run_cli
 
 from edge_runtime.system.boards import BoardProfileError, BoardProfileWarning, detect, load_all, load_profile
 from edge_runtime.system.root import SystemRoot

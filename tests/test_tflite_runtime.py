@@ -28,7 +28,7 @@ TFLITE_FILES = [a["file"] for a in ARTIFACTS if a["format"] == "tflite"]
 @needs_env
 @pytest.mark.parametrize("file", TFLITE_FILES)
 def test_every_tflite_artifact_runs_on_tflite_runtime(file):
-    with edge_runtime.load(MODELS / file, isolate=False) as s:
+    with edge_runtime.load(MODELS / file, sandbox=False) as s:
         assert s.backend.details["library"] == "tflite-runtime"
         assert s.backend.version.startswith("2.14")
         out = s.infer({t.name: np.zeros(t.shape, t.dtype) for t in s.inputs})
@@ -41,8 +41,8 @@ def test_every_tflite_artifact_runs_on_tflite_runtime(file):
 def test_digits_accuracy_on_tflite_runtime_matches_the_manifest():
     d = np.load(MODELS / "digits_cnn" / "digits_test.npz")
     x, y = d["x"], d["y"]
-    p32 = classify(artifact("digits_cnn", "_fp32.tflite"), x, isolate=False)
-    p8 = classify(artifact("digits_cnn", "_int8.tflite"), x, isolate=False)
+    p32 = classify(artifact("digits_cnn", "_fp32.tflite"), x, sandbox=False)
+    p8 = classify(artifact("digits_cnn", "_int8.tflite"), x, sandbox=False)
     recorded = next(m for m in MANIFEST["model"] if m["name"] == "digits_cnn")["accuracy"]["tflite"]
     one = 1.0 / len(y)
     assert np.mean(p8 == p32) >= 0.99
@@ -60,7 +60,7 @@ def test_bad_files_and_delegates_on_tflite_runtime(tmp_path):
             with pytest.raises(ModelError, match=r"tflite|TFLite|empty"):
                 edge_runtime.load(case.path)  # through the probe child
     with pytest.raises(DeviceError, match="does not load"):
-        edge_runtime.load(artifact("digits_cnn", "_int8.tflite"), delegate=str(tmp_path / "libnope.so"), isolate=False)
+        edge_runtime.load(artifact("digits_cnn", "_int8.tflite"), delegate=str(tmp_path / "libnope.so"), sandbox=False)
 
 
 def test_tflite_runtime_under_numpy_2_says_what_to_do():

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 from conftest import FIXTURES, artifact, need
-from test_bad_input import run_cli
+from helpers import bench, request, run_cli
 
-from edge_runtime.measure.bench import BenchConfig, run_bench
 from edge_runtime.system.root import SystemRoot
 from edge_runtime.system.thermal import (
     decode_throttled,
@@ -198,10 +197,10 @@ def test_timeline_follows_a_heating_board_and_the_sampler_stays_off_the_measured
     root, temp = board_tree(tmp_path, 40.0)
     ina3221(root)
     h = heater(temp, [(0.5 + 0.4 * i, 41.0 + 4 * i) for i in range(6)])  # 41 .. 61 C
-    cfg = BenchConfig(
-        model=str(artifact("digits_cnn", "_int8.onnx")), cpus=[1], duration_s=3.0, sample_interval_s=0.1, isolate=False
+    cfg = request(
+        model=str(artifact("digits_cnn", "_int8.onnx")), cpus=[1], duration_s=3.0, sample_interval_s=0.1, sandbox=False
     )
-    r = run_bench(cfg, SystemRoot(root))
+    r = bench(cfg, SystemRoot(root))
     h.join()
     t = r["thermal"]
     line = [p["max_c"] for p in t["timeline"] if p["t_s"] >= 0]
@@ -226,15 +225,15 @@ def test_cooldown_waits_until_the_board_is_cool(tmp_path):
     temp.write_text("70000\n")
     h = heater(temp, [(1.2, 45.0)])
     said: list[str] = []
-    cfg = BenchConfig(
+    cfg = request(
         model=str(artifact("digits_cnn", "_int8.onnx")),
         cpus=[1],
         iterations=200,
         cooldown_to_c=50.0,
         sample_interval_s=0.1,
-        isolate=False,
+        sandbox=False,
     )
-    r = run_bench(cfg, SystemRoot(root), said.append)
+    r = bench(cfg, SystemRoot(root), said.append)
     h.join()
     cd = r["thermal"]["cooldown"]
     assert cd["start_c"] == 70.0 and cd["reached_c"] <= 50.0 and cd["waited_s"] >= 1.0
@@ -320,10 +319,10 @@ def test_throttling_is_detected_with_the_time_it_started(tmp_path):
     (d / "scaling_max_freq").write_text("1800000\n")
     (d / "scaling_cur_freq").write_text("1800000\n")
     heater(d / "scaling_max_freq", [(1.5, 1200.0)])  # the cooling device caps CPU1 at 1.2 GHz (kHz / 1000 below)
-    cfg = BenchConfig(
-        model=str(artifact("digits_cnn", "_int8.onnx")), cpus=[1], duration_s=2.5, sample_interval_s=0.1, isolate=False
+    cfg = request(
+        model=str(artifact("digits_cnn", "_int8.onnx")), cpus=[1], duration_s=2.5, sample_interval_s=0.1, sandbox=False
     )
-    r = run_bench(cfg, SystemRoot(root))
+    r = bench(cfg, SystemRoot(root))
     t = r["thermal"]
     assert t["throttled"] is True
     assert 0 < t["throttle_started_s"] < 2.5
@@ -338,17 +337,17 @@ def test_a_sensor_that_appears_mid_run_and_a_sampler_with_no_housekeeping_cpu(tm
     for t in root.glob("sys/class/thermal/thermal_zone*/temp"):
         t.write_text("garbled\n")
     heater(temp, [(0.8, 55.0)])  # the driver comes back during the run
-    cfg = BenchConfig(
+    cfg = request(
         model=str(artifact("digits_cnn", "_int8.onnx")),
         cpus=[0, 1],
         duration_s=1.5,
         sample_interval_s=0.1,
-        isolate=False,
+        sandbox=False,
     )
-    r = run_bench(cfg, SystemRoot(root))
+    r = bench(cfg, SystemRoot(root))
     t = r["thermal"]
     assert t["start_c"] is None and t["max_c"] == 55.0 and t["available"] is True
     assert any("no housekeeping CPU left for the thermal sampler" in w for w in r["quality"]["warnings"])
-    from edge_runtime.measure.bench import format_report
+    from edge_runtime.cli.bench import format_report
 
     assert "thermal      start ?, max 55.0 C, end 55.0 C" in format_report(r)

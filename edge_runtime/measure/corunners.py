@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 
 from edge_runtime.errors import UserError
+from edge_runtime.results import Record
 from edge_runtime.system.cpulist import format_cpu_list, parse_cpu_list
 from edge_runtime.system.process import dies_with_parent
 
@@ -44,7 +45,9 @@ else:
 
 
 @dataclass(frozen=True)
-class StressSpec:
+class StressSpec(Record):
+    """One co-runner: `kind` (cpu | memory) on `cpus`. A record, so a bench request can carry it as JSON."""
+
     kind: str
     cpus: tuple[int, ...]
 

@@ -1,4 +1,6 @@
-"""Parse /proc/interrupts (x86 and ARM layouts) and count what landed on given CPUs between two reads.
+"""What disturbed a measurement: interrupts on the measured CPUs (/proc/interrupts, x86 and ARM layouts), the
+measuring thread's context switches, migrations, page faults and run-queue wait, and the other tasks that used the
+measured CPUs. Read just before the first timed call and just after the last, so they cover the measured part only.
 
 Pure functions: the text comes from `SystemRoot.read("/proc/interrupts")`. Layout (Documentation/filesystems/proc.rst):
 a header of `CPUn` columns (online CPUs only, so the column index is not the CPU number), then one row per source:
@@ -10,10 +12,13 @@ rows with no counts at all (FIQ on old Raspberry Pis) are skipped.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
-from edge_runtime.system.cpulist import is_number
+from edge_runtime.system.cpulist import format_cpu_list, is_number
+from edge_runtime.system.process import major_faults, schedstat, task_migrations, task_status
+from edge_runtime.system.root import SystemRoot
 
 _HEADER = re.compile(r"CPU(\d+)")
 _ROW = re.compile(r"^\s*([^:\s]+):(.*)$")
@@ -72,3 +77,79 @@ def interrupt_delta(
         fired.sort(key=lambda r: (-r[2], r[0]))
         out[cpu] = fired
     return out
+
+
+# ------------------------------------------------------------------------------------------------- the counters
+def counters(root: SystemRoot, tid: int) -> dict:
+    """One reading of everything `delta` compares: interrupts through the system root (None when there is no
+    /proc/interrupts or nothing in it parses: unknown, not zero), the rest of the live measuring thread."""
+    st = task_status(tid)
+    text = root.read("/proc/interrupts")
+    rows = parse_interrupts(text) if text else None
+    return {
+        "interrupts": rows or None,
+        "interrupts_text": text,
+        "nonvoluntary": int(st.get("nonvoluntary_ctxt_switches", 0) or 0),
+        "voluntary": int(st.get("voluntary_ctxt_switches", 0) or 0),
+        "migrations": task_migrations(tid),
+        "majflt": major_faults(),
+        "schedstat": schedstat(tid),
+    }
+
+
+WAIT_SHARE_WARN = 0.02
+OTHER_TASK_WARN_S = 0.05
+
+
+def competing_tasks(before_tasks, after_tasks, cpus, before, after, wall_s: float) -> dict:
+    """Who else ran on the measured CPUs during the measured part, and how long the measuring thread waited for them."""
+    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    tasks = []
+    for key, (comm, ticks, cpu, _state) in after_tasks.items():
+        if cpu not in cpus:
+            continue
+        prev = before_tasks.get(key)
+        used = ticks - (prev[1] if prev else 0)
+        if used > 0:
+            tasks.append({"pid": key[0], "tid": key[1], "comm": comm, "cpu": cpu, "cpu_s": round(used / hz, 3)})
+    # A task that was running on a measured CPU when the run began and has ended since: it competed, for how long
+    # its /proc entry can no longer say.
+    # (Gone from /proc, or a zombie its parent has not reaped yet.)
+    ended = [
+        {"pid": key[0], "tid": key[1], "comm": comm, "cpu": cpu, "cpu_s": None}
+        for key, (comm, _ticks, cpu, state) in before_tasks.items()
+        if (key not in after_tasks or after_tasks[key][3] in ("Z", "X")) and cpu in cpus and state == "R"
+    ]
+    by_pid: dict[int, dict] = {}
+    for t in tasks + ended:
+        row = by_pid.setdefault(
+            t["pid"], {"pid": t["pid"], "comm": t["comm"], "cpus": set(), "cpu_s": 0.0, "ended": False}
+        )
+        row["cpus"].add(t["cpu"])
+        if t["cpu_s"] is None:
+            row["ended"] = True
+        else:
+            row["cpu_s"] = round(row["cpu_s"] + t["cpu_s"], 3)
+    rows = sorted(by_pid.values(), key=lambda r: (-r["cpu_s"], not r["ended"]))
+    for r in rows:
+        r["cpus"] = sorted(r["cpus"])
+    wait_ms = share = None
+    if before.get("schedstat") and after.get("schedstat"):
+        wait_ns = after["schedstat"][1] - before["schedstat"][1]
+        wait_ms = round(wait_ns / 1e6, 3)
+        share = round(wait_ns / 1e9 / wall_s, 4) if wall_s > 0 else None
+    heavy = [r for r in rows if r["cpu_s"] >= OTHER_TASK_WARN_S or r["ended"]]
+    warning = None
+    if heavy or (share is not None and share >= WAIT_SHARE_WARN):
+        named = (
+            ", ".join(
+                f"{r['comm']} (pid {r['pid']}, "
+                + (f"{r['cpu_s']:.2f} s" if r["cpu_s"] else "ended during the run")
+                + ")"
+                for r in heavy[:4]
+            )
+            or "tasks that could not be named"
+        )
+        wait = f"the measuring thread waited {share:.0%} of the run for the CPU; " if share is not None else ""
+        warning = f"other tasks ran on the measured CPU {format_cpu_list(cpus)}: {wait}{named}"
+    return {"runqueue_wait_ms": wait_ms, "runqueue_wait_share": share, "tasks": rows[:20], "warning": warning}

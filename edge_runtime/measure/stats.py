@@ -71,6 +71,12 @@ def stability(samples_ns: np.ndarray, lat: dict) -> tuple[bool | None, list[str]
     return bool(warnings), warnings
 
 
+def histogram_us(samples_ns: np.ndarray) -> tuple[tuple[int, int], ...]:
+    """((latency in whole microseconds, how many), ...) for every value seen, smallest first."""
+    values, counts = np.unique(np.asarray(samples_ns) // 1000, return_counts=True)
+    return tuple((int(v), int(c)) for v, c in zip(values, counts, strict=True))
+
+
 def cyclictest_histogram(samples_ns: np.ndarray, buckets: int | None = None) -> str:
     """A text histogram in cyclictest's `-h` layout: 1 us buckets, `%06d %06lu` rows, then the summary lines."""
     us = (np.asarray(samples_ns) // 1000).astype(np.int64)

@@ -310,7 +310,7 @@ def predict(model: Path, backend: str, samples: list[dict]) -> list[np.ndarray]:
     """Outputs (first output) of every sample, run one by one on the real backend."""
     from edge_runtime.runtime.session import load
 
-    with load(model, backend=backend, isolate=False) as s:
+    with load(model, backend=backend, sandbox=False) as s:
         name = s.outputs[0].name
         return [s.infer(feeds)[name].copy() for feeds in samples]
 
@@ -346,7 +346,7 @@ def latency_us(model: Path, backend: str, sample: dict, iterations: int) -> floa
     from edge_runtime.measure.loop import measure
     from edge_runtime.runtime.session import load
 
-    with load(model, backend=backend, threads=1, isolate=False) as s:
+    with load(model, backend=backend, threads=1, sandbox=False) as s:
         s.bind(sample)
         m = measure(s.runner(), iterations=iterations, warmup=20)
     return float(np.median(m.samples_ns)) / 1e3

@@ -28,7 +28,7 @@ def _child() -> int:
             options=req["options"],
             threads=req["threads"],
             fallback=req["fallback"],
-            isolate=False,
+            sandbox=False,
         ) as s:
             feeds = {t.name: np.zeros([d or 1 for d in t.shape], dtype=t.dtype) for t in s.inputs}
             s.infer(feeds)

@@ -56,8 +56,9 @@ def load(
     delegate_options: Mapping[str, str] | None = None,
     options: Mapping[str, str] | None = None,
     fallback: bool = False,
-    isolate: bool = True,
+    sandbox: bool = True,
     probe_timeout_s: float = 120.0,
+    isolate: bool | None = None,
 ) -> Session:
     """Load `model` on `backend` (chosen from the file type when None) and return a ready Session.
 
@@ -66,7 +67,7 @@ def load(
     `delegate_options`. When these cannot be used, loading fails, unless `fallback=True`: then the model runs on CPU,
     a FallbackWarning is issued and `session.backend.fallback` is True.
     `cpus` pins this process and every thread it has to those CPUs before the backend starts its pools; `threads`
-    defaults to their number. With `isolate` (the default) the model is first loaded and run once in a child process,
+    defaults to their number. With `sandbox` (the default) the model is first loaded and run once in a child process,
     so a file that crashes a native library is refused with an error instead of taking this process down; the check
     runs once per file, backend and options in this process.
     """
@@ -102,7 +103,9 @@ def load(
         fallback=fallback,
     )
     crashed = None
-    if isolate:
+    if isolate is not None:  # the old name, kept for callers of 0.1: it never meant CPU isolation
+        sandbox = isolate
+    if sandbox:
         crashed = probe.check(mf, name, opts, timeout_s=probe_timeout_s)
         if crashed:  # the delegate crashed the child and fallback is allowed: load on CPU, and say so
             opts = replace(opts, delegate=None, delegate_options={}, device=None)

@@ -16,6 +16,13 @@ from edge_runtime.system.thermal import TegraStats, pick_rail, read_snapshot, th
 
 
 class Sampler:
+    """Samples temperature, frequency and power every `interval_s` on a housekeeping CPU while a run measures.
+
+    `timeline` collects the points; `over_limit()` turns true once the hottest sensor passes `limit_c` (the run then
+    stops between chunks); `throttle_started_s`/`throttle_why` record when and why throttling began. Use as a context
+    manager around the measured part, or start()/stop(); stop() is idempotent.
+    """
+
     def __init__(
         self,
         root: SystemRoot,
@@ -99,6 +106,13 @@ class Sampler:
             if self.limit_c is not None and mx is not None and mx > self.limit_c and self.over_limit_at is None:
                 self.over_limit_at, self.over_limit_c = t, mx
             self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> Sampler:
+        self.start(t0=0.0)  # raw perf_counter times: the run subtracts its own start
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
 
     def stop(self) -> None:
         self._stop.set()

@@ -20,7 +20,7 @@ CASES = {"onnxruntime": ("_fp32.onnx", "_int8.onnx", 1.5), "openvino": ("_fp32.o
 
 
 def _median_us(path, backend, x) -> float:
-    with edge_runtime.load(path, backend=backend, threads=1, isolate=False) as s:
+    with edge_runtime.load(path, backend=backend, threads=1, sandbox=False) as s:
         s.bind({s.inputs[0].name: x})
         m = measure(s.runner(), iterations=2000, warmup=100)
     return float(np.median(m.samples_ns)) / 1e3

@@ -118,7 +118,7 @@ REFERENCES = [(b, "idiomatic") for b in FILES] + [("onnxruntime", "lowest"), ("o
 def test_session_infer_vs_raw_call(benchmark, backend, reference, model):
     need(backend)
     path = artifact(model, FILES[backend])
-    session = edge_runtime.load(path, backend=backend, threads=1, isolate=False)
+    session = edge_runtime.load(path, backend=backend, threads=1, sandbox=False)
     t = session.inputs[0]
     x = t.quantize(np.random.default_rng(0).random(t.shape, dtype=np.float32))
     feeds = {t.name: x}

@@ -116,11 +116,28 @@ class FastHandles:
     outputs: tuple[tuple[str, Callable[[], np.ndarray]], ...]
 
 
+def distribution_version(dist: str) -> str:
+    """The installed version of a distribution (`pip show`'s), or "unknown"; one lookup for every backend."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "unknown"
+
+
 class Backend(abc.ABC):
-    """A loaded model on one engine. Subclasses set the class attributes and implement the abstract methods."""
+    """A loaded model on one engine. Subclasses set the class attributes and implement the abstract methods.
+
+    What every backend needs and would otherwise repeat lives here: the refuse-or-fallback rule for a device or
+    delegate it cannot use (`refuse_or_fallback`), the installed version by distribution name, and `status()` for
+    `edge-runtime info`, built on the backend's own `describe()`.
+    """
 
     name: ClassVar[str]
     extra: ClassVar[str]  # the pip extra that installs the library: edge-runtime[<extra>]
+    # The pip distributions of the library, in the order tried; their versions go into every result's environment.
+    distributions: ClassVar[tuple[str, ...]] = ()
     formats: ClassVar[frozenset[str]]  # model formats it reads (edge_runtime.model.FORMATS values)
     # True when bind_input must be called before every run (the backend copies inputs in, e.g. TFLite set_tensor);
     # False when a bound array's memory is read by each run, so rebinding the same array object is skipped.
@@ -143,7 +160,28 @@ class Backend(abc.ABC):
     @classmethod
     @abc.abstractmethod
     def describe(cls) -> dict:
-        """What `edge-runtime info` shows: version, devices or providers, delegates found."""
+        """What `edge-runtime info` shows: `version`, `devices` (the names --device takes), `summary` (one line for
+        people: providers, device names, delegates found) and any backend-specific keys."""
+
+    @classmethod
+    def status(cls) -> dict:
+        """`describe()` with `installed: True`, or why the library cannot be used and which extra installs it."""
+        install = f"pip install 'edge-runtime[{cls.extra}]'"
+        try:
+            return {"installed": True, **cls.describe()}
+        except Exception as err:  # noqa: BLE001 - a missing or broken install is reported, never fatal to `info`
+            message = getattr(err, "message", None) or f"{type(err).__name__}: {err}"
+            return {"installed": False, "error": message, "install": install}
+
+    def refuse_or_fallback(self, options: LoadOptions, why: str, *, device_in_message: bool = True) -> None:
+        """A device or delegate that cannot be used: DeviceError, or, when the caller allowed fallback, note why and
+        go on (the caller then loads on CPU and the Session reports `fallback`)."""
+        from edge_runtime.errors import DeviceError
+
+        if not options.fallback:
+            what = f"device {options.device!r}: {why}" if device_in_message else why
+            raise DeviceError(what, hint="pass --allow-fallback to run on CPU instead")
+        self.fallback_reason = why
 
     @abc.abstractmethod
     def __init__(self, model: ModelFile, options: LoadOptions) -> None: ...

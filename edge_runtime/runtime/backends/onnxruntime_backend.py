@@ -81,6 +81,7 @@ def _tensor_info(node, model: ModelFile, kind: str) -> TensorInfo:
 class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
     extra = "onnxruntime"
+    distributions = ("onnxruntime",)
     formats = frozenset({"onnx"})
 
     @classmethod
@@ -92,7 +93,12 @@ class OnnxRuntimeBackend(Backend):
         ort = _ort()
         available = ort.get_available_providers()
         devices = [d for d, p in PROVIDERS.items() if p in available]
-        return {"version": ort.__version__, "devices": devices, "providers": available}
+        return {
+            "version": ort.__version__,
+            "devices": devices,
+            "providers": available,
+            "summary": f"providers: {', '.join(available)}",
+        }
 
     def __init__(self, model: ModelFile, options: LoadOptions) -> None:
         ort = self._ort = _ort()
@@ -139,7 +145,7 @@ class OnnxRuntimeBackend(Backend):
         if provider != "CPUExecutionProvider":
             available = ort.get_available_providers()
             if provider not in available:
-                self._refuse_or_fallback(
+                self.refuse_or_fallback(
                     options, f"onnxruntime {ort.__version__} has no {provider} here (available: {', '.join(available)})"
                 )
                 provider = "CPUExecutionProvider"
@@ -150,13 +156,13 @@ class OnnxRuntimeBackend(Backend):
         try:
             self._session = self._create(model, so, providers)
         except DeviceError as err:
-            self._refuse_or_fallback(options, err.message)
+            self.refuse_or_fallback(options, err.message)
             provider = "CPUExecutionProvider"
             self._session = self._create(model, so, ["CPUExecutionProvider"])
         got = self._session.get_providers()
         if got[0] != provider:
             # ORT logs a provider that fails to start and goes on with the next one: make that visible.
-            self._refuse_or_fallback(options, f"{provider} failed to initialise; onnxruntime runs on {got[0]}")
+            self.refuse_or_fallback(options, f"{provider} failed to initialise; onnxruntime runs on {got[0]}")
         by_provider = {p: d for d, p in PROVIDERS.items()}
         self.device = by_provider.get(got[0], got[0])
         self.details = {"provider": got[0], "providers": got}
@@ -175,11 +181,6 @@ class OnnxRuntimeBackend(Backend):
                 self._binding.bind_ortvalue_output(o.name, ort.OrtValue.ortvalue_from_numpy(arr))
                 self._out_arrays.append(arr)
         self._bound: list[object] = [None] * len(self.inputs)
-
-    def _refuse_or_fallback(self, options: LoadOptions, why: str) -> None:
-        if not options.fallback:
-            raise DeviceError(f"device {options.device!r}: {why}", hint="pass --allow-fallback to run on CPU instead")
-        self.fallback_reason = why
 
     def _create(self, model: ModelFile, so, providers):
         try:

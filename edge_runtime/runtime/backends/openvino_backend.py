@@ -34,6 +34,7 @@ def _version(ov) -> str:
 class OpenVinoBackend(Backend):
     name = "openvino"
     extra = "openvino"
+    distributions = ("openvino",)
     formats = frozenset({"openvino", "onnx", "tflite"})
 
     @classmethod
@@ -49,7 +50,12 @@ class OpenVinoBackend(Backend):
                 devices[d] = str(core.get_property(d, "FULL_DEVICE_NAME"))
             except Exception:  # noqa: BLE001 - a device that cannot name itself is still listed
                 devices[d] = ""
-        return {"version": _version(ov), "devices": list(devices), "device_names": devices}
+        return {
+            "version": _version(ov),
+            "devices": list(devices),
+            "device_names": devices,
+            "summary": ", ".join(f"{d}: {n}" for d, n in devices.items()),
+        }
 
     def __init__(self, model: ModelFile, options: LoadOptions) -> None:
         ov, core = _core()
@@ -65,7 +71,7 @@ class OpenVinoBackend(Backend):
         self.fallback_reason = None
         available = core.available_devices
         if base in ("GPU", "NPU") and not any(d.split(".")[0] == base for d in available):
-            self._refuse_or_fallback(
+            self.refuse_or_fallback(
                 options, f"openvino {_version(ov)} sees no {base} here (available: {', '.join(available)})"
             )
             device = "CPU"
@@ -87,7 +93,7 @@ class OpenVinoBackend(Backend):
         except Exception as err:
             if device == "CPU":
                 raise _compile_error(model, err) from err
-            self._refuse_or_fallback(options, f"openvino could not compile for {device}: {_short(err)}")
+            self.refuse_or_fallback(options, f"openvino could not compile for {device}: {_short(err)}")
             device = "CPU"
             config = _cpu_config(options, self._user_options_for_cpu(core, user, options, fallback=True))
             try:
@@ -136,11 +142,6 @@ class OpenVinoBackend(Backend):
         if unknown:
             self.fallback_reason = f"{self.fallback_reason}; option(s) {', '.join(unknown)} dropped for CPU"
         return {k: v for k, v in user.items() if k in known}
-
-    def _refuse_or_fallback(self, options: LoadOptions, why: str) -> None:
-        if not options.fallback:
-            raise DeviceError(f"device {options.device!r}: {why}", hint="pass --allow-fallback to run on CPU instead")
-        self.fallback_reason = why
 
     def bind_input(self, index: int, array: np.ndarray) -> None:
         # shared_memory=True: the tensor reads the array's memory, so in-place changes are seen by each run.

@@ -17,7 +17,14 @@ import tempfile
 import numpy as np
 
 from edge_runtime.errors import BackendNotInstalledError, DeviceError, FeedError, ModelError, UserError
-from edge_runtime.runtime.backends.base import Backend, FastHandles, LoadOptions, Quantization, TensorInfo
+from edge_runtime.runtime.backends.base import (
+    Backend,
+    FastHandles,
+    LoadOptions,
+    Quantization,
+    TensorInfo,
+    distribution_version,
+)
 from edge_runtime.runtime.model import ModelFile
 from edge_runtime.system.files import check_input
 
@@ -47,15 +54,6 @@ def _impl() -> tuple[str, object]:
     )
 
 
-def _dist_version(dist: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return "unknown"
-
-
 def _numpy_major() -> int:
     return int(np.__version__.split(".")[0])
 
@@ -78,6 +76,7 @@ KNOWN_DELEGATES = (
 class TfliteBackend(Backend):
     name = "tflite"
     extra = "tflite"
+    distributions = ("ai-edge-litert", "tflite-runtime")
     formats = frozenset({"tflite"})
     rebind_each_run = True  # set_tensor copies the input into the interpreter: it is the binding
     output_is_copy = True  # get_tensor returns a copy
@@ -85,7 +84,7 @@ class TfliteBackend(Backend):
     @classmethod
     def library_version(cls) -> str:
         dist, _ = _impl()
-        return _dist_version(dist)
+        return distribution_version(dist)
 
     @classmethod
     def describe(cls) -> dict:
@@ -94,7 +93,13 @@ class TfliteBackend(Backend):
 
         root = SystemRoot("/")
         found = [p for p in KNOWN_DELEGATES if root.path(p).exists()]
-        return {"version": _dist_version(dist), "library": dist, "devices": ["cpu"], "delegates": found}
+        return {
+            "version": distribution_version(dist),
+            "library": dist,
+            "devices": ["cpu"],
+            "delegates": found,
+            "summary": f"{dist}; delegates found: {', '.join(found) or 'none'}",
+        }
 
     def __init__(self, model: ModelFile, options: LoadOptions) -> None:
         dist, mod = _impl()
@@ -119,7 +124,9 @@ class TfliteBackend(Backend):
                 delegates = [mod.load_delegate(options.delegate, dict(options.delegate_options))]
                 self.delegate = options.delegate
             except _DELEGATE_ERRORS as err:
-                self._refuse_or_fallback(options, f"delegate {options.delegate!r} does not load: {_short(err)}")
+                self.refuse_or_fallback(
+                    options, device_in_message=False, why=f"delegate {options.delegate!r} does not load: {_short(err)}"
+                )
         unknown = [k for k in options.options if k not in OPTIONS]
         if unknown:
             raise UserError(
@@ -140,7 +147,11 @@ class TfliteBackend(Backend):
         except _DELEGATE_ERRORS as err:
             if not delegates:
                 raise
-            self._refuse_or_fallback(options, f"delegate {options.delegate!r} cannot run this model: {_short(err)}")
+            self.refuse_or_fallback(
+                options,
+                device_in_message=False,
+                why=f"delegate {options.delegate!r} cannot run this model: {_short(err)}",
+            )
             self.delegate = None
             self._interp = self._create(mod, model, options, [], resolver)
         if self.delegate:
@@ -203,15 +214,10 @@ class TfliteBackend(Backend):
     def _explain_numpy(self, err: Exception) -> None:
         if self.details["library"] == "tflite-runtime" and _numpy_major() >= 2:
             raise BackendNotInstalledError(
-                f"tflite_runtime {_dist_version('tflite-runtime')} cannot run with numpy {np.__version__} "
+                f"tflite_runtime {distribution_version('tflite-runtime')} cannot run with numpy {np.__version__} "
                 "(it was built for numpy < 2)",
                 hint="install ai-edge-litert (pip install 'edge-runtime[tflite]') or use numpy<2",
             ) from err
-
-    def _refuse_or_fallback(self, options: LoadOptions, why: str) -> None:
-        if not options.fallback:
-            raise DeviceError(why, hint="pass --allow-fallback to run on CPU instead")
-        self.fallback_reason = why
 
     def bind_input(self, index: int, array: np.ndarray) -> None:
         if array.shape != self._in_shapes[index]:  # a dynamic dimension changed: resize now, allocate once in run()

@@ -1,0 +1,292 @@
+"""What the commands share: the parser that fails with one line, argument types that bound every number and path,
+the options declared once (`--sysroot`, `--json`, `--debug`, the model options of run/bench), output planning, CPU
+lists and --input files. No command logic here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+
+from edge_runtime.errors import EdgeRuntimeError, FeedError, UserError
+from edge_runtime.measure.request import MAX_DURATION_S, MAX_THREADS, MAX_WARMUP, MAX_WARMUP_S
+from edge_runtime.runtime.feeds import random_feeds
+from edge_runtime.system.files import Output, check_distinct, check_input, load_npy, plan_output
+
+PROG = "edge-runtime"
+
+__all__ = ["MAX_DURATION_S", "MAX_THREADS", "MAX_WARMUP", "MAX_WARMUP_S", "PROG"]
+
+
+class UsageError(UserError):
+    """A bad flag or value (exit 2)."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that raises instead of exiting, so bad flags get the same one-line error and exit code 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        # "argument --threads: 0: must be at least 1" -> "--threads 0: must be at least 1": flag, value, what is wrong
+        m = re.match(r"argument ([^:]+?)(?:/[^:]*)?: (.*)$", message)
+        if m and not m.group(2).startswith(("invalid", "expected", "not allowed", "one of")):
+            message = f"{m.group(1)} {m.group(2)}"
+        raise UsageError(f"{self.prog}: {message}", hint=f"see '{self.prog} --help'")
+
+
+# ---------------------------------------------------------------------------------------- numbers from the user
+# Every count, duration and temperature is bounded by what it can mean here: NaN, infinities, negative counts and
+# values no machine can hold are refused when the flags are parsed, before anything runs.
+def integer(low: int, high, what: str = ""):
+    """argparse type: an integer in [low, high()] (high may be a callable: a bound known only on this machine)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text, 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        top, why = high() if callable(high) else (high, "")
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{text}: must be at least {low}{what}")
+        if top is not None and value > top:
+            raise argparse.ArgumentTypeError(f"{text}: at most {top:,}{why or what}")
+        return value
+
+    return parse
+
+
+def real(low: float, high: float, unit: str, *, low_open: bool = False, why: str = ""):
+    """argparse type: a finite number in [low, high] (or (low, high] with low_open)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text}: must be a finite number of {unit}")
+        if value < low or (low_open and value == low):
+            raise argparse.ArgumentTypeError(f"{text}: must be {'>' if low_open else '>='} {low:g} {unit}")
+        if value > high:
+            raise argparse.ArgumentTypeError(f"{text}: at most {high:g} {unit}{why}")
+        return value
+
+    return parse
+
+
+def celsius(text: str) -> float:
+    """A temperature a sensor could report (thermal.SILICON_RANGE_C); anything else is a typo."""
+    from edge_runtime.system.thermal import SILICON_RANGE_C
+
+    lo, hi = SILICON_RANGE_C
+    return real(lo, hi, "C", why=" (beyond what silicon temperature sensors report)")(text)
+
+
+def samples_bound() -> tuple[int, str]:
+    from edge_runtime.measure.loop import max_samples
+
+    n = max_samples()
+    return n, " samples fit in this machine's memory (8 bytes each, kept and sorted)"
+
+
+def word(text: str) -> str:
+    """argparse type for a name (--backend, --device): not empty, one word."""
+    if not text.strip() or text != text.strip() or any(c.isspace() for c in text):
+        raise argparse.ArgumentTypeError(f"{text!r}: not a name")
+    return text
+
+
+def path_arg(text: str) -> str:
+    """argparse type for a path: not empty, no NUL byte (an empty --json used to be ignored silently)."""
+    if text == "":
+        raise argparse.ArgumentTypeError("'': empty path")
+    if "\x00" in text:
+        raise argparse.ArgumentTypeError(f"{text!r}: not a valid path (NUL byte)")
+    return text
+
+
+# --------------------------------------------------------------------------------------------- options, once
+def add_sysroot(p: argparse.ArgumentParser, what: str = "read /proc and /sys below DIR (default /)") -> None:
+    p.add_argument("--sysroot", default="/", type=path_arg, metavar="DIR", help=what)
+
+
+def add_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        type=path_arg,
+        metavar="FILE",
+        help="machine-readable output: to stdout, or to FILE (text still printed)",
+    )
+
+
+def add_debug(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
+
+
+def sysroot(path: str):
+    """The --sysroot tree, checked to be a directory."""
+    from edge_runtime.system.root import SystemRoot
+
+    check_input(path, "--sysroot", error=UsageError, directory=True)
+    return SystemRoot(path)
+
+
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    """What `run` and `bench` share: the model, where it runs, its inputs."""
+    p.add_argument("model", metavar="MODEL", type=path_arg, help=".onnx, .xml (OpenVINO IR) or .tflite file")
+    p.add_argument("--backend", type=word, help="onnxruntime, openvino or tflite (default: from the file type)")
+    p.add_argument(
+        "--device", type=word, help="onnxruntime: cpu|cuda|tensorrt|qnn|openvino|...; openvino: CPU|GPU|NPU|AUTO"
+    )
+    p.add_argument(
+        "--delegate", metavar="PATH", type=path_arg, help="TFLite external delegate library (e.g. libvx_delegate.so)"
+    )
+    p.add_argument("--delegate-option", action="append", metavar="K=V", help="option for the delegate (repeatable)")
+    p.add_argument(
+        "--option",
+        action="append",
+        metavar="K=V",
+        help="backend option: onnxruntime provider option or session.* entry, OpenVINO property, "
+        "tflite xnnpack=0 (repeatable)",
+    )
+    p.add_argument(
+        "--allow-fallback",
+        action="store_true",
+        help="run on CPU when the device or delegate cannot be used (always reported)",
+    )
+    p.add_argument(
+        "--threads",
+        type=integer(1, MAX_THREADS),
+        metavar="N",
+        help="inference threads (default: backend's, or len(--cpus))",
+    )
+    p.add_argument(
+        "--cpus",
+        metavar="LIST",
+        help="pin the process and all its threads to these CPUs (e.g. 2-3; 'board': the board profile's)",
+    )
+    p.add_argument(
+        "--input", action="append", type=path_arg, metavar="NAME=FILE.npy", help="input from a .npy file (repeatable)"
+    )
+    p.add_argument("--seed", type=integer(0, 2**64 - 1), default=0, help="seed of the random inputs (default 0)")
+    p.add_argument(
+        "--no-sandbox",
+        "--no-isolate",  # the old name: it never meant CPU isolation
+        dest="no_sandbox",
+        action="store_true",
+        help="skip the crash check in a child process (faster; a crashing model then crashes this process)",
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------- outputs
+def plan_outputs(
+    pairs: list[tuple[str, str | None]], inputs: list[tuple[str, object]] = (), regular_only: tuple[str, ...] = ()
+) -> dict[str, Output]:
+    """Check every output of a command before it runs: each writable, none the same as another or as an input."""
+    outs = {
+        flag: plan_output(flag, dest, regular_only=flag in regular_only) for flag, dest in pairs if dest is not None
+    }
+    check_distinct(outs.values(), inputs)
+    return outs
+
+
+def input_paths(args, session=None) -> list[tuple[str, object]]:
+    """The files `run`/`bench` read: the model (and its IR weights), --input files, a delegate given by path."""
+    found: list[tuple[str, object]] = [("the model", args.model)]
+    model = Path(args.model)
+    if model.suffix.lower() == ".xml":
+        found.append(("the model's weights", model.with_suffix(".bin")))
+    elif model.suffix.lower() == ".onnx" and os.path.isfile(model):
+        from edge_runtime.runtime.model import onnx_external_files
+
+        try:
+            found += [("the model's external data", e) for e in onnx_external_files(model)]
+        except EdgeRuntimeError:
+            pass  # an unreadable model is refused, with its reason, when it is loaded
+    for spec in args.input or []:
+        for p in {spec, spec.partition("=")[2] or spec}:
+            found.append(("an --input file", p))
+    if getattr(args, "delegate", None) and os.sep in args.delegate:
+        found.append(("the --delegate library", args.delegate))
+    return found
+
+
+def key_values(pairs: list[str] | None, flag: str) -> dict[str, str]:
+    out = {}
+    for item in pairs or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"{flag} {item!r}: expected KEY=VALUE")
+        out[key] = value
+    return out
+
+
+def cpus_arg(text: str | None, root=None) -> list[int] | None:
+    """A CPU list, or `board`: the detected board profile's CPUs to isolate."""
+    if text is None:
+        return None
+    from edge_runtime.system.cpulist import parse_cpu_list
+
+    if text == "board":
+        from edge_runtime.system.boards import detect
+        from edge_runtime.system.root import SystemRoot
+
+        root = root or SystemRoot("/")
+        board = detect(root)
+        chosen = board.suggested_isolated(root.online_cpus()) if board else []
+        if not chosen:
+            raise UsageError("--cpus board: no board profile matches this machine", hint="give --cpus LIST")
+        return chosen
+
+    try:
+        cpus = parse_cpu_list(text)
+    except ValueError as err:
+        raise UsageError(f"--cpus {text!r}: not a CPU list ({err})", hint="e.g. 2-3 or 1,3") from err
+    if not cpus:
+        raise UsageError(f"--cpus {text!r}: empty CPU list")
+    return cpus
+
+
+def load_kwargs(args) -> dict:
+    """The `load()` arguments that `add_model_options` flags describe."""
+    return {
+        "backend": args.backend,
+        "device": args.device,
+        "delegate": args.delegate,
+        "delegate_options": key_values(args.delegate_option, "--delegate-option"),
+        "options": key_values(args.option, "--option"),
+        "threads": args.threads,
+        "cpus": cpus_arg(args.cpus),
+        "fallback": args.allow_fallback,
+    }
+
+
+def load_inputs(specs: list[str] | None, session, seed: int) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    given: dict[str, np.ndarray] = {}
+    names = [t.name for t in session.inputs]
+    for spec in specs or []:
+        # NAME=FILE when NAME is one of the model's inputs; otherwise the whole value is a path (paths may hold '=').
+        name, sep, file = spec.partition("=")
+        if not sep or name not in names:
+            if sep and len(names) > 1:
+                raise FeedError(
+                    f"--input {spec!r}: the model has no input {name!r}", hint=f"its inputs are: {', '.join(names)}"
+                )
+            if len(names) != 1:
+                raise FeedError(
+                    f"--input {spec!r}: the model has {len(names)} inputs; write NAME=FILE.npy",
+                    hint=f"its inputs are: {', '.join(names)}",
+                )
+            name, file = names[0], spec
+        if name in given:
+            raise FeedError(f"--input {spec!r}: input {name!r} is given twice")
+        if not os.path.lexists(file):
+            raise FeedError(f"--input {spec!r}: no such file {file!r}")
+        given[name] = load_npy(file, "--input", error=FeedError)
+    return random_feeds(session.inputs, seed, given)

@@ -1,0 +1,95 @@
+"""`edge-runtime run`: load a model and run one inference (random inputs unless given)."""
+
+from __future__ import annotations
+
+import sys
+import time
+import warnings
+
+import numpy as np
+
+from edge_runtime.cli.common import (
+    PROG,
+    add_debug,
+    add_json,
+    add_model_options,
+    input_paths,
+    integer,
+    load_inputs,
+    load_kwargs,
+    plan_outputs,
+)
+from edge_runtime.system.files import write_json
+
+HELP = "load a model and run one inference (random inputs unless given)"
+
+
+def add_arguments(p) -> None:
+    add_model_options(p)
+    p.add_argument(
+        "--top",
+        type=integer(0, 10**6),
+        default=5,
+        metavar="K",
+        help="how many top values per output to show (default 5)",
+    )
+    add_json(p)
+    add_debug(p)
+
+
+def _top(info, arr: np.ndarray, k: int) -> list[list[float]]:
+    real = info.dequantize(arr) if info.quantization is not None else arr
+    flat = np.asarray(real).reshape(-1)
+    if flat.dtype.kind not in "fiub" or flat.size == 0:
+        return []
+    idx = np.argsort(-flat.astype(np.float64), kind="stable")[:k]
+    return [[int(i), float(flat[i])] for i in idx]
+
+
+def run(args) -> int:
+    from edge_runtime.runtime.session import load
+
+    outs = plan_outputs([("--json", args.json)], input_paths(args))
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        session = load(args.model, **load_kwargs(args), sandbox=not args.no_sandbox)
+    for w in caught:
+        print(f"{PROG}: warning: {w.message}", file=sys.stderr)
+    load_ms = (time.perf_counter() - t0) * 1e3
+    with session:
+        feeds, sources = load_inputs(args.input, session, args.seed)
+        t1 = time.perf_counter()
+        outputs = session.infer(feeds)
+        infer_ms = (time.perf_counter() - t1) * 1e3
+        doc = {
+            "schema": "edge-runtime/run/1",
+            "model": {"path": str(session.model.path), "sha256": session.model.sha256, "format": session.model.format},
+            "backend": session.backend.to_dict(),
+            "inputs": [{**t.to_dict(), "source": sources[t.name]} for t in session.inputs],
+            "outputs": [{**t.to_dict(), "top": _top(t, outputs[t.name], args.top)} for t in session.outputs],
+            "timing_ms": {"load": round(load_ms, 3), "first_inference": round(infer_ms, 3)},
+        }
+    if "--json" in outs:
+        write_json(doc, outs["--json"])
+        if outs["--json"].is_stdout:
+            return 0
+    print(render(doc), end="")
+    return 0
+
+
+def render(doc: dict) -> str:
+    model, b = doc["model"], doc["backend"]
+    where = b["device"] + (f", delegate {b['delegate']}" if b["delegate"] else "")
+    fb = f"  FALLBACK to CPU: {b['fallback_reason']}" if b["fallback"] else ""
+    lines = [
+        f"model    {model['path']}  ({model['format']}, sha256 {model['sha256'][:12]})",
+        f"backend  {b['name']} {b['version']} on {where}{fb}",
+    ]
+    lines += [f"input    {t['name']}  {tuple(t['shape'])} {t['dtype']}  <- {t['source']}" for t in doc["inputs"]]
+    for t in doc["outputs"]:
+        top = "  ".join(f"[{i}]={v:.4g}" for i, v in t["top"])
+        lines.append(f"output   {t['name']}  {tuple(t['shape'])} {t['dtype']}  top: {top}")
+    timing = doc["timing_ms"]
+    lines.append(f"time     load {timing['load']:.1f} ms, first inference {timing['first_inference']:.3f} ms")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,131 @@
+"""What a bench run *is*, as data: a `BenchRequest` holds everything that decides a measurement (the model, where and
+how it runs, how long, under what load and thermal limits) and nothing that only a local caller has (a feeds
+function, output files, a progress callback, a stop flag: those are arguments of `run_bench`). It round-trips
+through JSON, so the host can send it to a board's agent and the board runs exactly what `edge-runtime bench`
+would with the same flags.
+
+The bounds on every number live here, once: the CLI's flag types and `BenchRequest.validate()` use the same ones.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from edge_runtime.errors import UserError
+from edge_runtime.measure.corunners import StressSpec
+from edge_runtime.results import Record
+
+REQUEST_SCHEMA = "edge-runtime/bench-request/1"
+
+MAX_THREADS = 1024  # more inference threads than any board has cores, by far
+MAX_WARMUP = 50_000_000  # untimed calls; use warmup_s for long warm-ups
+MAX_WARMUP_S = 3600.0
+MAX_DURATION_S = 7 * 86400.0  # a longer soak is a campaign of runs; one run keeps at most 50 M samples anyway
+SAMPLE_INTERVAL_S = (1e-3, 3600.0)
+MAX_COOLDOWN_TIMEOUT_S = 86400.0
+PLATFORM_LATENCY_S = (1.0, 3600.0)  # cyclictest runs whole seconds
+MAX_SEED = 2**64 - 1
+DEFAULT_ITERATIONS = 1000
+
+
+@dataclass(frozen=True)
+class BenchRequest(Record):
+    """One bench run, as data. `model` is a path on the machine that runs it; `model_sha256`, when given, must match
+    the file (the agent keeps models by hash). Without `iterations` and `duration_s`, 1000 iterations."""
+
+    model: str
+    model_sha256: str | None = None
+    backend: str | None = None
+    device: str | None = None
+    delegate: str | None = None
+    delegate_options: Mapping[str, str] = field(default_factory=dict)
+    options: Mapping[str, str] = field(default_factory=dict)
+    fallback: bool = False
+    threads: int | None = None
+    cpus: tuple[int, ...] | None = None
+    rt_priority: int | None = None
+    mlock: bool = False
+    warmup: int = 50
+    warmup_s: float | None = None
+    iterations: int | None = None
+    duration_s: float | None = None
+    stress: tuple[StressSpec, ...] = ()
+    platform_latency_s: float | None = None
+    seed: int = 0
+    sandbox: bool = True  # load the model in the crash-check child first
+    thermal_limit_c: float | None = None
+    cooldown_to_c: float | None = None
+    cooldown_timeout_s: float = 600.0
+    sample_interval_s: float = 0.25
+    schema: str = REQUEST_SCHEMA
+
+    @property
+    def length(self) -> tuple[int | None, float | None]:
+        """(iterations, duration_s) as the run uses them: the default is 1000 iterations."""
+        if self.iterations is None and self.duration_s is None:
+            return DEFAULT_ITERATIONS, None
+        return self.iterations, self.duration_s
+
+    def validate(self) -> BenchRequest:
+        """Refuse what cannot be measured, naming the field (a request from the wire is as untrusted as a flag)."""
+        from edge_runtime.measure.loop import max_samples
+        from edge_runtime.system.thermal import SILICON_RANGE_C
+
+        if self.schema != REQUEST_SCHEMA:
+            raise UserError(f"bench request: schema {self.schema!r} is not {REQUEST_SCHEMA}")
+        if not isinstance(self.model, str) or not self.model:
+            raise UserError("bench request: model: a path is needed")
+        if self.iterations is not None and self.duration_s is not None:
+            raise UserError("bench request: give iterations or duration_s, not both")
+        _int("iterations", self.iterations, 1, max_samples(), "samples fit in this machine's memory")
+        _int("warmup", self.warmup, 0, MAX_WARMUP)
+        _int("threads", self.threads, 1, MAX_THREADS)
+        _int("rt_priority", self.rt_priority, 1, 99)
+        _int("seed", self.seed, 0, MAX_SEED)
+        _real("duration_s", self.duration_s, 0.0, MAX_DURATION_S, low_open=True)
+        _real("warmup_s", self.warmup_s, 0.0, MAX_WARMUP_S)
+        _real("sample_interval_s", self.sample_interval_s, *SAMPLE_INTERVAL_S)
+        _real("cooldown_timeout_s", self.cooldown_timeout_s, 0.0, MAX_COOLDOWN_TIMEOUT_S)
+        _real("platform_latency_s", self.platform_latency_s, *PLATFORM_LATENCY_S)
+        for name in ("thermal_limit_c", "cooldown_to_c"):
+            _real(name, getattr(self, name), *SILICON_RANGE_C)
+        if self.cpus is not None:
+            if not self.cpus or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in self.cpus):
+                raise UserError(f"bench request: cpus {list(self.cpus)!r}: a list of CPU numbers")
+        for s in self.stress:
+            if s.kind not in ("cpu", "memory") or not s.cpus:
+                raise UserError(f"bench request: stress {s.to_dict()!r}: kind cpu|memory on at least one CPU")
+        for name in ("delegate_options", "options"):
+            if not all(isinstance(k, str) and isinstance(v, str) for k, v in getattr(self, name).items()):
+                raise UserError(f"bench request: {name}: string keys and values")
+        return self
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> BenchRequest:
+        """From a decoded JSON object, checked: unknown keys are refused (a typo would silently change the run)."""
+        req = cls.from_dict(data, "bench request")
+        if req.extra:
+            raise UserError(f"bench request: unknown key(s) {', '.join(map(repr, req.extra))}")
+        return req.validate()
+
+
+def _int(name: str, value, low: int, high: int, why: str = "") -> None:
+    if value is None:
+        return
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise UserError(f"bench request: {name} {value!r}: not a whole number")
+    if not low <= value <= high:
+        raise UserError(f"bench request: {name} {value}: must be {low} to {high:,}" + (f" ({why})" if why else ""))
+
+
+def _real(name: str, value, low: float, high: float, low_open: bool = False) -> None:
+    if value is None:
+        return
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        raise UserError(f"bench request: {name} {value!r}: not a finite number")
+    if value < low or (low_open and value == low) or value > high:
+        raise UserError(f"bench request: {name} {value}: must be {'above' if low_open else 'at least'} {low:g} "
+                        f"and at most {high:g}")  # fmt: skip

@@ -1,0 +1,393 @@
+"""Typed result records: what `edge-runtime bench` writes (schema `edge-runtime/bench/1`) and what the host's store
+and reports read, through the same code.
+
+The records are frozen dataclasses. `to_dict()` gives the JSON shape of the schema, key for key and in order;
+`from_dict()` reads it back, converting nested sections, tolerating keys an older writer left out (they read as None)
+and keeping keys a newer writer of the same major version added (`extra`), so a file survives a round trip. `load()`
+refuses, with one line, a file that is not a result, an unknown schema or a newer major version.
+
+Never: import anything of edge_runtime but errors (the host imports this module alone), or carry private data: the
+latency samples travel beside a result (`measure.bench.BenchRun`), not inside it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+from edge_runtime.errors import UserError
+
+BENCH_SCHEMA_NAME = "edge-runtime/bench"
+BENCH_SCHEMA_MAJOR = 1
+BENCH_SCHEMA = f"{BENCH_SCHEMA_NAME}/{BENCH_SCHEMA_MAJOR}"
+MAX_RESULT_BYTES = 256 << 20  # a result with a long thermal timeline is a few MB; a larger file is not one of ours
+
+R = TypeVar("R", bound="Record")
+
+
+# Field metadata: a key left out of to_dict() when None (a key the schema has only sometimes, e.g. `aborted`).
+OMIT_NONE = types.MappingProxyType({"omit_none": True})
+
+
+@dataclass(frozen=True)
+class Record:
+    """Base of every record: to_dict()/from_dict() driven by the field types. Unknown keys land in `extra`."""
+
+    # Keys read that this version does not know: written back after the known ones (a newer minor version's keys).
+    extra: Mapping[str, Any] = field(
+        default_factory=dict, repr=False, compare=False, kw_only=True, metadata={"extra": True}
+    )
+
+    _hints: ClassVar[dict[type, dict[str, Any]]] = {}
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            if f.metadata.get("extra"):
+                continue
+            value = getattr(self, f.name)
+            if value is None and f.metadata.get("omit_none"):
+                continue
+            out[f.metadata.get("key", f.name)] = _plain(value)
+        for k, v in self.extra.items():
+            out.setdefault(k, _plain(v))
+        return out
+
+    @classmethod
+    def from_dict(cls: type[R], data: Mapping[str, Any], where: str = "") -> R:
+        if not isinstance(data, Mapping):
+            raise UserError(f"{where or cls.__name__}: expected an object, got {type(data).__name__}")
+        hints = cls._type_hints()
+        known: dict[str, Any] = {}
+        names = set()
+        for f in dataclasses.fields(cls):
+            if f.metadata.get("extra"):
+                continue
+            key = f.metadata.get("key", f.name)
+            names.add(key)
+            if key in data:
+                known[f.name] = _convert(hints[f.name], data[key], f"{where}.{key}" if where else key)
+        extra = {k: v for k, v in data.items() if k not in names}
+        try:
+            return cls(**known, extra=extra)
+        except TypeError as err:  # a required key missing
+            raise UserError(f"{where or cls.__name__}: {err}") from err
+
+    @classmethod
+    def _type_hints(cls) -> dict[str, Any]:
+        if cls not in Record._hints:
+            Record._hints[cls] = typing.get_type_hints(cls)
+        return Record._hints[cls]
+
+
+def _plain(value):
+    if isinstance(value, Record):
+        return value.to_dict()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _convert(hint, value, where: str):
+    """`value` read from JSON, made into what `hint` says: records, tuples of records, tuples for lists."""
+    if value is None:
+        return None
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(hint):
+            if arg is type(None):
+                continue
+            return _convert(arg, value, where)
+    if isinstance(hint, type) and issubclass(hint, Record):
+        return hint.from_dict(value, where)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise UserError(f"{where}: expected a list, got {type(value).__name__}")
+        args = typing.get_args(hint)
+        item = args[0] if args else Any
+        return tuple(_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value))
+    return value
+
+
+# --------------------------------------------------------------------------------------------------- the sections
+@dataclass(frozen=True)
+class ModelInfo(Record):
+    path: str = ""
+    sha256: str = ""
+    format: str = ""
+    precision: str = "unknown"  # int8 | fp32 | fp16 | mixed | unknown
+
+
+@dataclass(frozen=True)
+class BackendSection(Record):
+    """What actually ran (DESIGN.md: never the requested device where a fallback happened)."""
+
+    name: str = ""
+    version: str = ""
+    device: str = ""
+    delegate: str | None = None
+    fallback: bool = False
+    fallback_reason: str | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Config(Record):
+    threads: int | None = None
+    cpus: tuple[int, ...] | None = None
+    rt_priority: int | None = None
+    mlock: bool = False
+    warmup: int | None = None  # warm-up calls made
+    iterations: int | None = None
+    duration_s: float | None = None
+    stress: tuple[Mapping[str, Any], ...] = ()
+    timed_call: str | None = None
+
+
+@dataclass(frozen=True)
+class Latency(Record):
+    """Microseconds; percentiles by nearest rank (`quality.percentile_method`)."""
+
+    count: int = 0
+    min: float | None = None
+    mean: float | None = None
+    std: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    p999: float | None = None
+    p9999: float | None = None
+    max: float | None = None
+
+
+@dataclass(frozen=True)
+class Jitter(Record):
+    p99_minus_p50: float | None = None
+    max_minus_min: float | None = None
+
+
+@dataclass(frozen=True)
+class ThreadPin(Record):
+    tid: int = 0
+    name: str = ""
+    cpus: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Pinning(Record):
+    requested: tuple[int, ...] | None = None
+    all_threads_pinned: bool = False
+    threads: tuple[ThreadPin, ...] = ()
+
+
+@dataclass(frozen=True)
+class OtherTask(Record):
+    """A process that used a measured CPU during the measured part (or was running there and ended meanwhile)."""
+
+    pid: int = 0
+    comm: str = ""
+    cpus: tuple[int, ...] = ()
+    cpu_s: float | None = None
+    ended: bool = False
+
+
+@dataclass(frozen=True)
+class Interference(Record):
+    """On the measured CPUs, during the measured part only. None means unknown, never zero."""
+
+    cpus: tuple[int, ...] = ()
+    interrupts: int | None = None
+    interrupts_per_cpu: Mapping[str, Any] | None = None
+    context_switches_involuntary: int | None = None
+    context_switches_voluntary: int | None = None
+    migrations: int | None = None
+    page_faults_major: int | None = None
+    runqueue_wait_ms: float | None = None
+    runqueue_wait_share: float | None = None
+    other_tasks: tuple[OtherTask, ...] = ()
+
+
+@dataclass(frozen=True)
+class ZoneSection(Record):
+    name: str = ""
+    type: str = ""
+    start_c: float | None = None
+    end_c: float | None = None
+    trips: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class ThermalPoint(Record):
+    """One sample of the thermal sampler, placed on the latency samples (`sample_index`)."""
+
+    t_s: float = 0.0
+    max_c: float | None = None
+    temps_c: Mapping[str, float] = field(default_factory=dict)
+    freq_khz: Mapping[str, int | None] = field(default_factory=dict)
+    power_w: float | None = None
+    throttled: bool = False
+    sampler_cpus: tuple[int, ...] | None = None
+    sample_index: int | None = None
+
+
+@dataclass(frozen=True)
+class Thermal(Record):
+    available: bool = False
+    start_c: float | None = None
+    max_c: float | None = None
+    end_c: float | None = None
+    limit_c: float | None = None
+    limit_source: str | None = None
+    headroom_c: float | None = None
+    throttled: bool | None = None
+    throttle_started_s: float | None = None
+    throttle_reasons: tuple[str, ...] = ()
+    latency_drift_pct: float | None = None
+    zones: tuple[ZoneSection, ...] = ()
+    firmware_throttled: Mapping[str, Any] | None = None
+    sensors_skipped: int = 0
+    cooldown: Mapping[str, Any] | None = None
+    sampler_warning: str | None = None
+    sampler: Mapping[str, Any] | None = None
+    timeline: tuple[ThermalPoint, ...] = ()
+
+
+@dataclass(frozen=True)
+class Power(Record):
+    available: bool = False
+    rail: str | None = None
+    avg_w: float | None = None
+    energy_per_inference_uj: float | None = None
+    note: str | None = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass(frozen=True)
+class Quality(Record):
+    timer_overhead_ns: int | None = None
+    percentile_method: str = ""
+    unstable: bool | None = None  # None: too few samples to tell
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Environment(Record):
+    """The observed system (from --sysroot, or this machine) and the process that measured; `measured_on` says what
+    the model really ran on when the two differ."""
+
+    sysroot: str | None = None
+    board: str | None = None
+    kernel: str | None = None
+    cmdline: str | None = None
+    cpu_model: str | None = None
+    governor: Mapping[str, str] = field(default_factory=dict)
+    isolated_cpus: tuple[int, ...] = ()
+    online_cpus: tuple[int, ...] = ()
+    python: str | None = None
+    packages: Mapping[str, str] = field(default_factory=dict)
+    hostname: str | None = None
+    measured_on: Mapping[str, Any] | None = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass(frozen=True)
+class Aborted(Record):
+    """A run that stopped early and kept what it measured: `kind` thermal (limit crossed) or interrupted (a signal)."""
+
+    kind: str = ""
+    reason: str = ""
+    signal: str | None = field(default=None, metadata=OMIT_NONE)
+    at_s: float | None = None
+    partial: bool = True
+
+
+@dataclass(frozen=True)
+class BenchResult(Record):
+    """One `edge-runtime bench` run: schema `edge-runtime/bench/1`."""
+
+    schema: str = BENCH_SCHEMA
+    model: ModelInfo = field(default_factory=ModelInfo)
+    backend: BackendSection = field(default_factory=BackendSection)
+    config: Config = field(default_factory=Config)
+    latency_us: Latency = field(default_factory=Latency)
+    jitter_us: Jitter = field(default_factory=Jitter)
+    throughput_ips: float | None = None
+    pinning: Pinning = field(default_factory=Pinning)
+    interference: Interference = field(default_factory=Interference)
+    isolation: Mapping[str, Any] = field(default_factory=dict)
+    platform_latency: Mapping[str, Any] | None = None
+    thermal: Thermal = field(default_factory=Thermal)
+    power: Power = field(default_factory=Power)
+    quality: Quality = field(default_factory=Quality)
+    environment: Environment = field(default_factory=Environment)
+    started_at: str | None = None
+    wall_s: float | None = None
+    aborted: Aborted | None = field(default=None, metadata=OMIT_NONE)
+    # [latency in whole microseconds, count] for every value seen: the distribution, small enough to keep.
+    histogram_us: tuple[tuple[int, int], ...] = ()
+
+
+# ---------------------------------------------------------------------------------------------------------- load
+KNOWN = {BENCH_SCHEMA_NAME: (BENCH_SCHEMA_MAJOR, BenchResult)}
+
+
+def parse_schema(text: object) -> tuple[str, int, int]:
+    """`edge-runtime/bench/1` or `edge-runtime/bench/1.2` -> (name, major, minor)."""
+    if not isinstance(text, str) or "/" not in text:
+        raise ValueError(f"{text!r} is not a schema name")
+    name, _, version = text.rpartition("/")
+    major, _, minor = version.partition(".")
+    if not major.isascii() or not major.isdecimal() or (minor and not (minor.isascii() and minor.isdecimal())):
+        raise ValueError(f"{text!r} has no version number")
+    return name, int(major), int(minor or 0)
+
+
+def load(source: str | os.PathLike[str] | Mapping[str, Any]) -> BenchResult:
+    """A result record from a file or a dict. Refuses, with one line naming the file: no JSON, no schema, an unknown
+    schema, or a newer major version than this one reads (`upgrade edge-runtime`). Older files of the same major
+    version read, with the keys they lack as None."""
+    where = "result"
+    if isinstance(source, Mapping):
+        data = source
+    else:
+        from edge_runtime.system.files import open_input
+
+        where = f"result {str(source)!r}"
+        with open_input(source, "result", max_bytes=MAX_RESULT_BYTES) as f:
+            raw = f.read()
+
+        def refuse_constant(name: str):
+            raise ValueError(f"{name} is not JSON")
+
+        try:
+            data = json.loads(raw, parse_constant=refuse_constant)
+        except (ValueError, UnicodeDecodeError) as err:
+            raise UserError(f"{where}: not a JSON result ({' '.join(str(err).split())[:120]})") from err
+    if not isinstance(data, Mapping):
+        raise UserError(f"{where}: not a result (a JSON {type(data).__name__}, not an object)")
+    if "schema" not in data:
+        raise UserError(f"{where}: no 'schema' key: not an edge-runtime result")
+    try:
+        name, major, _ = parse_schema(data["schema"])
+    except ValueError as err:
+        raise UserError(f"{where}: schema {data['schema']!r} is not one edge-runtime writes ({err})") from err
+    if name not in KNOWN:
+        reads = ", ".join(f"{n}/{m}" for n, (m, _) in KNOWN.items())
+        raise UserError(f"{where}: schema {data['schema']!r} is not one this version reads (it reads {reads})")
+    newest, cls = KNOWN[name]
+    if major > newest:
+        raise UserError(
+            f"{where}: written by a newer edge-runtime (schema {data['schema']}); this version reads up to "
+            f"{name}/{newest}",
+            hint="upgrade edge-runtime to read it",
+        )
+    if major < 1:
+        raise UserError(f"{where}: schema {data['schema']!r}: no such version")
+    return cls.from_dict(data, where)

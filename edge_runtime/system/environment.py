@@ -1,0 +1,54 @@
+"""Where a run happened: the observed system (from the system root only) and the process that measured (this
+machine's Python and packages). Read once per run and kept with the result, so runs from different boards are never
+mixed up.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Iterable
+from importlib.metadata import PackageNotFoundError, version
+
+from edge_runtime.system.root import SystemRoot
+
+
+def packages(distributions: Iterable[str]) -> dict[str, str]:
+    """Installed versions of these distributions (the ones not installed are left out)."""
+    out = {}
+    for dist in distributions:
+        try:
+            out[dist] = version(dist)
+        except PackageNotFoundError:
+            continue
+    return out
+
+
+def environment(root: SystemRoot, cpus: list[int] | None, package_versions: dict[str, str]) -> dict:
+    """Where the run happened. The observed system (board, kernel, command line, CPU, governors, isolation) comes from
+    the system root and only from it: with --sysroot a captured tree describes a board, and nothing of this machine is
+    mixed in. What belongs to the process (Python, packages, the kernel it really ran on) is this machine's, and
+    `measured_on` says so whenever the two differ."""
+    govs = root.governors()
+    env = {
+        "sysroot": str(root.root),
+        "board": root.board_model() or None,
+        "kernel": root.kernel() or (platform.release() if root.is_live else None),
+        "cmdline": root.cmdline(),
+        "cpu_model": root.cpu_model() or ((platform.processor() or None) if root.is_live else None),
+        "governor": {str(c): govs[c] for c in (cpus or govs) if c in govs},
+        "isolated_cpus": root.cpus("isolated") or [],
+        "online_cpus": root.online_cpus(),
+        "python": platform.python_version(),
+        "packages": package_versions,
+        "hostname": platform.node(),
+    }
+    if not root.is_live:
+        live = SystemRoot("/")
+        env["measured_on"] = {
+            "note": "the model ran on this machine; board, kernel, cmdline, cpu_model, governor and CPU sets above "
+            "were read from the --sysroot tree",
+            "kernel": live.kernel() or platform.release(),
+            "cpu_model": live.cpu_model() or platform.processor() or None,
+            "online_cpus": live.online_cpus(),
+        }
+    return env

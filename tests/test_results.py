@@ -1,0 +1,171 @@
+"""Result records (edge_runtime.results) and bench requests (edge_runtime.measure.request): the JSON shape both sides
+of the wire share, read back through one piece of code."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, artifact, need
+from helpers import run_cli
+
+from edge_runtime import results
+from edge_runtime.cli.bench import request_from_args
+from edge_runtime.cli.main import build_parser
+from edge_runtime.errors import UserError
+from edge_runtime.measure.bench import run_bench
+from edge_runtime.measure.request import BenchRequest
+from edge_runtime.system import SystemRoot
+
+DATA = ROOT / "tests" / "data"
+BEFORE = sorted(DATA.glob("bench-v1-*.json"))  # written by edge-runtime bench before the restructure (issue 10)
+MODEL = artifact("digits_cnn", "_int8.onnx")
+
+
+def shape(o):
+    """The structure of a JSON value: keys of objects, the shape of a list's first item, the type of scalars."""
+    if isinstance(o, dict):
+        return {k: shape(v) for k, v in o.items()}
+    if isinstance(o, list):
+        return [shape(o[0])] if o else []
+    return "number" if isinstance(o, (int, float)) and not isinstance(o, bool) else type(o).__name__
+
+
+@pytest.mark.parametrize("path", BEFORE, ids=[p.name for p in BEFORE])
+def test_results_from_before_the_restructure_read_back_exactly(path):
+    raw = json.loads(path.read_text())
+    r = results.load(path)
+    assert isinstance(r, results.BenchResult) and r.schema == "edge-runtime/bench/1"
+    assert r.latency_us.count == raw["latency_us"]["count"] and r.latency_us.p99 == raw["latency_us"]["p99"]
+    assert isinstance(r.thermal.timeline, tuple) and all(
+        isinstance(p, results.ThermalPoint) for p in r.thermal.timeline
+    )
+    back = r.to_dict()
+    assert back == raw and list(back) == list(raw)  # key for key, in order
+    assert results.load(back) == r
+
+
+def test_a_bench_today_has_the_shape_of_one_from_before():
+    need("onnxruntime")
+    before = json.loads((DATA / "bench-v1-before-restructure.json").read_text())
+    proc = run_cli("bench", str(MODEL), "--cpus", "1", "--iterations", "300", "--stress", "cpu:0", "--json")
+    assert proc.returncode == 0, proc.stderr
+    now = json.loads(proc.stdout)
+    assert shape(now) == shape(before) | {"platform_latency": shape(now["platform_latency"])}
+    assert list(now) == list(before)
+    assert results.load(now).to_dict() == now
+
+
+@pytest.mark.parametrize(
+    ("doc", "needle"),
+    [
+        ({"schema": "edge-runtime/bench/2", "latency_us": {}}, "written by a newer edge-runtime"),
+        ({"schema": "edge-runtime/train/1"}, "is not one this version reads (it reads edge-runtime/bench/1)"),
+        ({"schema": "edge-runtime/bench/one"}, "has no version number"),
+        ({"schema": 7}, "is not one edge-runtime writes"),
+        ({"latency_us": {}}, "no 'schema' key"),
+        ([1, 2], "not a result (a JSON list"),
+        ({"schema": "edge-runtime/bench/1", "latency_us": [1]}, "latency_us: expected an object"),
+    ],
+)
+def test_what_is_not_a_result_this_version_reads_is_refused(tmp_path, doc, needle):
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps(doc))
+    with pytest.raises(UserError) as err:
+        results.load(f)
+    assert needle in str(err.value) and "\n" not in str(err.value) and str(f) in str(err.value)
+
+
+def test_not_json_nan_and_non_files_are_refused(tmp_path):
+    f = tmp_path / "r.json"
+    f.write_text('{"schema": "edge-runtime/bench/1", "wall_s": NaN}')
+    with pytest.raises(UserError, match="NaN is not JSON"):
+        results.load(f)
+    f.write_bytes(b"\xff\xfe garbage")
+    with pytest.raises(UserError, match="not a JSON result"):
+        results.load(f)
+    with pytest.raises(UserError, match="is a directory"):
+        results.load(tmp_path)
+
+
+def test_an_older_file_reads_with_unknown_keys_as_none_and_a_newer_minor_keeps_its_extras():
+    old = {"schema": "edge-runtime/bench/1", "latency_us": {"count": 3, "p50": 1.5}, "interference": {"interrupts": 4}}
+    r = results.load(old)
+    assert r.latency_us.p99 is None and r.interference.runqueue_wait_share is None and r.interference.interrupts == 4
+    newer = {"schema": "edge-runtime/bench/1.3", "latency_us": {"count": 3, "p50": 1.5, "p42": 1.2}, "gpu": {"w": 3}}
+    r = results.load(newer)
+    assert r.latency_us.extra == {"p42": 1.2} and r.extra == {"gpu": {"w": 3}}
+    assert r.to_dict()["latency_us"]["p42"] == 1.2 and r.to_dict()["gpu"] == {"w": 3}
+
+
+def test_a_record_is_frozen():
+    r = results.load(json.loads((DATA / "bench-v1-before-restructure.json").read_text()))
+    with pytest.raises(AttributeError):
+        r.wall_s = 0  # type: ignore[misc]
+
+
+# ------------------------------------------------------------------------------------------------- bench requests
+def test_a_bench_request_round_trips_through_json_and_runs_what_the_cli_runs(tmp_path):
+    need("onnxruntime")
+    flags = [
+        "bench",
+        str(MODEL),
+        "--cpus",
+        "1",
+        "--iterations",
+        "400",
+        "--warmup",
+        "20",
+        "--seed",
+        "7",
+        "--stress",
+        "cpu:0",
+        "--sample-interval",
+        "0.1",
+        "--no-sandbox",
+    ]
+    req = request_from_args(build_parser().parse_args(flags))
+    wire = json.dumps(req.to_dict())
+    again = BenchRequest.from_json(json.loads(wire))
+    assert again == req and again.stress[0].cpus == (0,)
+    out = tmp_path / "cli.json"
+    proc = run_cli(*flags, "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    cli = json.loads(out.read_text())
+    agent = run_bench(again, SystemRoot("/")).result.to_dict()
+    for section in ("model", "config", "backend"):
+        assert agent[section] == cli[section], section
+    assert agent["latency_us"]["count"] == cli["latency_us"]["count"] == 400
+    assert agent["pinning"]["all_threads_pinned"] and cli["pinning"]["all_threads_pinned"]
+    assert shape(agent) == shape(cli)
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        ({"iterations": 0}, "iterations 0: must be 1 to"),
+        ({"duration_s": float("nan")}, "duration_s nan: not a finite number"),
+        ({"iterations": 5, "duration_s": 1.0}, "give iterations or duration_s, not both"),
+        ({"thermal_limit_c": 1e21}, "thermal_limit_c 1e+21: must be at least -80"),
+        ({"cpus": [-1]}, "cpus [-1]: a list of CPU numbers"),
+        ({"threads": True}, "threads True: not a whole number"),
+        ({"stress": [{"kind": "gpu", "cpus": [0]}]}, "kind cpu|memory"),
+        ({"warmupp": 3}, "unknown key(s) 'warmupp'"),
+        ({"schema": "edge-runtime/bench-request/9"}, "is not edge-runtime/bench-request/1"),
+        ({"options": {"xnnpack": 0}}, "options: string keys and values"),
+    ],
+)
+def test_a_bench_request_from_the_wire_is_checked(change, needle):
+    doc = {**BenchRequest(model=str(MODEL)).to_dict(), **change}
+    with pytest.raises(UserError) as err:
+        BenchRequest.from_json(doc)
+    assert needle in str(err.value)
+
+
+def test_a_request_names_its_model_by_hash(tmp_path):
+    need("onnxruntime")
+    wrong = BenchRequest(model=str(MODEL), model_sha256="0" * 64, iterations=10, sandbox=False)
+    with pytest.raises(UserError, match="is not the requested 000000000000"):
+        run_bench(wrong, SystemRoot("/"))
+    assert Path(MODEL).exists()
