@@ -2,18 +2,19 @@
 
 For `digits_cnn` (trained): top-1 on the held-out split, agreement with the FP32 model, and latency. For `resnet8`
 (MLPerf Tiny shape, random weights): INT8 against FP32 latency on each backend. Latencies are a quick look (min and
-median of a few hundred runs); the measurement engine (`edge-runtime bench`) is the tool for real numbers.
+median of a few hundred runs, timed by the engine `edge-runtime bench` uses); `edge-runtime bench` is the tool for
+real numbers.
 """
 
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 import edge_runtime
+from edge_runtime.measure.loop import measure
 from edge_runtime.runtime import backends
 from edge_runtime.runtime.accuracy import classify
 
@@ -26,17 +27,11 @@ ARTIFACTS = {  # backend -> (fp32 file, int8 file), by suffix
 
 
 def latency_us(path: Path, backend: str, iterations: int = 300, warmup: int = 30) -> tuple[float, float]:
+    """(min, median) microseconds from the measurement engine `edge-runtime bench` uses (inputs bound once)."""
     with edge_runtime.load(path, backend=backend, threads=1) as s:
-        feeds = {t.name: np.zeros([d or 1 for d in t.shape], dtype=t.dtype) for t in s.inputs}
-        s.bind(feeds)
-        for _ in range(warmup):
-            s.run()
-        samples = np.empty(iterations, dtype=np.int64)
-        for i in range(iterations):
-            t0 = time.perf_counter_ns()
-            s.run()
-            samples[i] = time.perf_counter_ns() - t0
-    return float(samples.min()) / 1e3, float(np.median(samples)) / 1e3
+        s.bind({t.name: np.zeros([d or 1 for d in t.shape], dtype=t.dtype) for t in s.inputs})
+        m = measure(s.runner(), iterations=iterations, warmup=warmup)
+    return float(m.samples_ns.min()) / 1e3, float(np.median(m.samples_ns)) / 1e3
 
 
 def main() -> int:

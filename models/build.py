@@ -454,22 +454,11 @@ ORT_QUANT = {
 
 
 def write_onnx_int8(fp32_path: Path, calib: np.ndarray, int8_path: Path) -> None:
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        CalibrationMethod,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
+    sys.path.insert(0, str(ROOT))
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.it = iter(calib[i : i + 1] for i in range(len(calib)))
-
-        def get_next(self):
-            x = next(self.it, None)
-            return None if x is None else {"input": x}
+    from edge_runtime.quantize.data import calibration_reader  # the reader `edge-runtime quantize` uses
 
     with tempfile.TemporaryDirectory() as tmp:
         pre = Path(tmp) / "pre.onnx"
@@ -477,7 +466,7 @@ def write_onnx_int8(fp32_path: Path, calib: np.ndarray, int8_path: Path) -> None
         quantize_static(
             str(pre),
             str(int8_path),
-            Reader(),
+            calibration_reader([{"input": calib[i : i + 1]} for i in range(len(calib))]),
             quant_format=QuantFormat.QDQ,
             activation_type=QuantType.QUInt8,  # U8S8: on x86 without VNNI, S8S8 is slower than FP32 in ORT
             weight_type=QuantType.QInt8,
@@ -531,7 +520,7 @@ def tensor_specs(path: Path, fmt: str) -> tuple[list[dict], list[dict]]:
     import edge_runtime
 
     backend = {"onnx": "onnxruntime", "openvino": "openvino", "tflite": "tflite"}[fmt]
-    with edge_runtime.load(path, backend=backend, isolate=False) as s:
+    with edge_runtime.load(path, backend=backend, sandbox=False) as s:
 
         def spec(t):
             d = {"name": t.name, "shape": [int(x) for x in t.shape], "dtype": str(t.dtype)}

@@ -413,7 +413,7 @@ def test_non_finite_calibration_or_validation_data_is_a_user_error(tmp_path, dig
 
 def test_no_json_ever_holds_nan(tmp_path):
     need("onnxruntime")
-    from edge_runtime.system.files import dumps
+    from edge_runtime.system.outputs import dumps
 
     text = dumps({"a": float("nan"), "b": [np.float32("inf"), 1.5], "c": {"d": -np.inf}})
     assert strict_json(text) == {"a": None, "b": [None, 1.5], "c": {"d": None}}

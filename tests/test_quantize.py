@@ -10,7 +10,7 @@ import pytest
 from conftest import MANIFEST, MODELS, artifact, need, tomllib
 from helpers import assert_one_line_error, run_cli
 
-from edge_runtime.quantize.core import QuantizeConfig, choose_activations, run
+from edge_runtime.quantize import QuantizeConfig, choose_activations, run
 
 DIGITS_CAL = MODELS / "digits_cnn" / "digits_calibration.npz"
 DIGITS_VAL = MODELS / "digits_cnn" / "digits_test.npz"

@@ -14,12 +14,10 @@ import pytest
 from conftest import FIXTURES, artifact, need
 from helpers import bench, request, run_cli
 
+from edge_runtime.system.firmware import decode_throttled, parse_tegrastats, parse_throttled
 from edge_runtime.system.root import SystemRoot
 from edge_runtime.system.thermal import (
-    decode_throttled,
     millidegrees,
-    parse_tegrastats,
-    parse_throttled,
     pick_rail,
     read_snapshot,
     thermal_limit,

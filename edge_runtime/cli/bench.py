@@ -31,7 +31,7 @@ from edge_runtime.cli.common import (
 )
 from edge_runtime.measure.request import MAX_COOLDOWN_TIMEOUT_S, PLATFORM_LATENCY_S, SAMPLE_INTERVAL_S
 from edge_runtime.system.cpulist import format_cpu_list
-from edge_runtime.system.files import write_json, write_output
+from edge_runtime.system.outputs import write_json, write_output
 
 HELP = "measure latency and jitter on pinned CPUs, with the interference that caused them"
 SHOWN = [("min", "min"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p99.9", "p999"), ("p99.99", "p9999"),
@@ -145,7 +145,7 @@ def request_from_args(args):
 
 
 def run(args) -> int:
-    from edge_runtime.cli.main import SIGNALS
+    from edge_runtime.cli.signals import SIGNALS
     from edge_runtime.measure.bench import run_bench
     from edge_runtime.measure.loop import StopRequest
     from edge_runtime.measure.stats import cyclictest_histogram

@@ -16,7 +16,8 @@ import numpy as np
 from edge_runtime.errors import EdgeRuntimeError, FeedError, UserError
 from edge_runtime.measure.request import MAX_DURATION_S, MAX_THREADS, MAX_WARMUP, MAX_WARMUP_S
 from edge_runtime.runtime.feeds import random_feeds
-from edge_runtime.system.files import Output, check_distinct, check_input, load_npy, plan_output
+from edge_runtime.system.files import check_input, load_npy
+from edge_runtime.system.outputs import Output, check_distinct, plan_output
 
 PROG = "edge-runtime"
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from edge_runtime import __version__
 from edge_runtime.cli.common import add_debug, add_json, add_sysroot, plan_outputs, sysroot
-from edge_runtime.system.files import write_json
+from edge_runtime.system.outputs import write_json
 
 HELP = "backends, devices and delegates installed; CPUs and isolation; the board"
 

@@ -13,7 +13,8 @@ import warnings
 from edge_runtime import __version__
 from edge_runtime.cli import bench, info, quantize, run, thermal, tune
 from edge_runtime.cli.common import PROG, Parser, UsageError
-from edge_runtime.errors import EdgeRuntimeError, Interrupted
+from edge_runtime.cli.signals import SIGNALS
+from edge_runtime.errors import EdgeRuntimeError
 
 # The order `--help` lists them in.
 COMMANDS = {"info": info, "run": run, "bench": bench, "quantize": quantize, "thermal": thermal, "tune": tune}
@@ -32,42 +33,6 @@ def build_parser() -> Parser:
 def _one_line_warning(message, category, filename, lineno, file=None, line=None):
     if sys.stderr is not None:
         print(f"{PROG}: warning: {' '.join(str(message).split())}", file=sys.stderr)
-
-
-class _Signals:
-    """SIGINT, SIGTERM and SIGHUP end a command as Ctrl-C does (co-runners stopped, scheduling restored on the way
-    out) and it exits 128 + the signal. While a bench measures (`stop` set), the signal only asks the loop to end at
-    the next chunk, so the partial result is kept and written, marked interrupted."""
-
-    stop = None
-
-    pid = os.getpid()
-
-    def handler(self, signum, frame) -> None:
-        if os.getpid() != self.pid:
-            # A child forked by a library (multiprocessing): not ours to interpret; die as the signal says.
-            import signal
-
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-            return
-        if self.stop is not None and self.stop.armed:
-            self.stop.request(signum)
-            return
-        raise Interrupted(signum)
-
-    def install(self) -> None:
-        import signal
-
-        self.pid = os.getpid()
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            try:
-                signal.signal(sig, self.handler)
-            except (ValueError, OSError):  # not the main thread (main() called from a library): leave them
-                return
-
-
-SIGNALS = _Signals()
 
 
 def _reopen_closed_std_fds() -> set[int]:
@@ -93,9 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     if not debug:
         warnings.showwarning = _one_line_warning
     closed = _reopen_closed_std_fds()
-    from edge_runtime.system import files
+    from edge_runtime.system import outputs
 
-    files.CLOSED_STD_FDS.update(closed)
+    outputs.CLOSED_STD_FDS.update(closed)
 
     def err_line(text: str) -> None:
         if sys.stderr is not None and 2 not in closed:

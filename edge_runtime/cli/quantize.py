@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from edge_runtime.cli.common import PROG, UsageError, add_debug, add_json, path_arg, real
-from edge_runtime.system.files import write_json
+from edge_runtime.system.outputs import write_json
 
 HELP = "FP32 ONNX -> INT8 with calibration data, checked against FP32, mixed precision"
 

@@ -19,7 +19,7 @@ from edge_runtime.cli.common import (
     load_kwargs,
     plan_outputs,
 )
-from edge_runtime.system.files import write_json
+from edge_runtime.system.outputs import write_json
 
 HELP = "load a model and run one inference (random inputs unless given)"
 

@@ -16,7 +16,7 @@ from edge_runtime.cli.common import (
     real,
     sysroot,
 )
-from edge_runtime.system.files import finite, write_json
+from edge_runtime.system.outputs import finite, write_json
 
 HELP = "thermal zones, sensors, trip points, frequencies, power rails and headroom"
 

@@ -12,7 +12,8 @@ from edge_runtime.cli.common import (
     plan_outputs,
     sysroot,
 )
-from edge_runtime.system.files import write_json
+from edge_runtime.system.audit import audit
+from edge_runtime.system.outputs import write_json
 
 HELP = "audit CPU isolation (show), or apply/reset it with the system_tuning scripts"
 
@@ -78,7 +79,7 @@ def run(args) -> int:
     outs = plan_outputs([("--json", args.json)])
     if args.action == "show":
         cpus = _tune_cpus(args, root)
-        checks = tuning.audit(root, cpus)
+        checks = audit(root, cpus)
         failed = [c for c in checks if c.status == "fail"]
         doc = {
             "schema": "edge-runtime/tune/1",

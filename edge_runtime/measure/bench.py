@@ -18,9 +18,7 @@ progress callback, a stop flag) are arguments here.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -33,7 +31,9 @@ from edge_runtime.errors import CheckFailedError, Interrupted, UserError
 from edge_runtime.measure.corunners import CoRunner
 from edge_runtime.measure.interference import competing_tasks, counters, interrupt_delta
 from edge_runtime.measure.loop import Measurement, StopRequest, hdr_log_text, measure
+from edge_runtime.measure.prepare import Prepared, prepare
 from edge_runtime.measure.request import BenchRequest
+from edge_runtime.measure.sections import power_section, precision, thermal_section
 from edge_runtime.measure.stats import PERCENTILE_METHOD, histogram_us, jitter, stability, summarize
 from edge_runtime.results import (
     Aborted,
@@ -47,18 +47,12 @@ from edge_runtime.results import (
     ModelInfo,
     OtherTask,
     Pinning,
-    Power,
     Quality,
-    Thermal,
-    ThermalPoint,
     ThreadPin,
-    ZoneSection,
 )
 from edge_runtime.runtime.feeds import random_feeds
-from edge_runtime.system.cpulist import format_cpu_list
 from edge_runtime.system.environment import environment, packages
-from edge_runtime.system.files import Output, plan_output, write_output
-from edge_runtime.system.isolation import isolation_report
+from edge_runtime.system.outputs import Output, plan_output, write_output
 from edge_runtime.system.process import (
     cpu_times_by_task,
     mlock_all,
@@ -70,7 +64,7 @@ from edge_runtime.system.process import (
 )
 from edge_runtime.system.root import SystemRoot
 from edge_runtime.system.sampler import Sampler
-from edge_runtime.system.thermal import Snapshot, pick_rail, read_snapshot, thermal_limit, throttle_reasons
+from edge_runtime.system.thermal import read_snapshot
 
 TIMED_CALL = (
     "Session.runner(): the backend's run call on inputs bound once (outputs not copied out), timed in Python around "
@@ -84,16 +78,6 @@ class BenchRun:
 
     result: BenchResult
     samples_ns: np.ndarray
-
-
-@dataclass
-class _Prepared:
-    isolation: dict
-    platform_latency: dict | None
-    limit_c: float | None
-    limit_source: str
-    cooldown: dict | None
-    snap_start: Snapshot
 
 
 @dataclass
@@ -129,7 +113,7 @@ def run_bench(
     request.validate()
     say = progress or (lambda _msg: None)
     hdr_out = plan_output("hdr_log", hdr_log) if isinstance(hdr_log, str) else hdr_log
-    prep = _prepare(request, root, say)
+    prep = prepare(request, root, say)
     got = _measure(request, root, prep, feeds, say, stop)
     m = got.m
     if len(m.samples_ns) == 0:  # nothing was measured, so there is no result to keep
@@ -153,70 +137,11 @@ def run_bench(
     return BenchRun(result, m.samples_ns)
 
 
-# ------------------------------------------------------------------------------------------------- 1. prepare
-def _prepare(request: BenchRequest, root: SystemRoot, say: Callable[[str], None]) -> _Prepared:
-    from edge_runtime.system.boards import detect
-
-    iso = isolation_report(root, list(request.cpus) if request.cpus else None)
-    platform_latency = None
-    if request.platform_latency_s:
-        from edge_runtime.measure import platform_latency as pl
-
-        if not pl.available():
-            iso["warnings"].append("--platform-latency: cyclictest not installed (apt-get install rt-tests)")
-        else:
-            target = list(request.cpus or sorted(os.sched_getaffinity(0)))  # this machine's CPUs, whatever the root
-            say(f"platform latency: cyclictest on CPU {format_cpu_list(target)} for {request.platform_latency_s:g} s")
-            try:
-                platform_latency = pl.run_cyclictest(
-                    target, request.platform_latency_s, priority=request.rt_priority or 80
-                )
-            except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as err:
-                iso["warnings"].append(f"--platform-latency: {err} (cyclictest needs root for SCHED_FIFO and mlock)")
-    cpus = list(request.cpus) if request.cpus else None
-    snap_start = read_snapshot(root, cpus)
-    limit_c, limit_source = thermal_limit(request.thermal_limit_c, detect(root), snap_start)
-    cooldown = None
-    if request.cooldown_to_c is not None:
-        cooldown = _cool_down(root, request, snap_start, say, iso["warnings"])
-        if cooldown:
-            snap_start = read_snapshot(root, cpus)
-    hottest = snap_start.max_c()
-    if limit_c is not None and hottest is not None and hottest > limit_c:
-        raise CheckFailedError(
-            f"already above the thermal limit before measuring: {hottest:.1f} C > {limit_c:g} C ({limit_source})",
-            hint="let the board cool first (--cooldown-to C waits for it)",
-        )
-    return _Prepared(iso, platform_latency, limit_c, limit_source, cooldown, snap_start)
-
-
-def _cool_down(root: SystemRoot, cfg: BenchRequest, snap, say, warnings: list[str]) -> dict | None:
-    """Wait, with progress, until the hottest sensor is below --cooldown-to."""
-    if not snap.available:
-        warnings.append("--cooldown-to: no thermal sensors here, nothing to wait for")
-        return None
-    target = cfg.cooldown_to_c
-    t0 = time.monotonic()
-    start_c = snap.max_c()
-    while True:
-        now_c = read_snapshot(root, list(cfg.cpus) if cfg.cpus else None).max_c()
-        waited = time.monotonic() - t0
-        if now_c is None or now_c <= target:
-            return {"to_c": target, "start_c": start_c, "reached_c": now_c, "waited_s": round(waited, 2)}
-        if waited > cfg.cooldown_timeout_s:
-            raise CheckFailedError(
-                f"--cooldown-to {target:g}: still {now_c:.1f} C after {cfg.cooldown_timeout_s:g} s",
-                hint="improve cooling or raise the target",
-            )
-        say(f"cooling down: {now_c:.1f} C > {target:g} C, waited {waited:.0f} s")
-        time.sleep(min(1.0, max(0.1, cfg.sample_interval_s)))
-
-
 # ------------------------------------------------------------------------------------------------- 2. measure
 def _measure(
     request: BenchRequest,
     root: SystemRoot,
-    prep: _Prepared,
+    prep: Prepared,
     feeds: Callable[[object], Mapping[str, np.ndarray]] | None,
     say: Callable[[str], None],
     stop: StopRequest | None,
@@ -314,7 +239,7 @@ def _measure(
 
 
 # ------------------------------------------------------------------------------------------------- 3. the record
-def _build(request: BenchRequest, root: SystemRoot, prep: _Prepared, got: _Measured, stop) -> BenchResult:
+def _build(request: BenchRequest, root: SystemRoot, prep: Prepared, got: _Measured, stop) -> BenchResult:
     m = got.m
     cpus = list(request.cpus) if request.cpus else None
     snap_end = read_snapshot(root, cpus)
@@ -364,7 +289,7 @@ def _build(request: BenchRequest, root: SystemRoot, prep: _Prepared, got: _Measu
     iterations, duration_s = request.length
     model, backend = got.model, got.backend
     return BenchResult(
-        model=ModelInfo(str(model.path), model.sha256, model.format, _precision(model.path)),
+        model=ModelInfo(str(model.path), model.sha256, model.format, precision(model.path)),
         backend=BackendSection(
             backend.name,
             backend.version,
@@ -413,8 +338,8 @@ def _build(request: BenchRequest, root: SystemRoot, prep: _Prepared, got: _Measu
         ),
         isolation=prep.isolation,
         platform_latency=prep.platform_latency,
-        thermal=_thermal(prep, snap_end, sampler, m, lat),
-        power=_power(prep.snap_start, sampler, m),
+        thermal=thermal_section(prep.snap_start, snap_end, sampler, m, prep.limit_c, prep.limit_source, prep.cooldown),
+        power=power_section(prep.snap_start, sampler, m),
         quality=Quality(m.timer_overhead_ns, PERCENTILE_METHOD, unstable, tuple(warnings)),
         environment=Environment.from_dict(
             environment(
@@ -430,7 +355,7 @@ def _build(request: BenchRequest, root: SystemRoot, prep: _Prepared, got: _Measu
     )
 
 
-def _aborted(m: Measurement, stop: StopRequest | None, prep: _Prepared, sampler: Sampler) -> Aborted | None:
+def _aborted(m: Measurement, stop: StopRequest | None, prep: Prepared, sampler: Sampler) -> Aborted | None:
     if not m.stopped:
         return None
     if stop is not None and stop.requested:
@@ -452,97 +377,3 @@ def _signal_name(signum: int) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return f"signal {signum}"
-
-
-def _sample_index(chunks: list[tuple[int, float]] | None, t: float) -> int | None:
-    """The latency sample being measured at time t (seconds since the measured part began), from chunk bounds."""
-    if not chunks or t < 0:
-        return None
-    for (i0, t0), (i1, t1) in itertools.pairwise(chunks):
-        if t0 <= t <= t1:
-            return int(i0 + (i1 - i0) * ((t - t0) / (t1 - t0) if t1 > t0 else 0))
-    return chunks[-1][0]
-
-
-def _thermal(prep: _Prepared, end: Snapshot, sampler: Sampler, m: Measurement, lat: dict) -> Thermal:
-    start = prep.snap_start
-    timeline = []
-    for p in sampler.timeline:
-        t = p["t_s"] - m.begin_perf_s
-        timeline.append(ThermalPoint.from_dict({**p, "t_s": round(t, 4), "sample_index": _sample_index(m.chunks, t)}))
-    temps = [p.max_c for p in timeline if p.max_c is not None]
-    temps += [x for x in (start.max_c(), end.max_c()) if x is not None]
-    on_measured = any(set(p.sampler_cpus or []) & sampler.measured for p in timeline)
-    n = len(m.samples_ns)
-    tenth = n // 10
-    drift = None
-    if tenth >= 10:
-        first, last = float(np.median(m.samples_ns[:tenth])), float(np.median(m.samples_ns[-tenth:]))
-        drift = round((last - first) / first * 100.0, 2) if first else None
-    reasons = throttle_reasons(end, start, sorted(sampler.measured) or None)
-    throttled = bool(sampler.throttle_started_s is not None or reasons)
-    available = start.available or end.available or any(p.max_c is not None for p in timeline)
-    max_c = max(temps) if temps else None
-    limit_c = prep.limit_c
-    return Thermal(
-        available=available,
-        start_c=start.max_c(),
-        max_c=max_c,
-        end_c=end.max_c(),
-        limit_c=limit_c,
-        limit_source=prep.limit_source,
-        headroom_c=round(limit_c - max_c, 2) if limit_c is not None and max_c is not None else None,
-        throttled=throttled if available or reasons else None,
-        throttle_started_s=round(sampler.throttle_started_s - m.begin_perf_s, 4)
-        if sampler.throttle_started_s is not None
-        else None,
-        throttle_reasons=tuple(sampler.throttle_why or reasons),
-        latency_drift_pct=drift,
-        zones=tuple(
-            ZoneSection(
-                z.name,
-                z.type,
-                z.temp_c,
-                next((e.temp_c for e in end.zones if e.name == z.name), None),
-                tuple({"type": t.type, "temp_c": t.temp_c, "hysteresis_c": t.hysteresis_c} for t in z.trips),
-            )
-            for z in start.zones
-        ),
-        firmware_throttled=end.throttled,
-        sensors_skipped=start.skipped,
-        cooldown=prep.cooldown,
-        sampler_warning=sampler.warning,
-        sampler={
-            "tid": sampler.tid,
-            "cpus": sampler.cpus,
-            "interval_s": sampler.interval_s,
-            "on_measured_cpu": on_measured,
-            "points": len(timeline),
-        },
-        timeline=tuple(timeline),
-    )
-
-
-def _power(start: Snapshot, sampler: Sampler, m: Measurement) -> Power:
-    rail = pick_rail(start.rails)
-    watts = [p["power_w"] for p in sampler.timeline if p.get("power_w") is not None]
-    if rail is None or not watts:
-        return Power(False, None, None, None)
-    avg = float(np.mean(watts))
-    n = len(m.samples_ns)
-    return Power(
-        True,
-        f"{rail.label} ({rail.source})",
-        round(avg, 4),
-        round(avg * m.wall_s / n * 1e6, 3) if n else None,
-        "the board's own rail: whole-board power unless the rail says otherwise, not the accelerator alone",
-    )
-
-
-def _precision(path) -> str:
-    """From the manifest naming convention where we can tell; the manifest itself says for reference models."""
-    name = path.stem.lower()
-    for p in ("int8", "fp32", "fp16"):
-        if p in name:
-            return p
-    return "unknown"

@@ -41,6 +41,7 @@ def summarize(samples_ns: np.ndarray) -> dict:
 
 
 def jitter(lat: dict) -> dict:
+    """Jitter from the statistics: the tail above the median (p99 - p50) and the whole spread (max - min), in us."""
     return {"p99_minus_p50": lat["p99"] - lat["p50"], "max_minus_min": lat["max"] - lat["min"]}
 
 

@@ -17,7 +17,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from edge_runtime import errors
+import edge_runtime.errors as errors
 from edge_runtime.errors import DeviceError, ModelError
 from edge_runtime.runtime.backends.base import LoadOptions
 from edge_runtime.runtime.model import ModelFile

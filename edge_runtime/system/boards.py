@@ -234,10 +234,8 @@ def _load_all(d: Path) -> list[BoardProfile]:
 def detect(root: SystemRoot, profiles: list[BoardProfile] | None = None) -> BoardProfile | None:
     """The profile whose device-tree compatible or model, or DMI vendor/product, matches; generic ones last."""
     profiles = profiles if profiles is not None else load_all()
-    raw = root.read_bytes("/proc/device-tree/compatible") or root.read_bytes("/sys/firmware/devicetree/base/compatible")
-    compatible = [s.decode(errors="replace") for s in (raw or b"").split(b"\x00") if s]
-    model_raw = root.read_bytes("/proc/device-tree/model") or b""
-    model = model_raw.split(b"\x00")[0].decode(errors="replace").strip()
+    compatible = root.device_tree("compatible")
+    model = (root.device_tree("model") or [""])[0]
     vendor = (root.read("/sys/class/dmi/id/sys_vendor", "") or "").strip()
     product = (root.read("/sys/class/dmi/id/product_name", "") or "").strip()
     cpuinfo = root.read("/proc/cpuinfo", "") or ""

@@ -120,11 +120,24 @@ class SystemRoot:
                 return fields[key]
         return ""
 
+    def cpu_flags(self) -> set[str]:
+        """Feature flags of the first CPU in /proc/cpuinfo: x86 `flags`, ARM `Features`; empty when unknown."""
+        for line in (self.read("/proc/cpuinfo", "") or "").splitlines():
+            if line.startswith(("flags", "Features")):
+                return set(line.split(":", 1)[1].split())
+        return set()
+
+    def device_tree(self, name: str) -> list[str]:
+        """A device-tree property as its NUL-separated strings (`model`, `compatible`), from /proc/device-tree or
+        /sys/firmware/devicetree/base; [] when there is none."""
+        raw = self.read_bytes(f"/proc/device-tree/{name}") or self.read_bytes(f"/sys/firmware/devicetree/base/{name}")
+        return [s.decode(errors="replace").strip() for s in (raw or b"").split(b"\x00") if s.strip()]
+
     def board_model(self) -> str:
         """Device-tree `model` on ARM boards, DMI vendor and product on x86; "" when neither is there."""
-        raw = self.read_bytes("/proc/device-tree/model") or self.read_bytes("/sys/firmware/devicetree/base/model")
-        if raw:
-            return raw.split(b"\x00")[0].decode(errors="replace").strip()
+        model = self.device_tree("model")
+        if model:
+            return model[0]
         vendor = self.read("/sys/class/dmi/id/sys_vendor", "") or ""
         product = self.read("/sys/class/dmi/id/product_name", "") or ""
         return " ".join(p for p in (vendor.strip(), product.strip()) if p)

@@ -11,12 +11,11 @@ import os
 import re
 import shutil
 import subprocess
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 
 from edge_runtime.system.cpulist import ascii_int, is_number
-from edge_runtime.system.process import dies_with_parent
+from edge_runtime.system.firmware import TegraStats, decode_throttled, parse_tegrastats, parse_throttled
 from edge_runtime.system.root import SystemRoot
 
 # What a silicon temperature sensor can report. CMOS on-die sensors span about -55 to +150 C (automotive parts to
@@ -103,48 +102,6 @@ class Rail:
     power_w: float
     voltage_v: float | None = None
     current_a: float | None = None
-
-
-# Raspberry Pi firmware throttle bits (raspberrypi/documentation, "vcgencmd get_throttled").
-THROTTLE_BITS = {
-    0: "under-voltage detected",
-    1: "arm frequency capped",
-    2: "currently throttled",
-    3: "soft temperature limit active",
-    16: "under-voltage has occurred",
-    17: "arm frequency capping has occurred",
-    18: "throttling has occurred",
-    19: "soft temperature limit has occurred",
-}
-
-
-def decode_throttled(value: int) -> dict:
-    """All eight documented bits of get_throttled, split into what holds now and what happened since boot."""
-    now = [THROTTLE_BITS[b] for b in (0, 1, 2, 3) if value >> b & 1]
-    since = [THROTTLE_BITS[b] for b in (16, 17, 18, 19) if value >> b & 1]
-    return {"raw": f"0x{value:x}", "now": now, "since_boot": since, "throttled_now": bool(value & 0b1110)}
-
-
-def parse_throttled(text: str) -> int | None:
-    """`throttled=0x50005` (vcgencmd) or `50005` (sysfs soc:firmware/get_throttled, hex without 0x)."""
-    text = text.strip()
-    if text.startswith("throttled="):
-        text = text.split("=", 1)[1]
-    text = text.removeprefix("0x").removeprefix("0X")
-    if not re.fullmatch(r"[0-9a-fA-F]{1,16}", text):
-        return None
-    return int(text, 16)
-
-
-_TEGRA_TEMP = re.compile(r"(\w+)@(-?[\d.]+)C(?:/[-\d.]+C)?")
-_TEGRA_RAIL = re.compile(r"\b((?:VDD|VIN)_\w+) (\d+)(?:mW)?/(\d+)(?:mW)?(?:/(\d+)(?:mW)?)?")
-
-
-def parse_tegrastats(line: str) -> dict:
-    """Temperatures (C) and power rails (W, current and average) of one tegrastats line, any JetPack layout."""
-    temps = {name: float(v) for name, v in _TEGRA_TEMP.findall(line)}
-    rails = {m[0]: {"now_w": int(m[1]) / 1000.0, "avg_w": int(m[2]) / 1000.0} for m in _TEGRA_RAIL.findall(line)}
-    return {"temps_c": temps, "rails": rails}
 
 
 @dataclass
@@ -315,7 +272,7 @@ def _cpufreq(root: SystemRoot, snap: Snapshot, cpus: list[int] | None) -> None:
 def _rpi_throttled(root: SystemRoot, snap: Snapshot) -> None:
     raw = root.read("/sys/devices/platform/soc/soc:firmware/get_throttled")
     value = parse_throttled(raw) if raw is not None else None
-    if value is None and root.root.as_posix() == "/" and shutil.which("vcgencmd"):
+    if value is None and root.is_live and shutil.which("vcgencmd"):
         try:
             out = subprocess.run(["vcgencmd", "get_throttled"], capture_output=True, text=True, timeout=2).stdout
             value = parse_throttled(out)
@@ -398,32 +355,3 @@ _THROTTLING_COOLING = re.compile(r"cpufreq|devfreq|thermal-idle|cpuidle|^process
 def throttles_compute(cooling_type: str) -> bool:
     """Whether a cooling device of this type acts by slowing the CPU, GPU or NPU (not a fan)."""
     return bool(_THROTTLING_COOLING.search(cooling_type.strip()))
-
-
-class TegraStats:
-    """`tegrastats --interval MS` in the background on a Jetson; `last` is its latest line."""
-
-    def __init__(self, interval_ms: int = 250):
-        self.last: str | None = None
-        self.proc = None
-        if shutil.which("tegrastats"):
-            self.proc = subprocess.Popen(
-                dies_with_parent(["tegrastats", "--interval", str(interval_ms)]),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                text=True,
-            )
-            threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc is not None and self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.last = line.strip()
-
-    def close(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=3)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()

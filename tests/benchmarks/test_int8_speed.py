@@ -12,7 +12,7 @@ from conftest import artifact, need
 
 import edge_runtime
 from edge_runtime.measure.loop import measure
-from edge_runtime.quantize.core import cpu_flags
+from edge_runtime.quantize import cpu_flags
 
 from .conftest import report_ratio
 

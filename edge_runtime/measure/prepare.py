@@ -1,0 +1,88 @@
+"""Phase 1 of a bench run: what is looked at before the model loads. The isolation report and the platform latency
+(cyclictest) first, so they see the system without the model; then the thermal limit, the wait for a cool board,
+and a refusal when the board is already above its limit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from edge_runtime.errors import CheckFailedError
+from edge_runtime.measure.request import BenchRequest
+from edge_runtime.system.cpulist import format_cpu_list
+from edge_runtime.system.isolation import isolation_report
+from edge_runtime.system.root import SystemRoot
+from edge_runtime.system.thermal import Snapshot, read_snapshot, thermal_limit
+
+
+@dataclass
+class Prepared:
+    """What phase 1 found, for the later phases."""
+
+    isolation: dict
+    platform_latency: dict | None
+    limit_c: float | None
+    limit_source: str
+    cooldown: dict | None
+    snap_start: Snapshot
+
+
+def prepare(request: BenchRequest, root: SystemRoot, say: Callable[[str], None]) -> Prepared:
+    from edge_runtime.system.boards import detect
+
+    iso = isolation_report(root, list(request.cpus) if request.cpus else None)
+    platform_latency = None
+    if request.platform_latency_s:
+        from edge_runtime.measure import platform_latency as pl
+
+        if not pl.available():
+            iso["warnings"].append("--platform-latency: cyclictest not installed (apt-get install rt-tests)")
+        else:
+            target = list(request.cpus or sorted(os.sched_getaffinity(0)))  # this machine's CPUs, whatever the root
+            say(f"platform latency: cyclictest on CPU {format_cpu_list(target)} for {request.platform_latency_s:g} s")
+            try:
+                platform_latency = pl.run_cyclictest(
+                    target, request.platform_latency_s, priority=request.rt_priority or 80
+                )
+            except (RuntimeError, ValueError, OSError, subprocess.TimeoutExpired) as err:
+                iso["warnings"].append(f"--platform-latency: {err} (cyclictest needs root for SCHED_FIFO and mlock)")
+    cpus = list(request.cpus) if request.cpus else None
+    snap_start = read_snapshot(root, cpus)
+    limit_c, limit_source = thermal_limit(request.thermal_limit_c, detect(root), snap_start)
+    cooldown = None
+    if request.cooldown_to_c is not None:
+        cooldown = _cool_down(root, request, snap_start, say, iso["warnings"])
+        if cooldown:
+            snap_start = read_snapshot(root, cpus)
+    hottest = snap_start.max_c()
+    if limit_c is not None and hottest is not None and hottest > limit_c:
+        raise CheckFailedError(
+            f"already above the thermal limit before measuring: {hottest:.1f} C > {limit_c:g} C ({limit_source})",
+            hint="let the board cool first (--cooldown-to C waits for it)",
+        )
+    return Prepared(iso, platform_latency, limit_c, limit_source, cooldown, snap_start)
+
+
+def _cool_down(root: SystemRoot, cfg: BenchRequest, snap, say, warnings: list[str]) -> dict | None:
+    """Wait, with progress, until the hottest sensor is below --cooldown-to."""
+    if not snap.available:
+        warnings.append("--cooldown-to: no thermal sensors here, nothing to wait for")
+        return None
+    target = cfg.cooldown_to_c
+    t0 = time.monotonic()
+    start_c = snap.max_c()
+    while True:
+        now_c = read_snapshot(root, list(cfg.cpus) if cfg.cpus else None).max_c()
+        waited = time.monotonic() - t0
+        if now_c is None or now_c <= target:
+            return {"to_c": target, "start_c": start_c, "reached_c": now_c, "waited_s": round(waited, 2)}
+        if waited > cfg.cooldown_timeout_s:
+            raise CheckFailedError(
+                f"--cooldown-to {target:g}: still {now_c:.1f} C after {cfg.cooldown_timeout_s:g} s",
+                hint="improve cooling or raise the target",
+            )
+        say(f"cooling down: {now_c:.1f} C > {target:g} C, waited {waited:.0f} s")
+        time.sleep(min(1.0, max(0.1, cfg.sample_interval_s)))

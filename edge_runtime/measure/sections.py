@@ -1,0 +1,109 @@
+"""Sections of a bench result that are built from several sources: thermal (snapshots at start and end, the sampler's
+timeline) and power (the board's own rail), and the model's precision from its name."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from edge_runtime.measure.loop import Measurement
+from edge_runtime.results import Power, Thermal, ThermalPoint, ZoneSection
+from edge_runtime.system.sampler import Sampler
+from edge_runtime.system.thermal import Snapshot, pick_rail, throttle_reasons
+
+
+def _sample_index(chunks: list[tuple[int, float]] | None, t: float) -> int | None:
+    """The latency sample being measured at time t (seconds since the measured part began), from chunk bounds."""
+    if not chunks or t < 0:
+        return None
+    for (i0, t0), (i1, t1) in itertools.pairwise(chunks):
+        if t0 <= t <= t1:
+            return int(i0 + (i1 - i0) * ((t - t0) / (t1 - t0) if t1 > t0 else 0))
+    return chunks[-1][0]
+
+
+def thermal_section(
+    start: Snapshot, end: Snapshot, sampler: Sampler, m: Measurement, limit_c, limit_source: str, cooldown
+) -> Thermal:
+    """The thermal section: start/max/end, headroom to the limit, throttling and from when, the zones, and the
+    sampler's timeline placed on the latency samples."""
+    timeline = []
+    for p in sampler.timeline:
+        t = p["t_s"] - m.begin_perf_s
+        timeline.append(ThermalPoint.from_dict({**p, "t_s": round(t, 4), "sample_index": _sample_index(m.chunks, t)}))
+    temps = [p.max_c for p in timeline if p.max_c is not None]
+    temps += [x for x in (start.max_c(), end.max_c()) if x is not None]
+    on_measured = any(set(p.sampler_cpus or []) & sampler.measured for p in timeline)
+    n = len(m.samples_ns)
+    tenth = n // 10
+    drift = None
+    if tenth >= 10:
+        first, last = float(np.median(m.samples_ns[:tenth])), float(np.median(m.samples_ns[-tenth:]))
+        drift = round((last - first) / first * 100.0, 2) if first else None
+    reasons = throttle_reasons(end, start, sorted(sampler.measured) or None)
+    throttled = bool(sampler.throttle_started_s is not None or reasons)
+    available = start.available or end.available or any(p.max_c is not None for p in timeline)
+    max_c = max(temps) if temps else None
+    return Thermal(
+        available=available,
+        start_c=start.max_c(),
+        max_c=max_c,
+        end_c=end.max_c(),
+        limit_c=limit_c,
+        limit_source=limit_source,
+        headroom_c=round(limit_c - max_c, 2) if limit_c is not None and max_c is not None else None,
+        throttled=throttled if available or reasons else None,
+        throttle_started_s=round(sampler.throttle_started_s - m.begin_perf_s, 4)
+        if sampler.throttle_started_s is not None
+        else None,
+        throttle_reasons=tuple(sampler.throttle_why or reasons),
+        latency_drift_pct=drift,
+        zones=tuple(
+            ZoneSection(
+                z.name,
+                z.type,
+                z.temp_c,
+                next((e.temp_c for e in end.zones if e.name == z.name), None),
+                tuple({"type": t.type, "temp_c": t.temp_c, "hysteresis_c": t.hysteresis_c} for t in z.trips),
+            )
+            for z in start.zones
+        ),
+        firmware_throttled=end.throttled,
+        sensors_skipped=start.skipped,
+        cooldown=cooldown,
+        sampler_warning=sampler.warning,
+        sampler={
+            "tid": sampler.tid,
+            "cpus": sampler.cpus,
+            "interval_s": sampler.interval_s,
+            "on_measured_cpu": on_measured,
+            "points": len(timeline),
+        },
+        timeline=tuple(timeline),
+    )
+
+
+def power_section(start: Snapshot, sampler: Sampler, m: Measurement) -> Power:
+    rail = pick_rail(start.rails)
+    watts = [p["power_w"] for p in sampler.timeline if p.get("power_w") is not None]
+    if rail is None or not watts:
+        return Power(False, None, None, None)
+    avg = float(np.mean(watts))
+    n = len(m.samples_ns)
+    return Power(
+        True,
+        f"{rail.label} ({rail.source})",
+        round(avg, 4),
+        round(avg * m.wall_s / n * 1e6, 3) if n else None,
+        "the board's own rail: whole-board power unless the rail says otherwise, not the accelerator alone",
+    )
+
+
+def precision(path) -> str:
+    """From the manifest naming convention where we can tell; the manifest itself says for reference models."""
+    name = path.stem.lower()
+    for p in ("int8", "fp32", "fp16"):
+        if p in name:
+            return p
+    return "unknown"

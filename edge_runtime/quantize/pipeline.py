@@ -1,0 +1,223 @@
+"""`quantize.run`: the order of a quantization, from checks to written files. Everything is built and measured in a
+temporary folder; the outputs are written at the end, each atomically."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import tempfile
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import numpy as np
+
+from edge_runtime.errors import UserError
+from edge_runtime.quantize.config import FEW_SAMPLES, METHODS, QuantizeConfig, Result
+from edge_runtime.quantize.data import check_label_range, load_labels, load_samples
+from edge_runtime.quantize.evaluate import compare, latency_us, predict
+from edge_runtime.quantize.manifest import manifest_entry
+from edge_runtime.quantize.nncf_path import nncf_quantize
+from edge_runtime.quantize.ort_path import (
+    already_quantized,
+    choose_activations,
+    mixed_precision,
+    ort_quantize,
+    preprocess,
+)
+from edge_runtime.runtime.model import onnx_external_files
+from edge_runtime.system.outputs import Output, check_distinct, plan_output, write_output
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _v(dist: str) -> str:
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+def no_vendor_telemetry() -> None:
+    """NNCF and OpenVINO's model converter report usage through `openvino_telemetry`, which forks a sender process
+    from a thread (it can hang the exit, and its children inherit our signal handlers) and writes an ID under
+    ~/intel. Both fall back to a stub when the package cannot be imported: make it so, for this process. ONNX Runtime's
+    own telemetry is stopped by its backend (ORT_DISABLE_TELEMETRY)."""
+    if "openvino_telemetry" not in sys.modules:
+        sys.modules["openvino_telemetry"] = None  # type: ignore[assignment]  # import now raises ImportError
+
+
+def plan_outputs(cfg: QuantizeConfig, json_dest: str | None = None) -> dict[str, Output]:
+    """Every file `run` will write, checked now: the model (and an IR's .bin), its manifest, the JSON report. None may
+    be an input (the model, calibration, validation or label files) or another of them."""
+    out = Path(cfg.out)
+    outs = {"--out": plan_output("--out", cfg.out, regular_only=True)}
+    if out.suffix == ".xml":
+        outs["weights"] = plan_output("--out (its .bin)", str(out.with_suffix(".bin")), regular_only=True)
+    outs["manifest"] = plan_output("--out (its manifest)", cfg.out + ".manifest.toml", regular_only=True)
+    if json_dest is not None:
+        outs["--json"] = plan_output("--json", json_dest)
+    inputs: list[tuple[str, object]] = [("the model", cfg.model)]
+    if os.path.isfile(cfg.model):
+        try:
+            inputs += [("the model's external data", e) for e in onnx_external_files(Path(cfg.model))]
+        except UserError:
+            pass  # refused with its reason when the model is read
+    for flag, src in (("--calibration", cfg.calibration), ("--validation", cfg.validation), ("--labels", cfg.labels)):
+        if not src:
+            continue
+        inputs.append((flag, src))
+        if os.path.isdir(src):  # never raises (a 300-character name is checked, with its message, when read)
+            inputs += [(f"a {flag} file", f) for f in Path(src).iterdir()]
+    check_distinct(outs.values(), inputs)
+    return outs
+
+
+def run(cfg: QuantizeConfig, say=lambda _m: None, outputs: dict[str, Output] | None = None) -> Result:
+    """Quantize as `cfg` says. Everything is built and measured in a temporary folder; the outputs are written at the
+    end, each atomically, so a failure half-way leaves no half-written model and no manifest pointing to nothing."""
+    from edge_runtime.runtime.model import inspect_model
+    from edge_runtime.runtime.session import load
+
+    no_vendor_telemetry()
+    res = Result()
+    mf = inspect_model(cfg.model)
+    if mf.format != "onnx":
+        raise UserError(f"model {cfg.model!r}: quantize takes an FP32 ONNX model (got {mf.format})")
+    if cfg.method not in METHODS:
+        raise UserError(f"--method {cfg.method!r}: not known", hint=f"choose one of: {', '.join(METHODS)}")
+    want_suffix = ".onnx" if cfg.backend == "onnxruntime" else ".xml"
+    if Path(cfg.out).suffix != want_suffix:
+        raise UserError(f"--out {cfg.out!r}: the {cfg.backend} path writes a {want_suffix} file")
+    if cfg.max_accuracy_drop is not None and not (0.0 <= cfg.max_accuracy_drop <= 100.0):  # NaN fails both
+        raise UserError(f"--max-accuracy-drop {cfg.max_accuracy_drop}: must be a number of points from 0 to 100")
+    if cfg.max_accuracy_drop is not None and not cfg.validation:
+        raise UserError("--max-accuracy-drop needs --validation data to measure the drop on")
+    outs = outputs if outputs is not None else plan_outputs(cfg)
+    # The first load runs in the crash-check child: a corrupted file is refused with one line, never a crash here.
+    with load(mf.path, backend="onnxruntime") as s:
+        inputs = list(s.inputs)
+        classes = int(np.prod([d or 1 for d in s.outputs[0].shape]))
+    if already_quantized(mf.path):
+        raise UserError(
+            f"model {cfg.model!r}: already quantized (it has QuantizeLinear/DequantizeLinear or integer ops)",
+            hint="quantize the FP32 model",
+        )
+    calib = load_samples(cfg.calibration, inputs, notes=res.warnings)
+    if len(calib) < FEW_SAMPLES:
+        res.warnings.append(f"only {len(calib)} calibration samples: representative sets are usually 100-500")
+    val = (
+        load_samples(cfg.validation, inputs, "validation data", notes=res.warnings)
+        if cfg.validation
+        else calib[: min(100, len(calib))]
+    )
+    labels = load_labels(cfg.validation, cfg.labels, len(val)) if cfg.validation else None
+    if labels is not None:
+        check_label_range(labels, classes, f"--labels {cfg.labels!r}" if cfg.labels else "labels")
+    say(
+        f"{len(calib)} calibration samples, {len(val)} validation samples"
+        + (" with labels" if labels is not None else " (no labels: compared with FP32)")
+    )
+
+    fp32_pred = predict(mf.path, "onnxruntime" if cfg.backend == "onnxruntime" else "openvino", val)
+    doc: dict = {
+        "schema": "edge-runtime/quantize/1",
+        "model": {"path": str(mf.path), "sha256": mf.sha256},
+        "backend": cfg.backend,
+        "method": cfg.method,
+        "per_channel": cfg.per_channel,
+        "calibration_samples": len(calib),
+        "validation_samples": len(val),
+    }
+    kept: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp_s:
+        tmp = Path(tmp_s)
+        out = tmp / f"quantized{want_suffix}"
+        if cfg.backend == "onnxruntime":
+            act, why = choose_activations(cfg.activations)
+            doc["activations"] = {"type": act, "weights": "s8", "why": why}
+            say(f"activations {act.upper()}, weights S8: {why}")
+            pre = preprocess(mf.path, tmp)
+            say(f"calibrating ({cfg.method}) and quantizing to QDQ")
+            ort_quantize(pre, out, calib, cfg, act, [])
+            acc = compare(fp32_pred, predict(out, "onnxruntime", val), labels)
+            doc["accuracy_int8"] = acc
+            plain_int8 = tmp / "int8.onnx"
+            plain_int8.write_bytes(out.read_bytes())  # kept for the three-way latency if layers go back to FP32
+            if cfg.max_accuracy_drop is not None and acc.get("drop_points", 0) > cfg.max_accuracy_drop:
+                kept, acc = mixed_precision(pre, out, calib, val, labels, fp32_pred, cfg, act, acc, say, tmp)
+                doc["accuracy_mixed"] = acc
+            runner = "onnxruntime"
+        elif cfg.backend == "openvino":
+            ignored = [
+                f
+                for f, on in (
+                    ("--method", cfg.method != "minmax"),
+                    ("--per-tensor", not cfg.per_channel),
+                    ("--activations", cfg.activations != "auto"),
+                )
+                if on
+            ]
+            if ignored:
+                res.warnings.append(f"{', '.join(ignored)}: the openvino path uses NNCF's own scheme (ignored)")
+            doc["method"], doc["per_channel"] = "nncf", True
+            plain_int8 = tmp / "int8.xml"
+            acc, kept = nncf_quantize(mf.path, out, calib, val, labels, fp32_pred, cfg, say, plain_int8)
+            doc["accuracy_int8"] = acc
+            doc["activations"] = {"type": "u8/s8 per NNCF preset", "weights": "s8", "why": "NNCF performance preset"}
+            runner = "openvino"
+        else:
+            raise UserError(f"--backend {cfg.backend!r}: quantize supports onnxruntime and openvino")
+        doc["kept_fp32"] = kept
+        doc["precision"] = "mixed" if kept else "int8"
+        doc["meets_budget"] = (
+            None if cfg.max_accuracy_drop is None else acc.get("drop_points", 0.0) <= cfg.max_accuracy_drop + 1e-9
+        )
+        if out.suffix == ".xml":
+            # Like with like: the FP32 model as IR too. The weights (.bin) are what shrinks; the .xml topology of a
+            # quantized IR grows (FakeQuantize and shape sub-graphs), which dominates on a model of ~25k weights.
+            import openvino as ov
+
+            ir32 = tmp / "fp32.xml"
+            ov.save_model(ov.convert_model(str(mf.path)), str(ir32), compress_to_fp16=False)
+            w32, w8 = ir32.with_suffix(".bin").stat().st_size, out.with_suffix(".bin").stat().st_size
+            t32, t8 = w32 + ir32.stat().st_size, w8 + out.stat().st_size
+        else:
+            # ONNX: graph and weights in one file (the FP32 model's external data counted with it)
+            w32, w8 = mf.size + sum(e.stat().st_size for e in mf.external), out.stat().st_size
+            t32, t8 = w32, w8
+        doc["size_bytes"] = {
+            "fp32": w32,
+            "quantized": w8,
+            "ratio": round(w8 / w32, 3),
+            "fp32_total": t32,
+            "quantized_total": t8,
+            "what": "weights (.bin)" if out.suffix == ".xml" else "model file",
+        }
+        models = {"fp32": mf.path, "int8": plain_int8 if kept else out}
+        if kept:
+            models["mixed"] = out
+        say(f"measuring {', '.join(models)} latency, interleaved, 3 rounds")
+        lat: dict[str, list[float]] = {k: [] for k in models}
+        for _ in range(3):
+            for k, path in models.items():
+                lat[k].append(latency_us(path, runner, calib[0], cfg.bench_iterations))
+        doc["latency_us"] = {f"{k}_p50": float(np.median(v)) for k, v in lat.items()}
+        final = "mixed" if kept else "int8"
+        doc["latency_us"]["quantized_p50"] = doc["latency_us"][f"{final}_p50"]
+        doc["latency_us"]["speedup"] = doc["latency_us"]["fp32_p50"] / doc["latency_us"]["quantized_p50"]
+        doc["out"] = {"path": cfg.out, "sha256": _sha(out)}
+        if out.suffix == ".xml":
+            doc["out"]["weights_sha256"] = _sha(out.with_suffix(".bin"))
+        doc["versions"] = {d: _v(d) for d in ("onnxruntime", "onnx", "openvino", "nncf", "numpy")}
+        doc["manifest_entry"] = manifest_entry(doc)
+        doc["manifest_file"] = outs["manifest"].dest
+        # Weights first, model, then the manifest that points to them: never a manifest without its model.
+        if "weights" in outs:
+            write_output(outs["weights"], out.with_suffix(".bin").read_bytes())
+        write_output(outs["--out"], out.read_bytes())
+        write_output(outs["manifest"], doc["manifest_entry"])
+    res.doc = doc
+    return res
