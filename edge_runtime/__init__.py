@@ -18,7 +18,8 @@ from edge_runtime.errors import (
     UserError,
 )
 from edge_runtime.runtime.backends.base import Quantization, TensorInfo
-from edge_runtime.runtime.session import BackendInfo, FallbackWarning, Session, load
+from edge_runtime.runtime.load import FallbackWarning, load
+from edge_runtime.runtime.session import BackendInfo, Session
 
 __version__ = "0.1.0"
 

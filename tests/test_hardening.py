@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import stat
@@ -417,12 +418,12 @@ def test_no_json_ever_holds_nan(tmp_path):
 
     text = dumps({"a": float("nan"), "b": [np.float32("inf"), 1.5], "c": {"d": -np.inf}})
     assert strict_json(text) == {"a": None, "b": [None, 1.5], "c": {"d": None}}
-    x = tmp_path / "nan.npy"
-    np.save(x, np.full((1, 8, 8, 1), np.nan, np.float32))
-    proc = cli("run", FP32, "--input", x, "--json")  # a model fed NaN answers NaN: the JSON says null
+    x = tmp_path / "huge.npy"
+    np.save(x, np.full((1, 8, 8, 1), 3e38, np.float32))  # finite, but the FP32 model overflows on it
+    proc = cli("run", FP32, "--input", x, "--json")
     assert proc.returncode == 0, proc.stderr
     doc = strict_json(proc.stdout)
-    assert all(v is None for _, v in doc["outputs"][0]["top"])
+    assert all(v is None for _, v in doc["outputs"][0]["top"])  # inf/NaN outputs: null in the JSON
 
 
 # ------------------------------------------------------------------------------------ 6. impossible sensor values
@@ -1297,3 +1298,355 @@ def test_hidden_and_other_files_in_a_calibration_folder_are_named(tmp_path, digi
     assert proc.returncode == 0, proc.stderr
     assert strict_json(proc.stdout)["calibration_samples"] == 60
     assert "2 entries not used (.hidden.npy, notes.txt)" in proc.stderr
+
+
+# ====================================================================================== found by the third pass
+def _profiles(tmp_path: Path) -> Path:
+    d = tmp_path / "boards"
+    d.mkdir()
+    shutil.copy(ROOT / "boards" / "generic-x86.toml", d / "generic-x86.toml")
+    return d
+
+
+@pytest.mark.parametrize(
+    ("make", "needle"),
+    [
+        ("fifo", "is a fifo, not a regular file"),
+        ("zero", "is a character device, not a regular file"),
+        ("latin1", "not UTF-8 text"),
+        ("nan", "thermal.limit_c = nan: expected degrees C from -80 to 200"),
+        ("hot", "thermal.limit_c = 1000000000.0: expected degrees C"),
+        ("cpu", "cpus.isolate = [9223372036854775807]: expected a list of CPU numbers (0 to 8191)"),
+        ("cluster", "cpus.clusters[0].cpus = [-5, 'x']: expected CPU numbers"),
+    ],
+)
+def test_a_hostile_board_profile_is_skipped_with_a_warning(tmp_path, make, needle):
+    d = _profiles(tmp_path)
+    bad = d / "bad.toml"
+    good = (ROOT / "boards" / "generic-x86.toml").read_text().replace('name = "generic-x86"', 'name = "bad"')
+    if make == "fifo":
+        os.mkfifo(bad)
+    elif make == "zero":
+        bad.symlink_to("/dev/zero")
+    elif make == "latin1":
+        bad.write_bytes(good.encode() + b"\n# caf\xe9\n")
+    elif make == "nan":
+        bad.write_text(good.replace("limit_c = 95.0", "limit_c = nan"))
+    elif make == "hot":
+        bad.write_text(good.replace("limit_c = 95.0", "limit_c = 1e9"))
+    elif make == "cpu":
+        bad.write_text(re.sub(r"(?m)^isolate = .*$", "isolate = [9223372036854775807]", good))
+    else:
+        bad.write_text(re.sub(r"(?m)^clusters = .*$", 'clusters = [{ name = "x", cpus = [-5, "x"] }]', good))
+    proc = cli("info", "--json", timeout=30, env={**os.environ, "EDGE_RUNTIME_BOARDS": str(d)})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("edge-runtime: warning: board profile") and needle in lines[0], lines
+    assert "(profile skipped)" in lines[0]
+    assert strict_json(proc.stdout)["board_profile"]["name"] == "generic-x86"  # the good one still works
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "needle"),
+    [
+        ("EDGE_RUNTIME_BOARDS", "/nonexistent/boards", "EDGE_RUNTIME_BOARDS '/nonexistent/boards': no such file"),
+        ("EDGE_RUNTIME_BOARDS", "/etc/hostname", "is a file, not a directory"),
+        ("EDGE_RUNTIME_STRESS_TOOL", "garbage", "EDGE_RUNTIME_STRESS_TOOL='garbage': not one of stress-ng, builtin"),
+        ("EDGE_RUNTIME_TFLITE_IMPL", "garbage", "EDGE_RUNTIME_TFLITE_IMPL='garbage': not one of ai-edge-litert"),
+    ],
+)
+def test_an_environment_variable_set_to_garbage_is_named(var, value, needle):
+    need("onnxruntime")
+    model = artifact("digits_cnn", "_int8.tflite") if "TFLITE" in var else MODEL
+    args = ["bench", model, "--iterations", "10", "--cpus", "1"] + (["--stress", "cpu:0"] if "STRESS" in var else [])
+    assert_one_line_error(cli(*args, env={**os.environ, var: value}), needle)
+
+
+def test_a_stress_tool_that_never_starts_fails_the_run():
+    need("onnxruntime")
+    env = {**os.environ, "EDGE_RUNTIME_STRESS_TOOL": "stress-ng", "PATH": "/nonexistent"}
+    proc = cli("bench", MODEL, "--cpus", "1", "--stress", "cpu:0", "--iterations", "10", env=env)
+    assert_one_line_error(proc, "--stress: the stress-ng co-runner exited at once")
+
+
+def test_a_failed_or_interrupted_apply_never_leaves_the_tree_stuck(tmp_path):
+    t = _tree(tmp_path)
+    before = _snapshot(t)
+    state = tmp_path / "state"
+    proc = cli(
+        "tune",
+        "apply",
+        "--cpus",
+        "1",
+        "--sysroot",
+        t,
+        "--state-dir",
+        state,
+        env={**os.environ, "EDGE_RUNTIME_SCRIPTS": "/nonexistent"},
+    )
+    assert_one_line_error(proc, "tuning script '/nonexistent/isolate_cpus.sh' not found")
+    # A script that is slow to start, and a SIGTERM before it changed anything.
+    scripts = tmp_path / "scripts"
+    shutil.copytree(ROOT / "system_tuning", scripts)
+    body = (scripts / "isolate_cpus.sh").read_text().replace('er_parse "$@"', 'er_parse "$@"\nsleep 30')
+    (scripts / "isolate_cpus.sh").write_text(body)
+    slow = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "edge_runtime.cli",
+            "tune",
+            "apply",
+            "--cpus",
+            "1",
+            "--sysroot",
+            str(t),
+            "--state-dir",
+            str(state),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "EDGE_RUNTIME_SCRIPTS": str(scripts)},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(3)
+    slow.send_signal(signal.SIGTERM)
+    _, err = slow.communicate(timeout=60)
+    assert slow.returncode == 143, err
+    assert _snapshot(t) == before
+    proc = cli("tune", "apply", "--cpus", "1", "--sysroot", t, "--state-dir", state)  # not "already applied"
+    assert proc.returncode == 0, proc.stderr
+    assert cli("tune", "reset", "--sysroot", t, "--state-dir", state).returncode == 0
+    assert _snapshot(t) == before
+
+
+def test_one_tree_through_a_bind_mount_is_one_root(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to bind-mount")
+    t = _tree(tmp_path)
+    alias = tmp_path / "alias"
+    alias.mkdir()
+    if subprocess.run(["mount", "--bind", str(t), str(alias)], capture_output=True).returncode:
+        pytest.skip("cannot bind-mount here")
+    try:
+        assert cli("tune", "apply", "--cpus", "1", "--sysroot", t, "--state-dir", tmp_path / "a").returncode == 0
+        proc = cli("tune", "apply", "--cpus", "1", "--sysroot", alias, "--state-dir", tmp_path / "b")
+        assert_one_line_error(proc, "already applied")
+        assert cli("tune", "reset", "--sysroot", t, "--state-dir", tmp_path / "a").returncode == 0
+    finally:
+        subprocess.run(["umount", str(alias)])
+
+
+def test_tune_show_on_a_tree_with_nothing_to_read_is_not_tuned(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = cli("tune", "show", "--sysroot", empty, "--cpus", "1", "--json")
+    assert proc.returncode == 1 and strict_json(proc.stdout)["tuned"] is None
+    assert "unknown: none of the knobs could be read" in cli("tune", "show", "--sysroot", empty, "--cpus", "1").stdout
+
+
+def test_outputs_never_land_in_what_the_command_reads(tmp_path):
+    need("onnxruntime")
+    root = tmp_path / "root"
+    shutil.copytree(FIXTURES / "x86-node-exporter", root)
+    before = (root / "proc/interrupts").read_bytes()
+    for args in (
+        ["bench", MODEL, "--iterations", "10", "--sysroot", root, "--json", root / "proc/interrupts"],
+        ["info", "--sysroot", root, "--json", root / "proc/cpuinfo"],
+        ["thermal", "--sysroot", root, "--json", root / "new.json"],
+    ):
+        assert_one_line_error(cli(*args), "is inside the --sysroot tree")
+    assert (root / "proc/interrupts").read_bytes() == before and not (root / "new.json").exists()
+    t = _tree(tmp_path)
+    state = tmp_path / "state"
+    proc = cli("tune", "apply", "--cpus", "1", "--sysroot", t, "--state-dir", state, "--json", state / "x.json")
+    assert_one_line_error(proc, "is inside the tune state dir")
+
+
+def test_the_python_api_never_writes_its_log_over_the_model(tmp_path):
+    need("onnxruntime")
+    from edge_runtime.errors import UserError
+    from edge_runtime.measure.bench import run_bench
+    from edge_runtime.measure.request import BenchRequest
+    from edge_runtime.system import SystemRoot
+
+    model = tmp_path / "m.onnx"
+    shutil.copyfile(MODEL, model)
+    with pytest.raises(UserError, match="is the model"):
+        run_bench(BenchRequest(model=str(model), iterations=10, sandbox=False), SystemRoot("/"), hdr_log=str(model))
+    assert model.read_bytes() == MODEL.read_bytes()
+
+
+def test_a_manifest_name_that_is_a_link_is_refused(tmp_path, digits):
+    need("onnxruntime")
+    victim = tmp_path / "user.txt"
+    victim.write_text("mine")
+    (tmp_path / "q.onnx.manifest.toml").symlink_to(victim)
+    calib = tmp_path / "c.npy"
+    np.save(calib, digits[0][:20])
+    proc = cli("quantize", FP32, "--calibration", calib, "--out", tmp_path / "q.onnx")
+    assert_one_line_error(proc, "--out (its manifest)", "refusing to write through a link")
+    assert victim.read_text() == "mine"
+
+
+def test_nan_and_overflowing_inputs_are_refused(tmp_path, digits):
+    need("onnxruntime")
+    x = tmp_path / "nan.npy"
+    np.save(x, np.full((1, 8, 8, 1), np.nan, np.float32))
+    assert_one_line_error(cli("run", FP32, "--input", x), "--input", "NaN or infinite as float32")
+    assert_one_line_error(cli("bench", MODEL, "--input", x, "--iterations", "5"), "NaN or infinite")
+    big = tmp_path / "big.npy"
+    np.save(big, np.full((30, 8, 8, 1), 1e300, np.float64))  # finite in float64, infinite as the model's float32
+    assert_one_line_error(cli("run", FP32, "--input", _first(big)), "NaN or infinite as float32")
+    proc = cli("quantize", FP32, "--calibration", big, "--out", tmp_path / "q.onnx")
+    assert_one_line_error(proc, "NaN or infinite as float32")
+
+
+def _first(path: Path) -> Path:
+    one = path.with_name("one.npy")
+    np.save(one, np.load(path)[:1])
+    return one
+
+
+def test_a_short_idle_run_waits_little_for_its_cpu():
+    need("onnxruntime")
+    for _ in range(3):
+        r = strict_json(cli("bench", MODEL, "--iterations", "200", "--cpus", "1", "--json").stdout)
+        assert 0 <= r["interference"]["runqueue_wait_share"] < 0.5, r["interference"]
+
+
+def test_a_sensor_that_vanishes_is_not_a_cool_board(tmp_path):
+    need("onnxruntime")
+    root = _thermal_tree(tmp_path, {"cpu-thermal": "90000"})
+    temp = root / "sys/class/thermal/thermal_zone0/temp"
+    threading.Timer(1.0, lambda: temp.write_text("garbage\n")).start()
+    proc = cli(
+        "bench",
+        MODEL,
+        "--sysroot",
+        root,
+        "--cooldown-to",
+        "50",
+        "--cooldown-timeout",
+        "3",
+        "--iterations",
+        "10",
+        "--thermal-limit",
+        "100",
+    )
+    lines = proc.stderr.strip().splitlines()  # progress while it waits, then the verdict
+    assert proc.returncode == 1 and "cooling down: no temperature reading" in proc.stderr
+    assert lines[-1].startswith("edge-runtime: error: --cooldown-to 50: no temperature reading (the sensors went")
+
+
+def test_a_partial_run_is_marked_in_the_prometheus_file(tmp_path):
+    need("onnxruntime")
+    prom = tmp_path / "r.prom"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edge_runtime.cli", "bench", str(MODEL), "--duration", "30", "--prom", str(prom)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    while "measuring" not in proc.stderr.readline():
+        pass
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    text = prom.read_text()
+    assert "edge_runtime_run_complete{" in text and text.split("edge_runtime_run_complete{")[1].split()[1] == "0.0"
+    assert 'kind="interrupted"' in text
+    full = tmp_path / "full.prom"
+    assert cli("bench", MODEL, "--iterations", "50", "--prom", full).returncode == 0
+    assert full.read_text().split("edge_runtime_run_complete{")[1].split()[1] == "1.0"
+
+
+def test_board_cpus_that_are_offline_are_said_so(tmp_path):
+    root = tmp_path / "root"
+    shutil.copytree(FIXTURES / "rpi5", root)
+    (root / "sys/devices/system/cpu").mkdir(parents=True, exist_ok=True)
+    (root / "sys/devices/system/cpu/online").write_text("0-1\n")
+    proc = cli("tune", "show", "--sysroot", root, "--cpus", "board")
+    assert_one_line_error(proc, "board profile raspberry-pi-5 isolates CPU [3], none of them online on the tree")
+
+
+def test_the_python_api_checks_its_arguments():
+    need("onnxruntime")
+    import edge_runtime
+    from edge_runtime.errors import FeedError, UserError
+
+    for kw, needle in (
+        ({"probe_timeout_s": 0}, "probe_timeout_s 0"),
+        ({"probe_timeout_s": float("nan")}, "probe_timeout_s nan"),
+        ({"threads": 10**9}, "threads 1000000000"),
+        ({"threads": "4"}, "threads '4'"),
+        ({"threads": True}, "threads True"),
+        ({"cpus": "0-1"}, "cpus '0-1'"),
+        ({"options": ["a"]}, "options ['a']"),
+        ({"device": ""}, "device ''"),
+        ({"delegate_options": {"a": "b"}}, "delegate_options without a delegate"),
+    ):
+        with pytest.raises(UserError, match=re.escape(needle)):
+            edge_runtime.load(MODEL, **kw)
+    for bad in (5, None, ""):
+        with pytest.raises(UserError, match="expected a path"):
+            edge_runtime.load(bad)
+    with edge_runtime.load(MODEL, sandbox=False) as s:
+        with pytest.raises(FeedError, match="before any run"):
+            s.results()
+
+
+def test_impossible_clocks_and_a_tcc_offset(tmp_path):
+    root = _tree_with(
+        tmp_path,
+        {
+            "sys/devices/system/cpu/cpu1/cpufreq/scaling_cur_freq": "-5\n",
+            "sys/devices/system/cpu/cpu1/cpufreq/cpuinfo_max_freq": "1800000\n",
+            "sys/devices/system/cpu/cpu1/cpufreq/scaling_max_freq": "-1\n",
+            "sys/class/thermal/cooling_device0/type": "TCC Offset\n",
+            "sys/class/thermal/cooling_device0/cur_state": "20\n",
+            "sys/class/thermal/cooling_device0/max_state": "63\n",
+        },
+    )
+    doc = strict_json(cli("thermal", "--sysroot", root, "--json").stdout)
+    assert doc["throttled"] == ["cooling device TCC Offset (cooling_device0) at state 20/63"]
+    assert doc["sensors_skipped"] == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--delegate-option", "a=b"], "--delegate-option without --delegate"),
+        (["--option", "session.x=1", "--option", "session.X=2"], "is already given; one value per key"),
+        (["--option", "session.=1"], "not a session config key"),
+        (["--cpus", "1", "--option", "session.intra_op_thread_affinities=1"], "--cpus sets the workers' affinities"),
+    ],
+)
+def test_options_that_would_be_ignored_or_clash(args, needle):
+    need("onnxruntime")
+    assert_one_line_error(cli("run", MODEL, *args), needle)
+
+
+def test_quantize_refuses_a_model_with_nothing_to_quantize_and_reads_n_samples(tmp_path):
+    need("onnxruntime")
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    relu = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y]))
+    relu.opset_import[0].version = 17
+    relu.ir_version = 8
+    onnx.save(relu, tmp_path / "relu.onnx")
+    calib = tmp_path / "c.npy"
+    np.save(calib, np.random.default_rng(0).random((20, 1, 4), dtype=np.float32))  # (N, *input shape)
+    proc = cli("quantize", tmp_path / "relu.onnx", "--calibration", calib, "--out", tmp_path / "q.onnx")
+    assert_one_line_error(proc, "no Conv, Gemm, MatMul or ConvTranspose layer to quantize")
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4, 4], np.eye(4, dtype=np.float32).ravel().tolist())
+    mm = helper.make_model(helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g", [x], [y], [w]))
+    mm.opset_import[0].version = 17
+    mm.ir_version = 8
+    onnx.save(mm, tmp_path / "mm.onnx")
+    proc = cli("quantize", tmp_path / "mm.onnx", "--calibration", calib, "--out", tmp_path / "q.onnx", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert strict_json(proc.stdout)["calibration_samples"] == 20

@@ -138,7 +138,9 @@ def test_a_bench_request_round_trips_through_json_and_runs_what_the_cli_runs(tmp
         assert agent[section] == cli[section], section
     assert agent["latency_us"]["count"] == cli["latency_us"]["count"] == 400
     assert agent["pinning"]["all_threads_pinned"] and cli["pinning"]["all_threads_pinned"]
-    assert shape(agent) == shape(cli)
+    assert {k: set(v) if isinstance(v, dict) else None for k, v in agent.items()} == {
+        k: set(v) if isinstance(v, dict) else None for k, v in cli.items()
+    }  # the same sections with the same keys (a short run's thermal timeline may hold a point or none)
 
 
 @pytest.mark.parametrize(

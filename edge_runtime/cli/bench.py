@@ -152,7 +152,9 @@ def run(args) -> int:
 
     root = sysroot(args.sysroot)
     # Before the run, not after it: a result is never lost to a bad path.
-    outs = plan_outputs([("--json", args.json), ("--hdr-log", args.hdr_log), ("--prom", args.prom)], input_paths(args))
+    outs = plan_outputs(
+        [("--json", args.json), ("--hdr-log", args.hdr_log), ("--prom", args.prom)], input_paths(args), root=root
+    )
     request = request_from_args(args)
     tty = sys.stderr is not None and sys.stderr.isatty()
 

@@ -9,15 +9,14 @@ import argparse
 import math
 import os
 import re
-from pathlib import Path
 
 import numpy as np
 
-from edge_runtime.errors import EdgeRuntimeError, FeedError, UserError
+from edge_runtime.errors import FeedError, UserError
 from edge_runtime.measure.request import MAX_DURATION_S, MAX_THREADS, MAX_WARMUP, MAX_WARMUP_S
 from edge_runtime.runtime.feeds import random_feeds
 from edge_runtime.system.files import check_input, load_npy
-from edge_runtime.system.outputs import Output, check_distinct, plan_output
+from edge_runtime.system.outputs import Output, check_distinct, check_outside, plan_output
 
 PROG = "edge-runtime"
 
@@ -187,29 +186,27 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
 
 # ---------------------------------------------------------------------------------------------------------- outputs
 def plan_outputs(
-    pairs: list[tuple[str, str | None]], inputs: list[tuple[str, object]] = (), regular_only: tuple[str, ...] = ()
+    pairs: list[tuple[str, str | None]],
+    inputs: list[tuple[str, object]] = (),
+    regular_only: tuple[str, ...] = (),
+    root=None,
 ) -> dict[str, Output]:
-    """Check every output of a command before it runs: each writable, none the same as another or as an input."""
+    """Check every output of a command before it runs: each writable, none the same as another or as an input, and
+    none inside the --sysroot tree the command reads (`root`, when it is a captured tree)."""
     outs = {
         flag: plan_output(flag, dest, regular_only=flag in regular_only) for flag, dest in pairs if dest is not None
     }
     check_distinct(outs.values(), inputs)
+    if root is not None and not root.is_live:
+        check_outside(outs.values(), [(root.root, "the --sysroot tree")])
     return outs
 
 
 def input_paths(args, session=None) -> list[tuple[str, object]]:
-    """The files `run`/`bench` read: the model (and its IR weights), --input files, a delegate given by path."""
-    found: list[tuple[str, object]] = [("the model", args.model)]
-    model = Path(args.model)
-    if model.suffix.lower() == ".xml":
-        found.append(("the model's weights", model.with_suffix(".bin")))
-    elif model.suffix.lower() == ".onnx" and os.path.isfile(model):
-        from edge_runtime.runtime.model import onnx_external_files
+    """The files `run`/`bench` read: the model's files, --input files, a delegate given by path."""
+    from edge_runtime.runtime.model import model_files
 
-        try:
-            found += [("the model's external data", e) for e in onnx_external_files(model)]
-        except EdgeRuntimeError:
-            pass  # an unreadable model is refused, with its reason, when it is loaded
+    found: list[tuple[str, object]] = list(model_files(args.model))
     for spec in args.input or []:
         for p in {spec, spec.partition("=")[2] or spec}:
             found.append(("an --input file", p))
@@ -219,11 +216,16 @@ def input_paths(args, session=None) -> list[tuple[str, object]]:
 
 
 def key_values(pairs: list[str] | None, flag: str) -> dict[str, str]:
-    out = {}
+    """KEY=VALUE flags as a dict; a key given twice (in any case) is refused, not silently the last one."""
+    out: dict[str, str] = {}
+    seen: dict[str, str] = {}
     for item in pairs or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise UsageError(f"{flag} {item!r}: expected KEY=VALUE")
+        if key.lower() in seen:
+            raise UsageError(f"{flag} {item!r}: {seen[key.lower()]!r} is already given; one value per key")
+        seen[key.lower()] = item
         out[key] = value
     return out
 
@@ -240,9 +242,16 @@ def cpus_arg(text: str | None, root=None) -> list[int] | None:
 
         root = root or SystemRoot("/")
         board = detect(root)
-        chosen = board.suggested_isolated(root.online_cpus()) if board else []
+        where = "this machine" if root.is_live else f"the tree {root.root}"
+        if board is None:
+            raise UsageError(f"--cpus board: no board profile matches {where}", hint="give --cpus LIST")
+        chosen = board.suggested_isolated(root.online_cpus())
         if not chosen:
-            raise UsageError("--cpus board: no board profile matches this machine", hint="give --cpus LIST")
+            raise UsageError(
+                f"--cpus board: board profile {board.name} isolates CPU {list(board.cpus.isolate)}, none of them "
+                f"online on {where}",
+                hint="give --cpus LIST",
+            )
         return chosen
 
     try:
@@ -256,6 +265,8 @@ def cpus_arg(text: str | None, root=None) -> list[int] | None:
 
 def load_kwargs(args) -> dict:
     """The `load()` arguments that `add_model_options` flags describe."""
+    if args.delegate_option and not args.delegate:
+        raise UsageError("--delegate-option without --delegate: it would be ignored")
     return {
         "backend": args.backend,
         "device": args.device,
@@ -289,5 +300,16 @@ def load_inputs(specs: list[str] | None, session, seed: int) -> tuple[dict[str, 
             raise FeedError(f"--input {spec!r}: input {name!r} is given twice")
         if not os.path.lexists(file):
             raise FeedError(f"--input {spec!r}: no such file {file!r}")
-        given[name] = load_npy(file, "--input", error=FeedError)
+        arr = load_npy(file, "--input", error=FeedError)
+        want = next(t.dtype for t in session.inputs if t.name == name)
+        if arr.dtype.kind in "fc" or want.kind == "f":
+            with np.errstate(over="ignore", invalid="ignore"):
+                as_input = arr.astype(want) if arr.dtype.kind in "fiub" and want.kind in "fiu" else arr
+            if as_input.dtype.kind in "fc" and not np.isfinite(as_input).all():
+                bad = int(np.count_nonzero(~np.isfinite(as_input)))
+                raise FeedError(
+                    f"--input {spec!r}: {bad} value(s) are NaN or infinite as {want} (a model's answer to them "
+                    "means nothing)"
+                )
+        given[name] = arr
     return random_feeds(session.inputs, seed, given)

@@ -24,7 +24,7 @@ def run(args) -> int:
     from edge_runtime.system.boards import detect
 
     root = sysroot(args.sysroot)
-    outs = plan_outputs([("--json", args.json)])
+    outs = plan_outputs([("--json", args.json)], root=root)
     found = {name: backends.get(name).status() for name in backends.names()}
     iso = root.isolation()
     profile = detect(root)

@@ -47,7 +47,7 @@ def _top(info, arr: np.ndarray, k: int) -> list[list[float]]:
 
 
 def run(args) -> int:
-    from edge_runtime.runtime.session import load
+    from edge_runtime.runtime.load import load
 
     outs = plan_outputs([("--json", args.json)], input_paths(args))
     t0 = time.perf_counter()

@@ -99,7 +99,7 @@ def run(args) -> int:
             if args.count is None or n < args.count:
                 time.sleep(args.watch)
         return 0
-    outs = plan_outputs([("--json", args.json)])
+    outs = plan_outputs([("--json", args.json)], root=root)
     snap, doc = snapshot_doc()
     if "--json" in outs:
         write_json(doc, outs["--json"])

@@ -13,7 +13,7 @@ from edge_runtime.cli.common import (
     sysroot,
 )
 from edge_runtime.system.audit import audit
-from edge_runtime.system.outputs import write_json
+from edge_runtime.system.outputs import check_outside, write_json
 
 HELP = "audit CPU isolation (show), or apply/reset it with the system_tuning scripts"
 
@@ -76,29 +76,39 @@ def run(args) -> int:
     stray = [flag for flag, on in given.items() if on and flag not in allowed]
     if stray:
         raise UsageError(f"tune {args.action}: {', '.join(stray)} does not apply here (ignored flags hide mistakes)")
+    state = tuning.state_dir(args.state_dir)
     outs = plan_outputs([("--json", args.json)])
+    # The tree this command reads and the state it keeps are inputs: no output may land inside them.
+    check_outside(outs.values(), [(root.root, "the --sysroot tree")] if not root.is_live else [])
+    check_outside(outs.values(), [(state, "the tune state dir")])
     if args.action == "show":
         cpus = _tune_cpus(args, root)
         checks = audit(root, cpus)
         failed = [c for c in checks if c.status == "fail"]
+        # Nothing readable (an empty tree): not tuned as far as anyone can tell, and a CI gate must not pass on it.
+        known = any(c.status in ("ok", "fail") for c in checks)
+        tuned = (not failed) if known else None
         doc = {
             "schema": "edge-runtime/tune/1",
             "cpus": cpus,
-            "tuned": not failed,
+            "tuned": tuned,
             "checks": [c.to_dict() for c in checks],
         }
+        code = 0 if tuned else 1
         if "--json" in outs:
             write_json(doc, outs["--json"])
             if outs["--json"].is_stdout:
-                return 1 if failed else 0
+                return code
         print(f"tuning for CPU {format_cpu_list(cpus)} (sysroot {args.sysroot})")
         for c in checks:
             print(f"  {c.status.upper():<5} {c.knob:<22} {c.seen}")
             if c.advice and c.status in ("fail", "warn"):
                 print(f"        {'':<22} -> {c.advice}")
-        print("not tuned: " + ", ".join(c.knob for c in failed) if failed else "tuned")
-        return 1 if failed else 0
-    state = tuning.state_dir(args.state_dir)
+        if tuned is None:
+            print(f"unknown: none of the knobs could be read below {root.root}")
+        else:
+            print("not tuned: " + ", ".join(c.knob for c in failed) if failed else "tuned")
+        return code
     save = None
     if args.action == "apply":
         cpus = _tune_cpus(args, root)

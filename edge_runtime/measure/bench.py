@@ -52,7 +52,7 @@ from edge_runtime.results import (
 )
 from edge_runtime.runtime.feeds import random_feeds
 from edge_runtime.system.environment import environment, packages
-from edge_runtime.system.outputs import Output, plan_output, write_output
+from edge_runtime.system.outputs import Output, check_distinct, plan_output, write_output
 from edge_runtime.system.process import (
     cpu_times_by_task,
     mlock_all,
@@ -113,6 +113,10 @@ def run_bench(
     request.validate()
     say = progress or (lambda _msg: None)
     hdr_out = plan_output("hdr_log", hdr_log) if isinstance(hdr_log, str) else hdr_log
+    if hdr_out is not None:
+        from edge_runtime.runtime.model import model_files
+
+        check_distinct([hdr_out], model_files(request.model))  # the log never replaces the model it measures
     prep = prepare(request, root, say)
     got = _measure(request, root, prep, feeds, say, stop)
     m = got.m
@@ -146,7 +150,7 @@ def _measure(
     say: Callable[[str], None],
     stop: StopRequest | None,
 ) -> _Measured:
-    from edge_runtime.runtime.session import load
+    from edge_runtime.runtime.load import load
 
     cpus = list(request.cpus) if request.cpus else None
     iterations, duration_s = request.length
@@ -191,9 +195,11 @@ def _measure(
         )
         marks: dict[str, object] = {}
 
-        def on_start() -> None:  # just before the first timed call: counters cover the measured part only
-            marks["before"] = counters(root, tid)
+        # Just before the first timed call and just after the last: the counters cover the measured part only. The
+        # slow /proc scan for other tasks goes outside the counters' window, not inside it.
+        def on_start() -> None:
             marks["others_before"] = cpu_times_by_task(exclude_pid=os.getpid())
+            marks["before"] = counters(root, tid)
 
         def on_end() -> None:
             marks["after"] = counters(root, tid)

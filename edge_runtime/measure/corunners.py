@@ -22,6 +22,7 @@ from edge_runtime.system.cpulist import format_cpu_list, parse_cpu_list
 from edge_runtime.system.process import dies_with_parent
 
 KINDS = ("cpu", "memory")
+TOOLS = ("stress-ng", "builtin")
 
 _HOG = r"""
 # edge_runtime_hog
@@ -74,6 +75,8 @@ class CoRunner:
         self.procs: list[subprocess.Popen] = []
         self.ended_early = False
         forced = os.environ.get("EDGE_RUNTIME_STRESS_TOOL")  # "builtin" to test (or prefer) the built-in hog
+        if forced and forced not in TOOLS:
+            raise UserError(f"EDGE_RUNTIME_STRESS_TOOL={forced!r}: not one of {', '.join(TOOLS)}")
         self.tool = forced or ("stress-ng" if shutil.which("stress-ng") else "builtin")
         allowed = set(os.sched_getaffinity(0)) | set(range(os.cpu_count() or 1))
         seen: set[int] = set()
@@ -130,6 +133,12 @@ class CoRunner:
                     )
                 )
         time.sleep(0.2)  # let the workers start loading their CPUs before measuring
+        dead = [p for p in self.procs if p.poll() is not None]
+        if dead:  # a run "under load" that was never under load would be a false result
+            raise UserError(
+                f"--stress: the {self.tool} co-runner exited at once (exit {dead[0].returncode})",
+                hint="is stress-ng installed and on PATH? EDGE_RUNTIME_STRESS_TOOL=builtin uses the built-in load",
+            )
 
     def stop(self) -> None:
         if any(p.poll() is not None for p in self.procs):

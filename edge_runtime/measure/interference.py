@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import dataclass
 
 from edge_runtime.system.cpulist import format_cpu_list, is_number
@@ -94,6 +95,7 @@ def counters(root: SystemRoot, tid: int) -> dict:
         "migrations": task_migrations(tid),
         "majflt": major_faults(),
         "schedstat": schedstat(tid),
+        "t": time.perf_counter(),  # when schedstat was read: the wait share is over this window, not a longer one
     }
 
 
@@ -137,7 +139,8 @@ def competing_tasks(before_tasks, after_tasks, cpus, before, after, wall_s: floa
     if before.get("schedstat") and after.get("schedstat"):
         wait_ns = after["schedstat"][1] - before["schedstat"][1]
         wait_ms = round(wait_ns / 1e6, 3)
-        share = round(wait_ns / 1e9 / wall_s, 4) if wall_s > 0 else None
+        window = after["t"] - before["t"] if "t" in before and "t" in after else wall_s
+        share = round(min(1.0, wait_ns / 1e9 / window), 4) if window > 0 else None
     heavy = [r for r in rows if r["cpu_s"] >= OTHER_TASK_WARN_S or r["ended"]]
     warning = None
     if heavy or (share is not None and share >= WAIT_SHARE_WARN):

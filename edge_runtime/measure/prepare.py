@@ -77,12 +77,15 @@ def _cool_down(root: SystemRoot, cfg: BenchRequest, snap, say, warnings: list[st
     while True:
         now_c = read_snapshot(root, list(cfg.cpus) if cfg.cpus else None).max_c()
         waited = time.monotonic() - t0
-        if now_c is None or now_c <= target:
+        if now_c is not None and now_c <= target:
             return {"to_c": target, "start_c": start_c, "reached_c": now_c, "waited_s": round(waited, 2)}
         if waited > cfg.cooldown_timeout_s:
+            # A sensor that stopped answering is not a cool board: say which it was.
+            now = f"still {now_c:.1f} C" if now_c is not None else "no temperature reading (the sensors went away)"
             raise CheckFailedError(
-                f"--cooldown-to {target:g}: still {now_c:.1f} C after {cfg.cooldown_timeout_s:g} s",
+                f"--cooldown-to {target:g}: {now} after {cfg.cooldown_timeout_s:g} s",
                 hint="improve cooling or raise the target",
             )
-        say(f"cooling down: {now_c:.1f} C > {target:g} C, waited {waited:.0f} s")
+        now = f"{now_c:.1f} C > {target:g} C" if now_c is not None else "no temperature reading"
+        say(f"cooling down: {now}, waited {waited:.0f} s")
         time.sleep(min(1.0, max(0.1, cfg.sample_interval_s)))

@@ -54,8 +54,11 @@ def load_samples(
         for t, arr in zip(inputs, chosen, strict=True):
             want = tuple(t.shape)
             arr = np.asarray(arr)
+            sample_shape = tuple(d or 1 for d in want)
             if arr.shape[1:] == want[1:] and (want[0] in (None, 1) or arr.shape[0] % (want[0] or 1) == 0):
                 samples = [arr[i : i + 1] for i in range(arr.shape[0])]
+            elif arr.ndim == len(want) + 1 and arr.shape[1:] == sample_shape:  # (N, *input shape): N samples
+                samples = [arr[i] for i in range(arr.shape[0])]
             elif arr.shape == want:
                 samples = [arr]
             else:
@@ -64,14 +67,17 @@ def load_samples(
                     f"{what} {str(f)!r}: input {t.name!r} expects samples of shape {shown}, got an "
                     f"array of shape {arr.shape}"
                 )
-            if arr.dtype.kind not in "fiu":
+            kinds = "fiub" if t.dtype.kind == "b" else "fiu"
+            if arr.dtype.kind not in kinds:
                 raise UserError(f"{what} {str(f)!r}: input {t.name!r} has dtype {arr.dtype}, not numbers")
-            if arr.dtype.kind == "f" and not np.isfinite(arr).all():
-                bad = int(np.count_nonzero(~np.isfinite(arr)))
-                rows = np.flatnonzero(~np.isfinite(arr.reshape(arr.shape[0], -1)).all(axis=1)) if arr.ndim else [0]
+            with np.errstate(over="ignore", invalid="ignore"):
+                cast = arr.astype(t.dtype)  # checked after the cast: 1e300 in float64 is inf in float32
+            if cast.dtype.kind == "f" and not np.isfinite(cast).all():
+                bad = int(np.count_nonzero(~np.isfinite(cast)))
+                rows = np.flatnonzero(~np.isfinite(cast.reshape(cast.shape[0], -1)).all(axis=1)) if cast.ndim else [0]
                 raise UserError(
-                    f"{what} {str(f)!r}: input {t.name!r} holds {bad} value(s) that are NaN or infinite "
-                    f"(first in sample {int(rows[0])}); {what} must be finite numbers"
+                    f"{what} {str(f)!r}: input {t.name!r} holds {bad} value(s) that are NaN or infinite as "
+                    f"{t.dtype} (first in sample {int(rows[0])}); {what} must be finite numbers"
                 )
             per_input[t.name] += [s.astype(t.dtype) for s in samples]
     counts = {len(v) for v in per_input.values()}

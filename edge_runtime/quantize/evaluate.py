@@ -10,7 +10,7 @@ import numpy as np
 
 def predict(model: Path, backend: str, samples: list[dict]) -> list[np.ndarray]:
     """Outputs (first output) of every sample, run one by one on the real backend."""
-    from edge_runtime.runtime.session import load
+    from edge_runtime.runtime.load import load
 
     with load(model, backend=backend, sandbox=False) as s:
         name = s.outputs[0].name
@@ -46,7 +46,7 @@ def compare(fp32: list[np.ndarray], int8: list[np.ndarray], labels: np.ndarray |
 def latency_us(model: Path, backend: str, sample: dict, iterations: int) -> float:
     """Median latency with the measurement engine (inputs bound once, one thread)."""
     from edge_runtime.measure.loop import measure
-    from edge_runtime.runtime.session import load
+    from edge_runtime.runtime.load import load
 
     with load(model, backend=backend, threads=1, sandbox=False) as s:
         s.bind(sample)

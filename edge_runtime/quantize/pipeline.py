@@ -24,6 +24,7 @@ from edge_runtime.quantize.ort_path import (
     mixed_precision,
     ort_quantize,
     preprocess,
+    quantizable_nodes,
 )
 from edge_runtime.runtime.model import onnx_external_files
 from edge_runtime.system.outputs import Output, check_distinct, plan_output, write_output
@@ -55,8 +56,12 @@ def plan_outputs(cfg: QuantizeConfig, json_dest: str | None = None) -> dict[str,
     out = Path(cfg.out)
     outs = {"--out": plan_output("--out", cfg.out, regular_only=True)}
     if out.suffix == ".xml":
-        outs["weights"] = plan_output("--out (its .bin)", str(out.with_suffix(".bin")), regular_only=True)
-    outs["manifest"] = plan_output("--out (its manifest)", cfg.out + ".manifest.toml", regular_only=True)
+        outs["weights"] = plan_output(
+            "--out (its .bin)", str(out.with_suffix(".bin")), regular_only=True, follow_links=False
+        )
+    outs["manifest"] = plan_output(
+        "--out (its manifest)", cfg.out + ".manifest.toml", regular_only=True, follow_links=False
+    )
     if json_dest is not None:
         outs["--json"] = plan_output("--json", json_dest)
     inputs: list[tuple[str, object]] = [("the model", cfg.model)]
@@ -78,8 +83,8 @@ def plan_outputs(cfg: QuantizeConfig, json_dest: str | None = None) -> dict[str,
 def run(cfg: QuantizeConfig, say=lambda _m: None, outputs: dict[str, Output] | None = None) -> Result:
     """Quantize as `cfg` says. Everything is built and measured in a temporary folder; the outputs are written at the
     end, each atomically, so a failure half-way leaves no half-written model and no manifest pointing to nothing."""
+    from edge_runtime.runtime.load import load
     from edge_runtime.runtime.model import inspect_model
-    from edge_runtime.runtime.session import load
 
     no_vendor_telemetry()
     res = Result()
@@ -104,6 +109,10 @@ def run(cfg: QuantizeConfig, say=lambda _m: None, outputs: dict[str, Output] | N
         raise UserError(
             f"model {cfg.model!r}: already quantized (it has QuantizeLinear/DequantizeLinear or integer ops)",
             hint="quantize the FP32 model",
+        )
+    if not quantizable_nodes(mf.path):
+        raise UserError(
+            f"model {cfg.model!r}: no Conv, Gemm, MatMul or ConvTranspose layer to quantize: INT8 would change nothing",
         )
     calib = load_samples(cfg.calibration, inputs, notes=res.warnings)
     if len(calib) < FEW_SAMPLES:

@@ -4,6 +4,7 @@ Layer: imports `edge_runtime.system` and `edge_runtime.errors` only; never measu
 loaded in the crash-check child (`sandbox`) so a file that crashes a native library cannot take the caller down.
 """
 
-from edge_runtime.runtime.session import BackendInfo, FallbackWarning, OversubscriptionWarning, Session, load
+from edge_runtime.runtime.load import FallbackWarning, OversubscriptionWarning, load
+from edge_runtime.runtime.session import BackendInfo, Session
 
 __all__ = ["BackendInfo", "FallbackWarning", "OversubscriptionWarning", "Session", "load"]

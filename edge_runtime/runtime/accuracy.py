@@ -9,7 +9,7 @@ import numpy as np
 
 def classify(model: str | os.PathLike[str], x: np.ndarray, backend: str | None = None, **load_kwargs) -> np.ndarray:
     """Top-1 class of each sample of `x` (N, ...) run one at a time, quantizing inputs for full-integer models."""
-    from edge_runtime.runtime.session import load
+    from edge_runtime.runtime.load import load
 
     with load(model, backend=backend, **load_kwargs) as s:
         inp, out = s.inputs[0], s.outputs[0]

@@ -174,3 +174,18 @@ def inspect_model(path: str | os.PathLike[str]) -> ModelFile:
             raise ModelError(f"model {shown!r}: weights file {str(weights)!r} is missing (an IR is an .xml and a .bin)")
         check_input(weights, f"model {shown!r}: weights file", error=ModelError)
     return ModelFile(path=p, format=fmt, size=size, weights=weights, external=external)
+
+
+def model_files(path: str | os.PathLike[str]) -> list[tuple[str, Path]]:
+    """Every file a model is made of, as (what, path): the file, an IR's .bin, an ONNX model's external data. Outputs
+    of a command must never be one of them. Best effort on a file that cannot be read (it is refused when loaded)."""
+    p = Path(path)
+    found: list[tuple[str, Path]] = [("the model", p)]
+    if p.suffix.lower() == ".xml":
+        found.append(("the model's weights", p.with_suffix(".bin")))
+    elif p.suffix.lower() == ".onnx" and os.path.isfile(p):
+        try:
+            found += [("the model's external data", e) for e in onnx_external_files(p)]
+        except ModelError:
+            pass
+    return found

@@ -13,7 +13,7 @@ def _child() -> int:
     import numpy as np
 
     from edge_runtime.errors import EdgeRuntimeError
-    from edge_runtime.runtime.session import load
+    from edge_runtime.runtime.load import load
     from edge_runtime.system.process import set_parent_death_signal
 
     set_parent_death_signal()  # a check whose caller was killed has no one to answer

@@ -1,4 +1,4 @@
-"""`load()` and `Session`: one model on one backend, inputs bound once, and the truth about what runs.
+"""`Session`: one loaded model, inputs bound once (`load()`, in load.py, makes one).
 
 The Session does the checks (names, shapes, dtypes) when an input is bound, not on every call: a repeated `infer`
 with the same arrays only runs the model and copies the outputs out, so a measured call measures inference.
@@ -6,25 +6,14 @@ with the same arrays only runs the model and copies the outputs out, so a measur
 
 from __future__ import annotations
 
-import os
-import warnings
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from edge_runtime.errors import EdgeRuntimeError, FeedError, InferenceError, ModelError, SessionClosedError, UserError
-from edge_runtime.runtime import backends
+from edge_runtime.errors import EdgeRuntimeError, FeedError, InferenceError, SessionClosedError
 from edge_runtime.runtime.backends.base import Backend, LoadOptions, TensorInfo
-from edge_runtime.runtime.model import DEFAULT_BACKEND, ModelFile, inspect_model
-
-
-class FallbackWarning(UserWarning):
-    """A device or delegate could not be used and the run fell back to CPU, as the caller allowed."""
-
-
-class OversubscriptionWarning(UserWarning):
-    """More inference threads than the CPUs they are pinned to."""
+from edge_runtime.runtime.model import ModelFile
 
 
 @dataclass(frozen=True)
@@ -43,91 +32,6 @@ class BackendInfo:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def load(
-    model: str | os.PathLike[str],
-    backend: str | None = None,
-    device: str | None = None,
-    delegate: str | None = None,
-    threads: int | None = None,
-    cpus: Iterable[int] | None = None,
-    *,
-    delegate_options: Mapping[str, str] | None = None,
-    options: Mapping[str, str] | None = None,
-    fallback: bool = False,
-    sandbox: bool = True,
-    probe_timeout_s: float = 120.0,
-    isolate: bool | None = None,
-) -> Session:
-    """Load `model` on `backend` (chosen from the file type when None) and return a ready Session.
-
-    `device` picks an ONNX Runtime execution provider (`cpu`, `cuda`, `tensorrt`, `qnn`, `openvino`, ...) or an
-    OpenVINO device (`CPU`, `GPU`, `NPU`, `AUTO`); `delegate` is a TFLite external delegate library with
-    `delegate_options`. When these cannot be used, loading fails, unless `fallback=True`: then the model runs on CPU,
-    a FallbackWarning is issued and `session.backend.fallback` is True.
-    `cpus` pins this process and every thread it has to those CPUs before the backend starts its pools; `threads`
-    defaults to their number. With `sandbox` (the default) the model is first loaded and run once in a child process,
-    so a file that crashes a native library is refused with an error instead of taking this process down; the check
-    runs once per file, backend and options in this process.
-    """
-    from edge_runtime.runtime import sandbox as probe
-    from edge_runtime.system.process import pin_all_threads
-
-    mf = inspect_model(model)
-    name = backend or DEFAULT_BACKEND[mf.format]
-    cls = backends.get(name)
-    if mf.format not in cls.formats:
-        readable = ", ".join(sorted(f for f in cls.formats))
-        raise ModelError(
-            f"model {str(model)!r}: backend {name!r} cannot load {mf.format} files", hint=f"it reads: {readable}"
-        )
-    version = cls.library_version()
-    cpu_list = tuple(sorted(set(cpus))) if cpus is not None else None
-    if threads is not None and threads < 1:
-        raise UserError(f"threads {threads!r}: must be at least 1")
-    if threads is not None and cpu_list and threads > len(cpu_list):
-        warnings.warn(
-            f"{threads} threads on {len(cpu_list)} CPU(s) ({', '.join(map(str, cpu_list))}): oversubscribed, the "
-            "threads take turns on the same cores (latency goes up, not down)",
-            OversubscriptionWarning,
-            stacklevel=2,
-        )
-    opts = LoadOptions(
-        device=device,
-        delegate=delegate,
-        delegate_options=dict(delegate_options or {}),
-        options=dict(options or {}),
-        threads=threads if threads is not None else (len(cpu_list) if cpu_list else None),
-        cpus=cpu_list,
-        fallback=fallback,
-    )
-    crashed = None
-    if isolate is not None:  # the old name, kept for callers of 0.1: it never meant CPU isolation
-        sandbox = isolate
-    if sandbox:
-        crashed = probe.check(mf, name, opts, timeout_s=probe_timeout_s)
-        if crashed:  # the delegate crashed the child and fallback is allowed: load on CPU, and say so
-            opts = replace(opts, delegate=None, delegate_options={}, device=None)
-    if cpu_list:
-        pin_all_threads(list(cpu_list))  # before the backend starts its pools, which inherit the mask
-    impl = cls(mf, opts)
-    if crashed:
-        impl.fallback_reason = crashed
-    info = BackendInfo(
-        name=name,
-        version=version,
-        device=impl.device,
-        delegate=impl.delegate,
-        fallback=impl.fallback_reason is not None,
-        fallback_reason=impl.fallback_reason,
-        requested_device=device,
-        requested_delegate=delegate,
-        details=dict(getattr(impl, "details", {}) or {}),
-    )
-    if info.fallback:
-        warnings.warn(f"{name}: falling back to CPU: {impl.fallback_reason}", FallbackWarning, stacklevel=2)
-    return Session(mf, impl, info, opts)
 
 
 class Session:
@@ -154,6 +58,7 @@ class Session:
         self._rebind_each = impl.rebind_each_run
         self._out_copy = not impl.output_is_copy
         self._closed = False
+        self._ran = False  # results() before any run would hand out uninitialised memory
         handles = impl.fast_handles() if len(self.inputs) == 1 else None
         self._handles = handles
         if handles is not None:
@@ -274,6 +179,7 @@ class Session:
         self._run()
 
     def _run(self) -> None:
+        self._ran = True
         try:
             self._impl.run()
         except EdgeRuntimeError:
@@ -295,16 +201,20 @@ class Session:
         """The leanest zero-argument callable that runs the model once on the inputs as bound now, for timing loops.
 
         It does not re-check, re-convert or re-copy inputs (a backend that copies inputs in, like TFLite, keeps what
-        `bind()` gave it): bind the data first, then time the runner. Outputs stay in the backend (`results()`).
+        `bind()` gave it): bind the data first, then time the runner. Outputs stay in the backend (`results()`). It
+        carries no check of its own, to cost nothing in the loop: it is valid until `close()`, not after.
         """
         self._check_open()
         if any(a is None for a in self._bound_arr):
             raise FeedError("runner() needs inputs bound first with bind(feeds)")
+        self._ran = True  # the caller runs it next; results() then reads what it wrote
         return self._handles.run if self._handles is not None else self._impl.run
 
     def results(self) -> dict[str, np.ndarray]:
         """The last run's outputs, as arrays the caller owns."""
         self._check_open()
+        if not self._ran:
+            raise FeedError("results() before any run: bind(feeds) and run() first (or use infer)")
         impl = self._impl
         if self._out_copy:
             return {name: impl.output(i).copy() for i, name in self._out_enum}

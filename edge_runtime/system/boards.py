@@ -12,12 +12,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edge_runtime.errors import UserError
+from edge_runtime.system.cpulist import MAX_CPUS
+from edge_runtime.system.files import check_input, open_input
 from edge_runtime.system.root import SystemRoot
+from edge_runtime.system.thermal import SILICON_RANGE_C
 
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
+
+
+MAX_PROFILE_BYTES = 1 << 20  # a profile is a page of TOML
 
 
 class BoardProfileError(UserError):
@@ -119,15 +125,22 @@ _SCHEMA: dict[str, dict[str, tuple[type, str]]] = {
 _NPU_KINDS = ("none", "npu", "gpu", "dsp")
 
 
+def _cpu_number(c) -> bool:
+    return isinstance(c, int) and not isinstance(c, bool) and 0 <= c < MAX_CPUS
+
+
 def _check(path: Path, section: str, key: str, value, kind: type, what: str):
     where = f"{path.name}: {section + '.' if section else ''}{key}"
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         raise BoardProfileError(f"board profile {where} = {value!r}: expected {what}")
+    if kind is float and not (SILICON_RANGE_C[0] <= value <= SILICON_RANGE_C[1]):  # NaN fails both
+        lo, hi = SILICON_RANGE_C
+        raise BoardProfileError(f"board profile {where} = {value!r}: expected degrees C from {lo:g} to {hi:g}")
     if kind is list and key in ("isolate", "housekeeping"):
-        if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in value):
-            raise BoardProfileError(f"board profile {where} = {value!r}: expected {what}")
+        if not all(_cpu_number(c) for c in value):
+            raise BoardProfileError(f"board profile {where} = {value!r}: expected {what} (0 to {MAX_CPUS - 1})")
     elif kind is list and key != "clusters" and not all(isinstance(s, str) for s in value):
         raise BoardProfileError(f"board profile {where} = {value!r}: expected {what}")
     return value
@@ -135,11 +148,16 @@ def _check(path: Path, section: str, key: str, value, kind: type, what: str):
 
 def load_profile(path: str | os.PathLike[str]) -> BoardProfile:
     path = Path(path)
+    # Read as any input: a regular file (a fifo or a link to /dev/zero named *.toml would hang or never end), of a
+    # size a profile can have, in UTF-8 as TOML requires.
+    with open_input(path, "board profile", error=BoardProfileError, max_bytes=MAX_PROFILE_BYTES) as f:
+        raw = f.read()
     try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except OSError as err:
-        raise BoardProfileError(f"board profile {str(path)!r}: cannot read: {err.strerror or err}") from err
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise BoardProfileError(
+            f"board profile {path.name}: not UTF-8 text ({err.reason} at byte {err.start})"
+        ) from err
     except tomllib.TOMLDecodeError as err:
         raise BoardProfileError(f"board profile {path.name}: not valid TOML: {err}") from err
     values: dict[str, dict] = {s: {} for s in _SCHEMA}
@@ -172,6 +190,11 @@ def load_profile(path: str | os.PathLike[str]) -> BoardProfile:
             raise BoardProfileError(
                 f"board profile {path.name}: cpus.clusters[{i}] = {c!r}: expected {{ name = ..., cpus = [...] }}"
             )
+        if not all(_cpu_number(x) for x in c["cpus"]):
+            raise BoardProfileError(
+                f"board profile {path.name}: cpus.clusters[{i}].cpus = {c['cpus']!r}: expected CPU numbers "
+                f"(0 to {MAX_CPUS - 1})"
+            )
         clusters.append(Cluster(str(c.get("name", f"cluster{i}")), tuple(c["cpus"]), bool(c.get("big", False))))
     npu = values["npu"]
     if npu.get("kind", "none") not in _NPU_KINDS:
@@ -202,9 +225,13 @@ def load_profile(path: str | os.PathLike[str]) -> BoardProfile:
 
 
 def boards_dir() -> Path:
-    """boards/ beside the package (source or editable install), or EDGE_RUNTIME_BOARDS."""
+    """boards/ beside the package (source or editable install), or EDGE_RUNTIME_BOARDS, which must be a directory
+    (a mistyped variable would otherwise mean "no profile" without a word)."""
     env = os.environ.get("EDGE_RUNTIME_BOARDS")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "boards"
+    if not env:
+        return Path(__file__).resolve().parents[2] / "boards"
+    check_input(env, "EDGE_RUNTIME_BOARDS", error=BoardProfileError, directory=True)
+    return Path(env)
 
 
 def load_all(directory: Path | None = None) -> list[BoardProfile]:
@@ -224,6 +251,8 @@ _LOADED: dict[str, list[BoardProfile]] = {}
 def _load_all(d: Path) -> list[BoardProfile]:
     out = []
     for p in sorted(d.glob("*.toml")):
+        if p.name.startswith("."):
+            continue
         try:
             out.append(load_profile(p))
         except BoardProfileError as err:

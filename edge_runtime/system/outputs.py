@@ -86,9 +86,11 @@ class Output:
         return f"{self.flag} {self.dest!r}"
 
 
-def plan_output(flag: str, dest: str, *, regular_only: bool = False) -> Output:
+def plan_output(flag: str, dest: str, *, regular_only: bool = False, follow_links: bool = True) -> Output:
     """Check `dest` for writing now, before the work that produces it. `regular_only` refuses devices, fifos and
-    descriptors (for outputs that must be files, like a quantized model with a manifest beside it)."""
+    descriptors (for outputs that must be files, like a quantized model with a manifest beside it); without
+    `follow_links` a link is refused too (for files written beside the one the user named: a manifest, an IR's .bin,
+    which the user never chose to write through a link)."""
     shown = f"{flag} {dest!r}"
     if dest == "":
         raise UserError(f"{flag} '': empty path", hint="give a file name, or '-' for standard output")
@@ -110,6 +112,8 @@ def plan_output(flag: str, dest: str, *, regular_only: bool = False) -> Output:
         lst = None
     except OSError as err:
         raise UserError(f"{shown}: {reason(err)}") from err
+    if lst is not None and stat.S_ISLNK(lst.st_mode) and not follow_links:
+        raise UserError(f"{shown}: is a link (to {os.readlink(dest)!r}); refusing to write through a link not named")
     try:
         st = os.stat(dest)
     except FileNotFoundError as err:
@@ -275,6 +279,18 @@ def check_distinct(outputs: Iterable[Output], inputs: Iterable[tuple[str, str | 
             if o.kind == "file" and (o.target == real or (ident is not None and o.identity == ident)):
                 raise UserError(
                     f"{o.shown()}: is {flag} ({str(path)!r}), an input of this command; refusing to overwrite it"
+                )
+
+
+def check_outside(outputs: Iterable[Output], trees: Iterable[tuple[str | os.PathLike[str], str]]) -> None:
+    """Refuse an output that lands inside a tree the command reads (a --sysroot capture, a state dir): every file
+    there is an input, whether or not this run happens to read it."""
+    for tree, what in trees:
+        top = os.path.realpath(tree)
+        for o in outputs:
+            if o.kind == "file" and o.target and (o.target == top or o.target.startswith(top.rstrip("/") + "/")):
+                raise UserError(
+                    f"{o.shown()}: is inside {what} ({str(tree)!r}), which this command reads; write it elsewhere"
                 )
 
 

@@ -10,7 +10,7 @@ QUANTILES = {"0.5": "p50", "0.9": "p90", "0.99": "p99", "0.999": "p999", "0.9999
 
 def textfile(result: dict) -> bytes:
     """The result as Prometheus text exposition (prometheus-client's own encoder); the caller writes it atomically
-    through edge_runtime.files, as node_exporter's textfile collector needs."""
+    through edge_runtime.system.outputs, as node_exporter's textfile collector needs."""
     try:
         from prometheus_client import CollectorRegistry, Gauge, generate_latest
     except ImportError as err:
@@ -31,9 +31,25 @@ def textfile(result: dict) -> bytes:
     Gauge("edge_runtime_latency_max_seconds", "Largest latency of the last run", names, registry=reg).labels(
         **labels
     ).set(result["latency_us"]["max"] / 1e6)
-    Gauge("edge_runtime_throughput_inferences_per_second", "Throughput of the last run", names, registry=reg).labels(
-        **labels
-    ).set(result["throughput_ips"] or 0)
+    if result.get("throughput_ips") is not None:  # unknown is left out, never exported as 0
+        Gauge(
+            "edge_runtime_throughput_inferences_per_second", "Throughput of the last run", names, registry=reg
+        ).labels(**labels).set(result["throughput_ips"])
+    # A partial run (stopped at the thermal limit or by a signal) must not read like a complete one on a dashboard.
+    aborted = result.get("aborted") or {}
+    Gauge(
+        "edge_runtime_run_complete",
+        "1 when the last run measured all it was asked to, 0 when it stopped early",
+        names,
+        registry=reg,
+    ).labels(**labels).set(0 if aborted else 1)
+    if aborted:
+        Gauge("edge_runtime_run_aborted", "Why the last run stopped early", [*names, "kind"], registry=reg).labels(
+            **labels, kind=str(aborted.get("kind", "unknown"))
+        ).set(1)
+    Gauge("edge_runtime_latency_samples", "Inferences timed in the last run", names, registry=reg).labels(**labels).set(
+        result["latency_us"]["count"]
+    )
     t = result["thermal"]
     if t.get("available"):
         temp = Gauge(

@@ -61,12 +61,6 @@ class Sampler:
 
     def _pin(self) -> None:
         self.tid = threading.get_native_id()
-        try:  # name the thread so /proc/PID/task/*/comm tells it from the measured ones
-            import ctypes
-
-            ctypes.CDLL(None).prctl(15, b"edge-sampler", 0, 0, 0)  # PR_SET_NAME
-        except (OSError, AttributeError):
-            pass
         housekeeping = sorted(self.allowed - self.measured)
         if self.measured and not housekeeping:
             self.warning = "no housekeeping CPU left for the thermal sampler: it shares the measured CPUs"
@@ -76,6 +70,13 @@ class Sampler:
             except OSError as err:
                 self.warning = f"thermal sampler could not leave the measured CPUs: {err.strerror or err}"
         self.cpus = sorted(os.sched_getaffinity(self.tid))
+        # Named after it is pinned: anything called edge-sampler in /proc/PID/task is already off the measured CPUs.
+        try:
+            import ctypes
+
+            ctypes.CDLL(None).prctl(15, b"edge-sampler", 0, 0, 0)  # PR_SET_NAME
+        except (OSError, AttributeError):
+            pass
 
     def _run(self) -> None:
         self._pin()

@@ -254,12 +254,24 @@ def _hwmon(root: SystemRoot, snap: Snapshot) -> None:
             snap.rails.append(Rail(f"hwmon:{name}", label, mv * ma / 1e6, mv / 1000.0, ma / 1000.0))
 
 
+# A CPU clock: above 0 and below 20 GHz; anything else is garbled (a driver's -1, an unset 2^64-1).
+MAX_KHZ = 20_000_000
+
+
+def _khz(root: SystemRoot, rel: str, snap: Snapshot) -> int | None:
+    value = _int(root.read(rel))
+    if value is not None and not 0 < value <= MAX_KHZ:
+        snap.skipped += 1
+        return None
+    return value
+
+
 def _cpufreq(root: SystemRoot, snap: Snapshot, cpus: list[int] | None) -> None:
     for cpu in cpus if cpus is not None else root.online_cpus():
         d = f"/sys/devices/system/cpu/cpu{cpu}/cpufreq"
-        cur = _int(root.read(f"{d}/scaling_cur_freq")) or _int(root.read(f"{d}/cpuinfo_cur_freq"))
-        hw_max = _int(root.read(f"{d}/cpuinfo_max_freq"))
-        smax = _int(root.read(f"{d}/scaling_max_freq"))
+        cur = _khz(root, f"{d}/scaling_cur_freq", snap) or _khz(root, f"{d}/cpuinfo_cur_freq", snap)
+        hw_max = _khz(root, f"{d}/cpuinfo_max_freq", snap)
+        smax = _khz(root, f"{d}/scaling_max_freq", snap)
         if cur is None and hw_max is None and smax is None:
             continue
         snap.cpufreq.append(CpuFreq(cpu, cur, hw_max, smax))
@@ -348,8 +360,11 @@ def throttle_reasons(snap: Snapshot, base: Snapshot | None = None, cpus: list[in
 # Cooling devices that slow the processor down (a fan does not): the kernel names them in drivers/thermal/
 # cpufreq_cooling.c ("thermal-cpufreq-%d"), devfreq_cooling.c ("thermal-devfreq-%d": GPU/NPU clocks),
 # cpuidle_cooling.c ("thermal-idle-%d"); older kernels "cpufreq-cpu%d"; ACPI processor throttling "Processor";
-# intel_powerclamp (idle injection). Documentation/driver-api/thermal/sysfs-api.rst: cur_state 0 means no cooling.
-_THROTTLING_COOLING = re.compile(r"cpufreq|devfreq|thermal-idle|cpuidle|^processor$|powerclamp", re.IGNORECASE)
+# intel_powerclamp (idle injection); Intel's "TCC Offset" (int340x: lowers the temperature at which the CPU
+# throttles). Documentation/driver-api/thermal/sysfs-api.rst: cur_state 0 means no cooling.
+_THROTTLING_COOLING = re.compile(
+    r"cpufreq|devfreq|thermal-idle|cpuidle|^processor$|powerclamp|^tcc offset$", re.IGNORECASE
+)
 
 
 def throttles_compute(cooling_type: str) -> bool:

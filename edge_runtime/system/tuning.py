@@ -33,11 +33,26 @@ def state_dir(explicit: str | None) -> Path:
     return Path(base) / "edge-runtime"
 
 
+SCRIPTS = ("isolate_cpus.sh", "irq_affinity.sh", "cpufreq.sh", "kernel_cmdline.sh", "lib.sh")
+SCRIPT_TIMEOUT_S = 300.0
+
+
+def check_scripts() -> None:
+    """Every script a regular file before anything changes (a fifo would hang, a missing one fail half-way)."""
+    for name in SCRIPTS:
+        path = scripts_dir() / name
+        if not os.path.lexists(path):
+            raise UserError(f"tuning script {str(path)!r} not found", hint="set EDGE_RUNTIME_SCRIPTS to system_tuning/")
+        check_input(path, "tuning script", max_bytes=1 << 20)
+
+
 def run_script(name: str, args: list[str]) -> subprocess.CompletedProcess:
     script = scripts_dir() / name
-    if not script.exists():
-        raise UserError(f"tuning script {str(script)!r} not found", hint="set EDGE_RUNTIME_SCRIPTS to system_tuning/")
-    return subprocess.run(["sh", str(script), *args], capture_output=True, text=True, timeout=300)
+    check_input(script, "tuning script", max_bytes=1 << 20)
+    try:
+        return subprocess.run(["sh", str(script), *args], capture_output=True, text=True, timeout=SCRIPT_TIMEOUT_S)
+    except subprocess.TimeoutExpired as err:
+        raise UserError(f"tuning script {name} did not finish within {SCRIPT_TIMEOUT_S:g} s") from err
 
 
 def _real_root(root: str) -> str:
@@ -46,7 +61,15 @@ def _real_root(root: str) -> str:
 
 
 def _root_key(root: str) -> str:
-    return hashlib.sha256(_real_root(root).encode(errors="surrogateescape")).hexdigest()[:12]
+    """One key per tree, whatever path reaches it: the root directory's device and inode (a bind mount of a tree is
+    the same tree), else its real path."""
+    real = _real_root(root)
+    try:
+        st = os.stat(real)
+        ident = f"{st.st_dev}:{st.st_ino}"
+    except OSError:
+        ident = real
+    return hashlib.sha256(ident.encode(errors="surrogateescape")).hexdigest()[:12]
 
 
 def _latest(state: Path, root: str) -> Path:
@@ -149,6 +172,7 @@ def apply(cpus: list[int], governor: str, root: str, dry_run: bool, state: Path)
     """
     check_governor(governor, cpus, SystemRoot(root or "/"))
     check_state_dir(state)
+    check_scripts()
     if dry_run:
         return _apply(cpus, governor, root, dry_run, state, None)
     with exclusive(root) as fd:
@@ -189,17 +213,30 @@ def _apply(
         with os.fdopen(fd, "w") as f:
             f.write(str(save) + "\n")
         _record_applied(lock, save, state.resolve())  # type: ignore[arg-type]
+
+    def changed_nothing() -> bool:
+        return save is not None and not (save.exists() and save.read_text(errors="replace").count("\n") > 1)
+
+    def undo_pointer() -> None:  # nothing was changed: nothing to reset, and nothing may block the next apply
+        latest.unlink(missing_ok=True)
+        save.unlink(missing_ok=True)  # type: ignore[union-attr]
+        _record_applied(lock, None, None)  # type: ignore[arg-type]
+
     out: list[str] = []
-    for script, extra in (("isolate_cpus.sh", []), ("cpufreq.sh", ["--governor", governor])):
-        proc = run_script(script, ["--cpus", L, *extra, *common])
-        out += proc.stdout.splitlines()
-        if proc.returncode != 0:
-            if save is not None and not (save.exists() and save.read_text().count("\n") > 1):
-                latest.unlink(missing_ok=True)  # nothing was changed: nothing to reset
-                save.unlink(missing_ok=True)
-                _record_applied(lock, None, None)  # type: ignore[arg-type]
-            msg = (proc.stderr.strip().splitlines() or [f"{script} failed"])[-1]
-            raise UserError(msg, hint="edge-runtime tune reset puts back what was changed" if latest.exists() else None)
+    try:
+        for script, extra in (("isolate_cpus.sh", []), ("cpufreq.sh", ["--governor", governor])):
+            proc = run_script(script, ["--cpus", L, *extra, *common])
+            out += proc.stdout.splitlines()
+            if proc.returncode != 0:
+                if changed_nothing():
+                    undo_pointer()
+                msg = (proc.stderr.strip().splitlines() or [f"{script} failed"])[-1]
+                hint = "edge-runtime tune reset puts back what was changed" if latest.exists() else None
+                raise UserError(msg, hint=hint)
+    except BaseException:  # a signal, a timeout: the same rule, the save file decides
+        if changed_nothing():
+            undo_pointer()
+        raise
     proc = run_script("kernel_cmdline.sh", ["--cpus", L, *rootargs])
     out += [f"boot arguments: {line}" for line in proc.stdout.splitlines()] + proc.stderr.splitlines()
     return out, save

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 
 import numpy as np
 
-from edge_runtime.errors import DeviceError, ModelError
+from edge_runtime.errors import DeviceError, ModelError, UserError
 from edge_runtime.runtime.backends.base import Backend, FastHandles, LoadOptions, TensorInfo, require
 from edge_runtime.runtime.model import ModelFile
 
@@ -33,6 +34,8 @@ PROVIDERS = {
     "rknpu": "RknpuExecutionProvider",
     "vitisai": "VitisAIExecutionProvider",
 }
+# A session config key (onnxruntime_session_options_config_keys.h): session. then dotted lowercase words.
+_SESSION_KEY = re.compile(r"session(\.[a-z0-9_]+)+")
 # TensorRT needs CUDA for the nodes it does not take.
 _COMPANIONS = {"TensorrtExecutionProvider": ["CUDAExecutionProvider"]}
 
@@ -132,6 +135,15 @@ class OnnxRuntimeBackend(Backend):
         provider_options = {}
         for key, value in options.options.items():
             if key.startswith("session."):
+                if not _SESSION_KEY.fullmatch(key):
+                    raise UserError(
+                        f"onnxruntime option {key!r}: not a session config key",
+                        hint="e.g. session.intra_op.allow_spinning (onnxruntime_session_options_config_keys.h)",
+                    )
+                if key == "session.intra_op_thread_affinities" and options.cpus:
+                    raise UserError(
+                        f"onnxruntime option {key!r}: --cpus sets the workers' affinities; give one or the other"
+                    )
                 so.add_session_config_entry(key, str(value))
             else:
                 provider_options[key] = str(value)

@@ -36,6 +36,10 @@ _DELEGATE_ERRORS = (ValueError, OSError, AttributeError, RuntimeError)
 def _impl() -> tuple[str, object]:
     """(distribution name, interpreter module)."""
     wanted = os.environ.get(IMPL_ENV, "")
+    if wanted and wanted not in ("ai-edge-litert", "tflite-runtime"):
+        from edge_runtime.errors import UserError
+
+        raise UserError(f"{IMPL_ENV}={wanted!r}: not one of ai-edge-litert, tflite-runtime")
     errors = []
     order = [wanted] if wanted else ["ai-edge-litert", "tflite-runtime"]
     for dist in order:

@@ -1,0 +1,140 @@
+"""`load()`: pick the backend for a model file, check what the caller asked for, run the crash check, pin the
+threads, and return a ready Session, with the truth about what runs (`BackendInfo`: a fallback is never silent).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+
+from edge_runtime.errors import ModelError, UserError
+from edge_runtime.runtime import backends
+from edge_runtime.runtime.backends.base import LoadOptions
+from edge_runtime.runtime.model import DEFAULT_BACKEND, inspect_model
+from edge_runtime.runtime.session import BackendInfo, Session
+
+
+class FallbackWarning(UserWarning):
+    """A device or delegate could not be used and the run fell back to CPU, as the caller allowed."""
+
+
+class OversubscriptionWarning(UserWarning):
+    """More inference threads than the CPUs they are pinned to."""
+
+
+def load(
+    model: str | os.PathLike[str],
+    backend: str | None = None,
+    device: str | None = None,
+    delegate: str | None = None,
+    threads: int | None = None,
+    cpus: Iterable[int] | None = None,
+    *,
+    delegate_options: Mapping[str, str] | None = None,
+    options: Mapping[str, str] | None = None,
+    fallback: bool = False,
+    sandbox: bool = True,
+    probe_timeout_s: float = 120.0,
+    isolate: bool | None = None,
+) -> Session:
+    """Load `model` on `backend` (chosen from the file type when None) and return a ready Session.
+
+    `device` picks an ONNX Runtime execution provider (`cpu`, `cuda`, `tensorrt`, `qnn`, `openvino`, ...) or an
+    OpenVINO device (`CPU`, `GPU`, `NPU`, `AUTO`); `delegate` is a TFLite external delegate library with
+    `delegate_options`. When these cannot be used, loading fails, unless `fallback=True`: then the model runs on CPU,
+    a FallbackWarning is issued and `session.backend.fallback` is True.
+    `cpus` pins this process and every thread it has to those CPUs before the backend starts its pools; `threads`
+    defaults to their number. With `sandbox` (the default) the model is first loaded and run once in a child process,
+    so a file that crashes a native library is refused with an error instead of taking this process down; the check
+    runs once per file, backend and options in this process.
+    """
+    from edge_runtime.runtime import sandbox as probe
+    from edge_runtime.system.process import pin_all_threads
+
+    _check_arguments(model, backend, device, delegate, threads, cpus, delegate_options, options, probe_timeout_s)
+    mf = inspect_model(model)
+    name = backend or DEFAULT_BACKEND[mf.format]
+    cls = backends.get(name)
+    if mf.format not in cls.formats:
+        readable = ", ".join(sorted(f for f in cls.formats))
+        raise ModelError(
+            f"model {str(model)!r}: backend {name!r} cannot load {mf.format} files", hint=f"it reads: {readable}"
+        )
+    version = cls.library_version()
+    cpu_list = tuple(sorted(set(cpus))) if cpus is not None else None
+    if threads is not None and threads < 1:
+        raise UserError(f"threads {threads!r}: must be at least 1")
+    if threads is not None and cpu_list and threads > len(cpu_list):
+        warnings.warn(
+            f"{threads} threads on {len(cpu_list)} CPU(s) ({', '.join(map(str, cpu_list))}): oversubscribed, the "
+            "threads take turns on the same cores (latency goes up, not down)",
+            OversubscriptionWarning,
+            stacklevel=2,
+        )
+    opts = LoadOptions(
+        device=device,
+        delegate=delegate,
+        delegate_options=dict(delegate_options or {}),
+        options=dict(options or {}),
+        threads=threads if threads is not None else (len(cpu_list) if cpu_list else None),
+        cpus=cpu_list,
+        fallback=fallback,
+    )
+    crashed = None
+    if isolate is not None:  # the old name, kept for callers of 0.1: it never meant CPU isolation
+        sandbox = isolate
+    if sandbox:
+        crashed = probe.check(mf, name, opts, timeout_s=probe_timeout_s)
+        if crashed:  # the delegate crashed the child and fallback is allowed: load on CPU, and say so
+            opts = replace(opts, delegate=None, delegate_options={}, device=None)
+    if cpu_list:
+        pin_all_threads(list(cpu_list))  # before the backend starts its pools, which inherit the mask
+    impl = cls(mf, opts)
+    if crashed:
+        impl.fallback_reason = crashed
+    info = BackendInfo(
+        name=name,
+        version=version,
+        device=impl.device,
+        delegate=impl.delegate,
+        fallback=impl.fallback_reason is not None,
+        fallback_reason=impl.fallback_reason,
+        requested_device=device,
+        requested_delegate=delegate,
+        details=dict(getattr(impl, "details", {}) or {}),
+    )
+    if info.fallback:
+        warnings.warn(f"{name}: falling back to CPU: {impl.fallback_reason}", FallbackWarning, stacklevel=2)
+    return Session(mf, impl, info, opts)
+
+
+MAX_THREADS = 1024  # more inference threads than any board has cores, by far
+
+
+def _check_arguments(model, backend, device, delegate, threads, cpus, delegate_options, options, probe_timeout_s):
+    """What a Python caller passes is checked like a flag: one clear error naming the argument, never a TypeError
+    from deep inside a backend."""
+    import math
+
+    if not isinstance(model, (str, os.PathLike)) or str(model) == "":
+        raise UserError(f"model {model!r}: expected a path to a model file")
+    for name, value in (("backend", backend), ("device", device), ("delegate", delegate)):
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise UserError(f"{name} {value!r}: expected a non-empty string")
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads > MAX_THREADS):
+        raise UserError(f"threads {threads!r}: expected a whole number from 1 to {MAX_THREADS}")
+    if cpus is not None:
+        if isinstance(cpus, (str, bytes)) or not all(isinstance(c, int) and not isinstance(c, bool) for c in cpus):
+            raise UserError(f"cpus {cpus!r}: expected CPU numbers (a list of ints)")
+    for name, value in (("delegate_options", delegate_options), ("options", options)):
+        if value is not None and (
+            not isinstance(value, Mapping)
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+        ):
+            raise UserError(f"{name} {value!r}: expected a mapping of strings to strings")
+    if delegate_options and not delegate:
+        raise UserError("delegate_options without a delegate: they would be ignored", hint="give --delegate PATH")
+    if not isinstance(probe_timeout_s, (int, float)) or not math.isfinite(probe_timeout_s) or probe_timeout_s <= 0:
+        raise UserError(f"probe_timeout_s {probe_timeout_s!r}: expected a positive number of seconds")
