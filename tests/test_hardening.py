@@ -295,11 +295,8 @@ def _snapshot(tree: Path) -> dict[str, bytes]:
     return {str(p.relative_to(tree)): p.read_bytes() for p in sorted(tree.rglob("*")) if p.is_file()}
 
 
-def test_two_tune_applies_at_once_leave_an_exact_restore(tmp_path):
-    t = _tree(tmp_path)
-    before = _snapshot(t)
-    state = tmp_path / "state"
-    cmd = [
+def tune_apply_command(tree: Path, state: Path) -> list[str]:
+    return [
         sys.executable,
         "-m",
         "edge_runtime.cli",
@@ -308,10 +305,17 @@ def test_two_tune_applies_at_once_leave_an_exact_restore(tmp_path):
         "--cpus",
         "1",
         "--sysroot",
-        str(t),
+        str(tree),
         "--state-dir",
         str(state),
     ]
+
+
+def test_two_tune_applies_at_once_leave_an_exact_restore(tmp_path):
+    t = _tree(tmp_path)
+    before = _snapshot(t)
+    state = tmp_path / "state"
+    cmd = tune_apply_command(t, state)
     procs = [subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in "ab"]
     results = [(p.wait(timeout=120), p.stderr.read()) for p in procs]
     ok = [r for r in results if r[0] == 0]
@@ -1391,19 +1395,7 @@ def test_a_failed_or_interrupted_apply_never_leaves_the_tree_stuck(tmp_path):
     body = (scripts / "isolate_cpus.sh").read_text().replace('er_parse "$@"', 'er_parse "$@"\nsleep 30')
     (scripts / "isolate_cpus.sh").write_text(body)
     slow = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "edge_runtime.cli",
-            "tune",
-            "apply",
-            "--cpus",
-            "1",
-            "--sysroot",
-            str(t),
-            "--state-dir",
-            str(state),
-        ],
+        tune_apply_command(t, state),
         cwd=ROOT,
         env={**os.environ, "EDGE_RUNTIME_SCRIPTS": str(scripts)},
         stderr=subprocess.PIPE,

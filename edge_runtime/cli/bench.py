@@ -19,6 +19,7 @@ from edge_runtime.cli.common import (
     add_model_options,
     add_sysroot,
     celsius,
+    emit_json,
     input_paths,
     integer,
     load_inputs,
@@ -31,7 +32,7 @@ from edge_runtime.cli.common import (
 )
 from edge_runtime.measure.request import MAX_COOLDOWN_TIMEOUT_S, PLATFORM_LATENCY_S, SAMPLE_INTERVAL_S
 from edge_runtime.system.cpulist import format_cpu_list
-from edge_runtime.system.outputs import write_json, write_output
+from edge_runtime.system.outputs import write_output
 
 HELP = "measure latency and jitter on pinned CPUs, with the interference that caused them"
 SHOWN = [("min", "min"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p99.9", "p999"), ("p99.99", "p9999"),
@@ -116,17 +117,10 @@ def request_from_args(args):
     from edge_runtime.measure.corunners import StressSpec
     from edge_runtime.measure.request import BenchRequest
 
-    kw = load_kwargs(args)
+    kw = load_kwargs(args)  # the same names as the request's fields
     return BenchRequest(
         model=args.model,
-        backend=kw["backend"],
-        device=kw["device"],
-        delegate=kw["delegate"],
-        delegate_options=kw["delegate_options"],
-        options=kw["options"],
-        fallback=kw["fallback"],
-        threads=kw["threads"],
-        cpus=tuple(kw["cpus"]) if kw["cpus"] else None,
+        **{**kw, "cpus": tuple(kw["cpus"]) if kw["cpus"] else None},
         rt_priority=args.rt_priority,
         mlock=args.mlock,
         warmup=args.warmup,
@@ -136,7 +130,6 @@ def request_from_args(args):
         stress=tuple(StressSpec.parse(s) for s in args.stress or []),
         platform_latency_s=args.platform_latency,
         seed=args.seed,
-        sandbox=not args.no_sandbox,
         thermal_limit_c=args.thermal_limit,
         cooldown_to_c=args.cooldown_to,
         cooldown_timeout_s=args.cooldown_timeout,
@@ -182,12 +175,10 @@ def run(args) -> int:
         from edge_runtime.system.prom import textfile
 
         write_output(outs["--prom"], textfile(doc))
-    if "--json" in outs:
-        write_json(doc, outs["--json"])
-        if outs["--json"].is_stdout:
-            if aborted:
-                print(f"{PROG}: {aborted['reason']}: partial result written", file=sys.stderr)
-            return code
+    if emit_json(doc, outs):
+        if aborted:
+            print(f"{PROG}: {aborted['reason']}: partial result written", file=sys.stderr)
+        return code
     sys.stdout.write(format_report(doc))
     if args.histogram is not None:
         sys.stdout.write(cyclictest_histogram(bench.samples_ns, args.histogram or None))

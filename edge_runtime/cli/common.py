@@ -276,6 +276,7 @@ def load_kwargs(args) -> dict:
         "threads": args.threads,
         "cpus": cpus_arg(args.cpus),
         "fallback": args.allow_fallback,
+        "sandbox": not args.no_sandbox,
     }
 
 
@@ -313,3 +314,14 @@ def load_inputs(specs: list[str] | None, session, seed: int) -> tuple[dict[str, 
                 )
         given[name] = arr
     return random_feeds(session.inputs, seed, given)
+
+
+def emit_json(doc: dict, outs: dict[str, Output]) -> bool:
+    """Write `doc` where --json said. True when it went to standard output: the text report is then left out, so
+    stdout stays one JSON document."""
+    from edge_runtime.system.outputs import write_json
+
+    if "--json" not in outs:
+        return False
+    write_json(doc, outs["--json"])
+    return outs["--json"].is_stdout

@@ -7,8 +7,7 @@ import platform
 import numpy as np
 
 from edge_runtime import __version__
-from edge_runtime.cli.common import add_debug, add_json, add_sysroot, plan_outputs, sysroot
-from edge_runtime.system.outputs import write_json
+from edge_runtime.cli.common import add_debug, add_json, add_sysroot, emit_json, plan_outputs, sysroot
 
 HELP = "backends, devices and delegates installed; CPUs and isolation; the board"
 
@@ -50,10 +49,8 @@ def run(args) -> int:
         "isolation": {k: v for k, v in iso.items() if k != "sysfs_isolated"},
         "backends": found,
     }
-    if "--json" in outs:
-        write_json(doc, outs["--json"])
-        if outs["--json"].is_stdout:
-            return 0
+    if emit_json(doc, outs):
+        return 0
     print(render(doc), end="")
     return 0
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from edge_runtime.cli.common import PROG, UsageError, add_debug, add_json, path_arg, real
-from edge_runtime.system.outputs import write_json
+from edge_runtime.cli.common import PROG, UsageError, add_debug, add_json, emit_json, path_arg, real
 
 HELP = "FP32 ONNX -> INT8 with calibration data, checked against FP32, mixed precision"
 
@@ -71,10 +70,8 @@ def run(args) -> int:
     doc = res.doc
     doc["warnings"] = res.warnings
     code = 1 if doc.get("meets_budget") is False else 0
-    if "--json" in outs:
-        write_json(doc, outs["--json"])
-        if outs["--json"].is_stdout:
-            return code
+    if emit_json(doc, outs):
+        return code
     print(render(doc, args.max_accuracy_drop), end="")
     return code
 

@@ -13,13 +13,13 @@ from edge_runtime.cli.common import (
     add_debug,
     add_json,
     add_model_options,
+    emit_json,
     input_paths,
     integer,
     load_inputs,
     load_kwargs,
     plan_outputs,
 )
-from edge_runtime.system.outputs import write_json
 
 HELP = "load a model and run one inference (random inputs unless given)"
 
@@ -53,7 +53,7 @@ def run(args) -> int:
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        session = load(args.model, **load_kwargs(args), sandbox=not args.no_sandbox)
+        session = load(args.model, **load_kwargs(args))
     for w in caught:
         print(f"{PROG}: warning: {w.message}", file=sys.stderr)
     load_ms = (time.perf_counter() - t0) * 1e3
@@ -70,10 +70,8 @@ def run(args) -> int:
             "outputs": [{**t.to_dict(), "top": _top(t, outputs[t.name], args.top)} for t in session.outputs],
             "timing_ms": {"load": round(load_ms, 3), "first_inference": round(infer_ms, 3)},
         }
-    if "--json" in outs:
-        write_json(doc, outs["--json"])
-        if outs["--json"].is_stdout:
-            return 0
+    if emit_json(doc, outs):
+        return 0
     print(render(doc), end="")
     return 0
 

@@ -11,12 +11,13 @@ from edge_runtime.cli.common import (
     add_json,
     add_sysroot,
     celsius,
+    emit_json,
     integer,
     plan_outputs,
     real,
     sysroot,
 )
-from edge_runtime.system.outputs import finite, write_json
+from edge_runtime.system.outputs import finite
 
 HELP = "thermal zones, sensors, trip points, frequencies, power rails and headroom"
 
@@ -101,10 +102,8 @@ def run(args) -> int:
         return 0
     outs = plan_outputs([("--json", args.json)], root=root)
     snap, doc = snapshot_doc()
-    if "--json" in outs:
-        write_json(doc, outs["--json"])
-        if outs["--json"].is_stdout:
-            return 0
+    if emit_json(doc, outs):
+        return 0
     if not snap.available and not snap.cpufreq and not snap.rails:
         print(
             f"no thermal sensors: nothing under {root.path('/sys/class/thermal')} or {root.path('/sys/class/hwmon')}"

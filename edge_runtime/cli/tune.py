@@ -8,12 +8,13 @@ from edge_runtime.cli.common import (
     add_json,
     add_sysroot,
     cpus_arg,
+    emit_json,
     path_arg,
     plan_outputs,
     sysroot,
 )
 from edge_runtime.system.audit import audit
-from edge_runtime.system.outputs import check_outside, write_json
+from edge_runtime.system.outputs import check_outside
 
 HELP = "audit CPU isolation (show), or apply/reset it with the system_tuning scripts"
 
@@ -95,10 +96,8 @@ def run(args) -> int:
             "checks": [c.to_dict() for c in checks],
         }
         code = 0 if tuned else 1
-        if "--json" in outs:
-            write_json(doc, outs["--json"])
-            if outs["--json"].is_stdout:
-                return code
+        if emit_json(doc, outs):
+            return code
         print(f"tuning for CPU {format_cpu_list(cpus)} (sysroot {args.sysroot})")
         for c in checks:
             print(f"  {c.status.upper():<5} {c.knob:<22} {c.seen}")
@@ -117,16 +116,14 @@ def run(args) -> int:
             lines.append(f"saved what was there before in {save} (edge-runtime tune reset puts it back)")
     else:
         lines = tuning.reset(args.sysroot, args.dry_run, state)
-    if "--json" in outs:
-        doc = {
-            "schema": "edge-runtime/tune/1",
-            "action": args.action,
-            "dry_run": args.dry_run,
-            "messages": lines,
-            "save_file": str(save) if save else None,
-        }
-        write_json(doc, outs["--json"])
-        if outs["--json"].is_stdout:
-            return 0
+    doc = {
+        "schema": "edge-runtime/tune/1",
+        "action": args.action,
+        "dry_run": args.dry_run,
+        "messages": lines,
+        "save_file": str(save) if save else None,
+    }
+    if emit_json(doc, outs):
+        return 0
     print("\n".join(lines))
     return 0

@@ -162,20 +162,7 @@ def _measure(
         corunner = stack.enter_context(CoRunner(list(request.stress), max_seconds=bound_s, measured_cpus=cpus))
         if cpus:
             stack.callback(restore_affinity, saved_affinity)  # after the session closes (the stack unwinds in reverse)
-        session = stack.enter_context(
-            load(
-                request.model,
-                backend=request.backend,
-                device=request.device,
-                delegate=request.delegate,
-                delegate_options=request.delegate_options,
-                options=request.options,
-                threads=request.threads,
-                cpus=cpus,
-                fallback=request.fallback,
-                sandbox=request.sandbox,
-            )
-        )
+        session = stack.enter_context(load(request.model, **request.load_kwargs()))
         if request.model_sha256 and session.model.sha256 != request.model_sha256:
             raise UserError(
                 f"model {request.model!r}: sha256 {session.model.sha256[:12]}... is not the requested "

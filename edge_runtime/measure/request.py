@@ -62,6 +62,20 @@ class BenchRequest(Record):
     sample_interval_s: float = 0.25
     schema: str = REQUEST_SCHEMA
 
+    def load_kwargs(self) -> dict[str, Any]:
+        """The `load()` arguments this request names."""
+        return {
+            "backend": self.backend,
+            "device": self.device,
+            "delegate": self.delegate,
+            "delegate_options": dict(self.delegate_options),
+            "options": dict(self.options),
+            "threads": self.threads,
+            "cpus": list(self.cpus) if self.cpus else None,
+            "fallback": self.fallback,
+            "sandbox": self.sandbox,
+        }
+
     @property
     def length(self) -> tuple[int | None, float | None]:
         """(iterations, duration_s) as the run uses them: the default is 1000 iterations."""
