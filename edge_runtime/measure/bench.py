@@ -358,7 +358,7 @@ def _aborted(m: Measurement, stop: StopRequest | None, prep: Prepared, sampler: 
         "thermal",
         f"thermal limit {prep.limit_c:g} C exceeded ({sampler.over_limit_c:.1f} C)",
         None,
-        round((sampler.over_limit_at or 0.0) - m.begin_perf_s, 3),
+        round(max(0.0, (sampler.over_limit_at or 0.0) - m.begin_perf_s), 3),
         True,
     )
 

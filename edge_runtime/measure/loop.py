@@ -118,10 +118,12 @@ def measure(
         fn()
         warm_calls += 1
         if should_stop is not None and warm_calls % 64 == 0 and should_stop():
-            # Stopped during warm-up (a signal, the thermal limit): nothing was measured.
-            return Measurement(
-                np.empty(0, dtype=np.int64), time.time_ns(), 0.0, warm_calls, overhead, stopped=True, per_call_ns=0
-            )
+            break
+    if should_stop is not None and should_stop():
+        # Stopped during warm-up (a signal, the thermal limit): nothing was measured.
+        return Measurement(
+            np.empty(0, dtype=np.int64), time.time_ns(), 0.0, warm_calls, overhead, stopped=True, per_call_ns=0
+        )
     per_call_ns = max(1, (time.perf_counter_ns() - t0) // max(warm_calls, 1))
     if warm_calls == 0:  # no warm-up asked: one untimed probe call for sizing
         t0 = time.perf_counter_ns()
