@@ -5,10 +5,12 @@ Importing this package imports no backend library (each is an extra) and never i
 
 from edge_runtime.errors import (
     BackendNotInstalledError,
+    CheckFailedError,
     DeviceError,
     EdgeRuntimeError,
     FeedError,
     InferenceError,
+    Interrupted,
     MemoryLockError,
     ModelError,
     PinningError,
@@ -26,11 +28,13 @@ __version__ = "0.1.0"
 __all__ = [
     "BackendInfo",
     "BackendNotInstalledError",
+    "CheckFailedError",
     "DeviceError",
     "EdgeRuntimeError",
     "FallbackWarning",
     "FeedError",
     "InferenceError",
+    "Interrupted",
     "MemoryLockError",
     "ModelError",
     "PinningError",

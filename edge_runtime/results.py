@@ -6,14 +6,19 @@ The records are frozen dataclasses. `to_dict()` gives the JSON shape of the sche
 and keeping keys a newer writer of the same major version added (`extra`), so a file survives a round trip. `load()`
 refuses, with one line, a file that is not a result, an unknown schema or a newer major version.
 
-Never: import anything of edge_runtime but errors (the host imports this module alone), or carry private data: the
-latency samples travel beside a result (`measure.bench.BenchRun`), not inside it.
+Never: import anything of edge_runtime but errors and the system's checked file reader (the host imports this module
+without the runtime), or carry private data: the latency samples travel beside a result (`measure.bench.BenchRun`),
+not inside it.
+
+Long because it is the whole schema in one place, one record per section, with the strict reader every consumer of
+a result file shares: split, the schema would be read in pieces.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import types
 import typing
@@ -97,23 +102,56 @@ def _plain(value):
 
 
 def _convert(hint, value, where: str):
-    """`value` read from JSON, made into what `hint` says: records, tuples of records, tuples for lists."""
+    """`value` read from JSON, made into what `hint` says and checked against it: records, tuples of records, tuples
+    for lists, and scalars of the right kind (a bool is no number; a number is finite)."""
     if value is None:
         return None
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
-        for arg in typing.get_args(hint):
-            if arg is type(None):
-                continue
-            return _convert(arg, value, where)
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _convert(args[0], value, where) if len(args) == 1 else _checked_any(value, where)
     if isinstance(hint, type) and issubclass(hint, Record):
         return hint.from_dict(value, where)
     if origin is tuple:
         if not isinstance(value, (list, tuple)):
             raise UserError(f"{where}: expected a list, got {type(value).__name__}")
         args = typing.get_args(hint)
-        item = args[0] if args else Any
-        return tuple(_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value))
+        if (len(args) == 2 and args[1] is Ellipsis) or len(args) == 1:
+            return tuple(_convert(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
+        if args and len(value) != len(args):
+            raise UserError(f"{where}: expected {len(args)} items, got {len(value)}")
+        return tuple(_convert(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=False)))
+    if origin in (Mapping, dict) or hint in (Mapping, dict):
+        if not isinstance(value, Mapping):
+            raise UserError(f"{where}: expected an object, got {type(value).__name__}")
+        return _checked_any(value, where)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise UserError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if hint is int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise UserError(f"{where}: expected a whole number, got {value!r}")
+        return value
+    if hint is float:
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+            raise UserError(f"{where}: expected a finite number, got {value!r}")
+        return value
+    if hint is str:
+        if not isinstance(value, str):
+            raise UserError(f"{where}: expected a string, got {value!r}")
+        return value
+    return _checked_any(value, where)
+
+
+def _checked_any(value, where: str):
+    """A free-form part (details, isolation, ...): any JSON, but no number that is not finite."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise UserError(f"{where}: {value!r} is not a finite number")
+    if isinstance(value, Mapping):
+        return {k: _checked_any(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [_checked_any(v, f"{where}[{i}]") for i, v in enumerate(value)]
     return value
 
 
@@ -368,6 +406,8 @@ def load(source: str | os.PathLike[str] | Mapping[str, Any]) -> BenchResult:
 
         try:
             data = json.loads(raw, parse_constant=refuse_constant)
+        except RecursionError as err:
+            raise UserError(f"{where}: nested too deeply to be a result") from err
         except (ValueError, UnicodeDecodeError) as err:
             raise UserError(f"{where}: not a JSON result ({' '.join(str(err).split())[:120]})") from err
     if not isinstance(data, Mapping):
@@ -390,4 +430,7 @@ def load(source: str | os.PathLike[str] | Mapping[str, Any]) -> BenchResult:
         )
     if major < 1:
         raise UserError(f"{where}: schema {data['schema']!r}: no such version")
-    return cls.from_dict(data, where)
+    try:
+        return cls.from_dict(data, where)
+    except RecursionError as err:
+        raise UserError(f"{where}: nested too deeply to be a result") from err

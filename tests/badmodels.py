@@ -21,7 +21,7 @@ class BadModel:
     expect: str  # a phrase the one-line error must contain (besides the file name)
 
 
-def _flip(data: bytes, seed: int, count: int, start: int = 16) -> bytes:
+def flip_bytes(data: bytes, seed: int, count: int, start: int = 16) -> bytes:
     rng = random.Random(seed)
     b = bytearray(data)
     for _ in range(count):
@@ -56,7 +56,7 @@ def build_corpus(out: Path) -> list[BadModel]:
         add(f"{ext}_truncated", data[: len(data) // 2], "cannot")
         add(f"{ext}_header_only", data[:64], "cannot")
         if ext != "xml":
-            add(f"{ext}_bitflips", _flip(data, seed=7, count=64), "cannot")
+            add(f"{ext}_bitflips", flip_bytes(data, seed=7, count=64), "cannot")
     # OpenVINO IR specific: .bin missing, .bin truncated, .bin of another model.
     xml, xml_bin = sources["xml"][0], sources["xml"][0].with_suffix(".bin")
     p = out / "xml_no_bin.xml"

@@ -1,12 +1,16 @@
-"""Helpers the tests share: the CLI in a child process, the one-line-error contract, and a bench run as a dict."""
+"""Helpers the tests share: the CLI in a child process, the one-line-error contract, a bench run as a dict, and the
+x86 system tree built from the fixtures (tune and audit tests use it)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
-from conftest import ROOT
+import pytest
+from conftest import FIXTURES, ROOT
 
 from edge_runtime.measure.bench import run_bench
 from edge_runtime.measure.request import BenchRequest
@@ -48,3 +52,38 @@ def request(model: str, **kw) -> BenchRequest:
 def bench(req: BenchRequest, root, progress=None) -> dict:
     """run_bench, its result as the JSON dict `edge-runtime bench --json` writes."""
     return run_bench(req, root, progress=progress).result.to_dict()
+
+
+def fixture(name: str) -> Path:
+    """A capture from ../shared/fixtures; the test skips, saying where it looked, when the captures are not there."""
+    p = FIXTURES / name
+    if not p.exists():
+        pytest.skip(f"fixture {p} not found (../shared/fixtures beside the checkout)")
+    return p
+
+
+def x86_tree(tmp: Path) -> Path:
+    """x86: node_exporter's sysfs capture (4 CPUs, intel_pstate cpufreq), IRQs of its /proc/interrupts capture."""
+    src = fixture("x86-node-exporter")
+    t = tmp / "x86"
+    shutil.copytree(src / "sys", t / "sys")
+    for line in (src / "proc/interrupts").read_text().splitlines()[1:]:
+        irq = line.split(":")[0].strip()
+        if irq.isdigit():
+            (t / f"proc/irq/{irq}").mkdir(parents=True)
+            (t / f"proc/irq/{irq}/smp_affinity_list").write_text("0-3\n")
+    (t / "proc/irq/default_smp_affinity").write_text("f\n")
+    (t / "proc/sys/kernel").mkdir(parents=True)
+    (t / "proc/sys/kernel/timer_migration").write_text("1\n")
+    (t / "proc/sys/kernel/sched_rt_runtime_us").write_text("950000\n")
+    for wq in ("sys/devices/virtual/workqueue", "sys/devices/virtual/workqueue/writeback"):
+        (t / wq).mkdir(parents=True, exist_ok=True)
+        (t / wq / "cpumask").write_text("f\n")
+    for q, mask in (("rx-0", "0"), ("rx-1", "c")):
+        (t / f"sys/class/net/eth0/queues/{q}").mkdir(parents=True)
+        (t / f"sys/class/net/eth0/queues/{q}/rps_cpus").write_text(mask + "\n")
+    (t / "sys/devices/system/cpu/intel_pstate").mkdir(parents=True, exist_ok=True)
+    (t / "sys/devices/system/cpu/intel_pstate/no_turbo").write_text("0\n")
+    (t / "etc/default").mkdir(parents=True)
+    (t / "etc/default/irqbalance").write_text("#IRQBALANCE_ONESHOT=\nIRQBALANCE_BANNED_CPULIST=1\n")
+    return t

@@ -191,7 +191,7 @@ def test_debug_shows_the_traceback():
 def test_probe_deadline_is_an_error_not_a_hang():
     need("openvino")
     with pytest.raises(ModelError, match=r"did not load and run it within 0.01 s"):
-        edge_runtime.load(artifact("resnet8", "_int8.xml"), probe_timeout_s=0.01)
+        edge_runtime.load(artifact("resnet8", "_int8.xml"), sandbox_timeout_s=0.01)
 
 
 def test_not_installed_backend_names_the_extra():

@@ -84,7 +84,7 @@ def test_text_report_and_histogram():
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     for line in ("latency us   min", "pinning      all", "interference CPU0:", "# Histogram", "# Max Latencies:"):
-        assert line in out
+        assert line in out, out
     rows = [ln for ln in out.splitlines() if ln[:6].isdigit()]
     assert sum(int(ln.split()[1]) for ln in rows) + int(out.split("# Histogram Overflows: ")[1].split()[0]) == 200
 
@@ -122,7 +122,7 @@ def test_pinning_seen_from_outside_the_process():
     assert {v.split(":")[1].strip() for v in seen.values()} == {"1"}, seen
     assert sampler_cpus == {"0"}  # the sampler never sits on the measured CPU
     r = json.loads(out)
-    assert r["pinning"]["all_threads_pinned"] and len(r["pinning"]["threads"]) >= 3
+    assert r["pinning"]["all_threads_pinned"] and len(r["pinning"]["threads"]) >= 3, r["pinning"]
 
 
 def _fake_root(tmp_path: Path, board: str = "rpi5", irq_tree: str = "amlogic-a53-irqbalance-issue") -> Path:

@@ -9,17 +9,10 @@ import shutil
 
 import numpy as np
 import pytest
-from conftest import FIXTURES, MANIFEST, artifact, backend_installed, need
-from helpers import run_cli
+from conftest import MANIFEST, artifact, backend_installed, need
+from helpers import fixture, run_cli
 
 from edge_runtime.system.root import SystemRoot
-
-
-def _fixture(name: str):
-    path = FIXTURES / name
-    if not path.exists():
-        pytest.skip(f"fixture {path} not found (../shared/fixtures beside the checkout)")
-    return path
 
 
 def test_info_json_lists_installed_backends_with_versions():
@@ -65,7 +58,7 @@ def test_info_text_is_readable():
 
 
 def test_info_reads_a_board_tree_through_sysroot():
-    root = _fixture("rpi5")
+    root = fixture("rpi5")
     proc = run_cli("info", "--sysroot", str(root), "--json")
     doc = json.loads(proc.stdout)
     raw = (root / "proc/device-tree/model").read_bytes()
@@ -75,7 +68,7 @@ def test_info_reads_a_board_tree_through_sysroot():
 
 
 def test_info_reads_dmi_and_cpu_sets_from_an_x86_tree():
-    root = _fixture("x86-node-exporter")
+    root = fixture("x86-node-exporter")
     doc = json.loads(run_cli("info", "--sysroot", str(root), "--json").stdout)
     dmi = root / "sys/class/dmi/id"
     assert doc["board"] == f"{(dmi / 'sys_vendor').read_text().strip()} {(dmi / 'product_name').read_text().strip()}"
@@ -84,7 +77,7 @@ def test_info_reads_dmi_and_cpu_sets_from_an_x86_tree():
 
 
 def test_isolation_from_the_kernel_command_line(tmp_path):
-    src = _fixture("rpi5")
+    src = fixture("rpi5")
     shutil.copytree(src, tmp_path / "root")
     cmdline = tmp_path / "root/proc/cmdline"
     cmdline.write_text(

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import FIXTURES, ROOT, artifact, need
-from helpers import assert_one_line_error
+from helpers import assert_one_line_error, x86_tree
 
 MODEL = artifact("digits_cnn", "_int8.onnx")
 FP32 = artifact("digits_cnn", "_fp32.onnx")
@@ -286,8 +286,6 @@ def test_a_hostile_sysroot_with_fifos_and_dev_zero(tmp_path):
 
 # ------------------------------------------------------------------------------------- 3. concurrent tune apply
 def _tree(tmp_path: Path) -> Path:
-    from test_system_tuning import x86_tree
-
     return x86_tree(tmp_path)
 
 
@@ -427,7 +425,11 @@ def test_no_json_ever_holds_nan(tmp_path):
     proc = cli("run", FP32, "--input", x, "--json")
     assert proc.returncode == 0, proc.stderr
     doc = strict_json(proc.stdout)
-    assert all(v is None for _, v in doc["outputs"][0]["top"])  # inf/NaN outputs: null in the JSON
+    # NaN outputs are never ranked as an answer: counted, and said on stderr.
+    assert doc["outputs"][0]["top"] == [] and doc["outputs"][0]["non_finite"] == 10
+    assert "output 'logits': 10 of 10 values are NaN or infinite" in proc.stderr
+    text = cli("run", FP32, "--input", x).stdout
+    assert "top: none (10 values NaN or infinite)" in text
 
 
 # ------------------------------------------------------------------------------------ 6. impossible sensor values
@@ -540,11 +542,11 @@ def test_an_npy_whose_header_claims_a_trillion_elements(tmp_path):
 @pytest.mark.parametrize("damage", ["truncated", "bitflips"])
 def test_a_broken_onnx_given_to_quantize(tmp_path, digits, damage):
     need("onnxruntime")
-    from badmodels import _flip
+    from badmodels import flip_bytes
 
     data = FP32.read_bytes()
     bad = tmp_path / "bad.onnx"
-    bad.write_bytes(data[: len(data) // 2] if damage == "truncated" else _flip(data, seed=3, count=40))
+    bad.write_bytes(data[: len(data) // 2] if damage == "truncated" else flip_bytes(data, seed=3, count=40))
     calib = tmp_path / "c.npy"
     np.save(calib, digits[0][:20])
     proc = cli("quantize", bad, "--calibration", calib, "--out", tmp_path / "q.onnx")
@@ -636,7 +638,11 @@ def test_no_proc_interrupts_is_unknown_not_zero(tmp_path):
     assert r["interference"]["interrupts"] is None and r["interference"]["interrupts_per_cpu"] is None
     assert any("interrupts unknown" in w for w in r["quality"]["warnings"])
     text = cli("bench", MODEL, "--sysroot", root, "--iterations", "200").stdout
-    assert "interrupts unknown (no /proc/interrupts to read)" in text and "no interrupts" not in text
+    assert (
+        "interrupts unknown (see the warning below)" in text
+        and "no interrupts" not in text
+        and "no readable /proc/interrupts" in text
+    )
 
 
 def test_the_environment_of_a_tree_says_what_is_observed_and_what_is_live(tmp_path):
@@ -1033,9 +1039,9 @@ def test_quantize_with_a_300_character_data_path(tmp_path, digits):
 
 # ------------------------------------------------------------------------------------------- tune, second pass
 def _key(root: Path) -> str:
-    from edge_runtime.system.tuning import _root_key
+    from edge_runtime.system.tuning import root_key
 
-    return _root_key(str(root))
+    return root_key(str(root))
 
 
 @pytest.mark.parametrize("pointer", ["fifo", "zero", "dir", "latin1", "nul", "two-lines"])
@@ -1098,7 +1104,7 @@ def test_a_second_apply_through_another_state_dir_is_refused(tmp_path):
 
 
 def test_the_tune_lock_never_follows_a_link(tmp_path):
-    from edge_runtime.system.files import lock_dir
+    from edge_runtime.system.locks import lock_dir
 
     t = _tree(tmp_path)
     victim = tmp_path / "victim"
@@ -1453,6 +1459,12 @@ def test_outputs_never_land_in_what_the_command_reads(tmp_path):
     state = tmp_path / "state"
     proc = cli("tune", "apply", "--cpus", "1", "--sysroot", t, "--state-dir", state, "--json", state / "x.json")
     assert_one_line_error(proc, "is inside the tune state dir")
+    # The board profiles are read by every command: a result written among them would be read as a profile next time.
+    boards = tmp_path / "boards"
+    shutil.copytree(ROOT / "boards", boards)
+    proc = cli("info", "--json", boards / "result.toml", env={**os.environ, "EDGE_RUNTIME_BOARDS": str(boards)})
+    assert_one_line_error(proc, "is inside the board profiles directory")
+    assert not (boards / "result.toml").exists()
 
 
 def test_the_python_api_never_writes_its_log_over_the_model(tmp_path):
@@ -1568,8 +1580,11 @@ def test_the_python_api_checks_its_arguments():
     from edge_runtime.errors import FeedError, UserError
 
     for kw, needle in (
-        ({"probe_timeout_s": 0}, "probe_timeout_s 0"),
-        ({"probe_timeout_s": float("nan")}, "probe_timeout_s nan"),
+        ({"sandbox_timeout_s": 0}, "sandbox_timeout_s 0"),
+        ({"sandbox_timeout_s": 1e300}, "sandbox_timeout_s 1e+300"),
+        ({"cpus": []}, "cpus (): an empty CPU list"),
+        ({"fallback": "no"}, "fallback 'no'"),
+        ({"sandbox_timeout_s": float("nan")}, "sandbox_timeout_s nan"),
         ({"threads": 10**9}, "threads 1000000000"),
         ({"threads": "4"}, "threads '4'"),
         ({"threads": True}, "threads True"),

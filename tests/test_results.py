@@ -95,6 +95,35 @@ def test_not_json_nan_and_non_files_are_refused(tmp_path):
         results.load(tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("section", "key", "value", "needle"),
+    [
+        ("latency_us", "p50", "12", "latency_us.p50: expected a finite number, got '12'"),
+        ("latency_us", "count", True, "latency_us.count: expected a whole number, got True"),
+        ("latency_us", "count", 1.5, "latency_us.count: expected a whole number, got 1.5"),
+        ("config", "cpus", "0-3", "config.cpus: expected a list, got str"),
+        ("environment", "packages", {"numpy": float("nan")}, "environment.packages.numpy: nan is not a finite"),
+    ],
+)
+def test_a_result_with_a_value_of_the_wrong_kind_is_refused_naming_it(section, key, value, needle):
+    doc = json.loads((DATA / "bench-v1-before-restructure.json").read_text())
+    doc[section][key] = value
+    with pytest.raises(UserError) as err:
+        results.load(doc)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_number_too_large_for_a_float_and_deep_nesting_are_refused(tmp_path):
+    f = tmp_path / "r.json"
+    text = (DATA / "bench-v1-before-restructure.json").read_text()
+    f.write_text(text.replace('"p50": ', '"p50": 1e999, "was": ', 1))  # json reads 1e999 as inf
+    with pytest.raises(UserError, match=r"latency_us\.p50: expected a finite number, got inf"):
+        results.load(f)
+    f.write_text("[" * 100_000)
+    with pytest.raises(UserError, match="nested too deeply"):
+        results.load(f)
+
+
 def test_an_older_file_reads_with_unknown_keys_as_none_and_a_newer_minor_keeps_its_extras():
     old = {"schema": "edge-runtime/bench/1", "latency_us": {"count": 3, "p50": 1.5}, "interference": {"interrupts": 4}}
     r = results.load(old)
@@ -153,11 +182,19 @@ def test_a_bench_request_round_trips_through_json_and_runs_what_the_cli_runs(tmp
     ("change", "needle"),
     [
         ({"iterations": 0}, "iterations 0: must be 1 to"),
-        ({"duration_s": float("nan")}, "duration_s nan: not a finite number"),
+        ({"duration_s": float("nan")}, "duration_s: expected a finite number, got nan"),
+        ({"fallback": "false"}, "fallback: expected true or false, got 'false'"),
+        ({"model_sha256": 5}, "model_sha256: expected a string, got 5"),
+        ({"model_sha256": "abc"}, "model_sha256 'abc': not a sha256"),
+        ({"cpus": [0, 0]}, "cpus [0, 0]: a CPU given twice"),
+        ({"cpus": []}, "cpus []: a list of CPU numbers"),
+        ({"stress": [{"kind": "cpu", "cpus": [-1]}]}, "stress"),
+        ({"thermal_limit_c": 60.0, "cooldown_to_c": 70.0}, "cooldown_to_c 70.0 is above thermal_limit_c 60.0"),
+        ({"delegate_options": {"a": "b"}}, "delegate_options without a delegate"),
         ({"iterations": 5, "duration_s": 1.0}, "give iterations or duration_s, not both"),
         ({"thermal_limit_c": 1e21}, "thermal_limit_c 1e+21: must be at least -80"),
         ({"cpus": [-1]}, "cpus [-1]: a list of CPU numbers"),
-        ({"threads": True}, "threads True: not a whole number"),
+        ({"threads": True}, "threads: expected a whole number, got True"),
         ({"stress": [{"kind": "gpu", "cpus": [0]}]}, "kind cpu|memory"),
         ({"warmupp": 3}, "unknown key(s) 'warmupp'"),
         ({"schema": "edge-runtime/bench-request/9"}, "is not edge-runtime/bench-request/1"),
@@ -171,9 +208,20 @@ def test_a_bench_request_from_the_wire_is_checked(change, needle):
     assert needle in str(err.value)
 
 
+def test_a_bench_request_reads_a_newer_minor_version_and_an_upper_case_hash():
+    doc = {**BenchRequest(model=str(MODEL)).to_dict(), "schema": "edge-runtime/bench-request/1.4"}
+    doc["model_sha256"] = "AB" * 32
+    assert BenchRequest.from_json(doc).model_sha256 == "AB" * 32
+
+
 def test_a_request_names_its_model_by_hash(tmp_path):
     need("onnxruntime")
     wrong = BenchRequest(model=str(MODEL), model_sha256="0" * 64, iterations=10, sandbox=False)
     with pytest.raises(UserError, match="is not the requested 000000000000"):
         run_bench(wrong, SystemRoot("/"))
     assert Path(MODEL).exists()
+    import hashlib
+
+    upper = hashlib.sha256(Path(MODEL).read_bytes()).hexdigest().upper()  # as some tools print it
+    right = BenchRequest(model=str(MODEL), model_sha256=upper, iterations=10, sandbox=False)
+    assert run_bench(right, SystemRoot("/")).result.latency_us.count == 10

@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from edge_runtime.cli.bench import cyclictest_histogram
 from edge_runtime.measure.platform_latency import parse_cyclictest
-from edge_runtime.measure.stats import PERCENTILES, cyclictest_histogram, jitter, nearest_rank, stability, summarize
+from edge_runtime.measure.stats import PERCENTILES, jitter, nearest_rank, stability, summarize
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 7, 10, 99, 100, 1001, 12345])

@@ -15,21 +15,14 @@ import warnings
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, ROOT
-from helpers import run_cli
+from conftest import ROOT
+from helpers import fixture, run_cli, x86_tree
 
 from edge_runtime.system.boards import BoardProfileError, BoardProfileWarning, detect, load_all, load_profile
 from edge_runtime.system.root import SystemRoot
 
 SCRIPTS = ROOT / "system_tuning"
 SHELLS = {"busybox": ["busybox", "sh"], "dash": ["dash"]}
-
-
-def _fixture(name: str) -> Path:
-    p = FIXTURES / name
-    if not p.exists():
-        pytest.skip(f"fixture {p} not found (../shared/fixtures beside the checkout)")
-    return p
 
 
 @pytest.fixture(params=list(SHELLS))
@@ -44,38 +37,11 @@ def sh(shell_cmd, script: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([*shell_cmd, str(SCRIPTS / script), *args], capture_output=True, text=True, timeout=120)
 
 
-def x86_tree(tmp: Path) -> Path:
-    """x86: node_exporter's sysfs capture (4 CPUs, intel_pstate cpufreq), IRQs of its /proc/interrupts capture."""
-    src = _fixture("x86-node-exporter")
-    t = tmp / "x86"
-    shutil.copytree(src / "sys", t / "sys")
-    for line in (src / "proc/interrupts").read_text().splitlines()[1:]:
-        irq = line.split(":")[0].strip()
-        if irq.isdigit():
-            (t / f"proc/irq/{irq}").mkdir(parents=True)
-            (t / f"proc/irq/{irq}/smp_affinity_list").write_text("0-3\n")
-    (t / "proc/irq/default_smp_affinity").write_text("f\n")
-    (t / "proc/sys/kernel").mkdir(parents=True)
-    (t / "proc/sys/kernel/timer_migration").write_text("1\n")
-    (t / "proc/sys/kernel/sched_rt_runtime_us").write_text("950000\n")
-    for wq in ("sys/devices/virtual/workqueue", "sys/devices/virtual/workqueue/writeback"):
-        (t / wq).mkdir(parents=True, exist_ok=True)
-        (t / wq / "cpumask").write_text("f\n")
-    for q, mask in (("rx-0", "0"), ("rx-1", "c")):
-        (t / f"sys/class/net/eth0/queues/{q}").mkdir(parents=True)
-        (t / f"sys/class/net/eth0/queues/{q}/rps_cpus").write_text(mask + "\n")
-    (t / "sys/devices/system/cpu/intel_pstate").mkdir(parents=True, exist_ok=True)
-    (t / "sys/devices/system/cpu/intel_pstate/no_turbo").write_text("0\n")
-    (t / "etc/default").mkdir(parents=True)
-    (t / "etc/default/irqbalance").write_text("#IRQBALANCE_ONESHOT=\nIRQBALANCE_BANNED_CPULIST=1\n")
-    return t
-
-
 def arm_tree(tmp: Path) -> Path:
     """ARM: Raspberry Pi 5 identity and command line, the Amlogic A53 IRQ masks (no smp_affinity_list files)."""
     t = tmp / "arm"
-    shutil.copytree(_fixture("rpi5"), t)
-    shutil.copytree(_fixture("amlogic-a53-irqbalance-issue") / "proc/irq", t / "proc/irq")
+    shutil.copytree(fixture("rpi5"), t)
+    shutil.copytree(fixture("amlogic-a53-irqbalance-issue") / "proc/irq", t / "proc/irq")
     (t / "proc/irq/default_smp_affinity").write_text("f\n")
     (t / "sys/devices/system/cpu").mkdir(parents=True)
     (t / "sys/devices/system/cpu/online").write_text("0-3\n")
@@ -334,7 +300,7 @@ def test_real_system_apply_and_restore(request, tmp_path):
     ],
 )
 def test_board_detection_on_captures(capture, board):
-    found = detect(SystemRoot(_fixture(capture)))
+    found = detect(SystemRoot(fixture(capture)))
     assert (found.name if found else None) == board
 
 
@@ -370,7 +336,7 @@ def test_profile_errors_name_the_file_and_key(tmp_path):
 
 
 def test_info_shows_the_detected_board():
-    proc = run_cli("info", "--sysroot", str(_fixture("imx8mp-evk")), "--json")
+    proc = run_cli("info", "--sysroot", str(fixture("imx8mp-evk")), "--json")
     doc = json.loads(proc.stdout)
     assert doc["board_profile"]["name"] == "imx8mp" and doc["board_profile"]["npu"] == "npu"
 
@@ -449,6 +415,29 @@ def test_tune_apply_twice_is_refused_and_a_failed_apply_can_be_reset(tmp_path):
     assert proc.returncode == 2 and "already applied" in proc.stderr
     assert run_cli("tune", "reset", "--sysroot", str(t), "--state-dir", str(state)).returncode == 0
     assert snapshot(t) == before
+
+
+def test_dry_runs_answer_as_the_real_run_would_and_a_removed_state_dir_does_not_block(tmp_path):
+    t = x86_tree(tmp_path)
+    before = snapshot(t)
+    state = tmp_path / "state"
+    assert run_cli("tune", "apply", "--sysroot", str(t), "--cpus", "2", "--state-dir", str(state)).returncode == 0
+    applied = snapshot(t)
+    # A dry-run apply on an applied root is refused as the real one is, through any state dir.
+    for st in (state, tmp_path / "other"):
+        proc = run_cli("tune", "apply", "--dry-run", "--sysroot", str(t), "--cpus", "2", "--state-dir", str(st))
+        assert proc.returncode == 2 and "already applied" in proc.stderr, proc.stderr
+    # A dry-run reset says what it would do, in those words, and does nothing.
+    proc = run_cli("tune", "reset", "--dry-run", "--sysroot", str(t), "--state-dir", str(state))
+    assert proc.returncode == 0 and "would restore what tuning-" in proc.stdout and "\nrestored" not in proc.stdout
+    assert snapshot(t) == applied
+    # The state dir removed by hand: nothing can restore from it, and it must not block every later apply.
+    shutil.rmtree(state)
+    proc = run_cli("tune", "apply", "--sysroot", str(t), "--cpus", "2", "--state-dir", str(tmp_path / "new"))
+    assert proc.returncode == 0, proc.stderr
+    assert run_cli("tune", "reset", "--sysroot", str(t), "--state-dir", str(tmp_path / "new")).returncode == 0
+    assert snapshot(t) == applied  # the second save recorded the applied values: the originals went with the state dir
+    assert snapshot(t) != before
 
 
 def test_boot_configuration_with_comments_and_quotes(shell, tmp_path):

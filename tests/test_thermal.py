@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, artifact, need
-from helpers import bench, request, run_cli
+from conftest import artifact, need
+from helpers import bench, fixture, request, run_cli
 
 from edge_runtime.system.firmware import decode_throttled, parse_tegrastats, parse_throttled
 from edge_runtime.system.root import SystemRoot
@@ -25,16 +25,9 @@ from edge_runtime.system.thermal import (
 )
 
 
-def _fixture(name: str) -> Path:
-    p = FIXTURES / name
-    if not p.exists():
-        pytest.skip(f"fixture {p} not found")
-    return p
-
-
 def zones_from_dts(tmp: Path, board: str) -> Path:
     """A /sys/class/thermal tree whose trip points are the board's kernel-DTS values (shared/fixtures)."""
-    rows = (_fixture(board) / "kernel-dts/thermal-zones.tsv").read_text().splitlines()[1:]
+    rows = (fixture(board) / "kernel-dts/thermal-zones.tsv").read_text().splitlines()[1:]
     root = tmp / board
     zones: dict[str, list[list[str]]] = {}
     for row in rows:
@@ -66,7 +59,7 @@ def test_zones_and_trip_points_from_the_rk3588_dts(tmp_path):
 
 
 def test_hwmon_temperatures_from_the_x86_capture():
-    snap = read_snapshot(SystemRoot(_fixture("x86-node-exporter")))
+    snap = read_snapshot(SystemRoot(fixture("x86-node-exporter")))
     core0 = [h for h in snap.hwmon if h.chip == "coretemp" and h.label == "Core 0"]
     assert core0 and core0[0].temp_c == 54.0 and core0[0].crit_c == 100.0 and core0[0].max_c == 84.0
     assert snap.temperatures()["cpu-thermal"] == 12.376
@@ -115,8 +108,8 @@ def test_cpufreq_cap_is_throttling(tmp_path):
     ],
 )
 def test_get_throttled_decoding(text, now, since):
-    lines = (_fixture("rpi") / "vcgencmd_get_throttled.txt").read_text().splitlines()
-    lines += (_fixture("rpi") / "soc_firmware_get_throttled_values.txt").read_text().splitlines()
+    lines = (fixture("rpi") / "vcgencmd_get_throttled.txt").read_text().splitlines()
+    lines += (fixture("rpi") / "soc_firmware_get_throttled_values.txt").read_text().splitlines()
     assert text in lines  # every case is a real capture
     d = decode_throttled(parse_throttled(text))
     assert (d["now"], d["since_boot"]) == (now, since)
@@ -126,21 +119,21 @@ def test_get_throttled_decoding(text, now, since):
 def test_get_throttled_read_from_the_firmware_sysfs_file(tmp_path):
     f = tmp_path / "sys/devices/platform/soc/soc:firmware/get_throttled"
     f.parent.mkdir(parents=True)
-    f.write_text((_fixture("rpi") / "soc_firmware_get_throttled_values.txt").read_text().splitlines()[1] + "\n")
+    f.write_text((fixture("rpi") / "soc_firmware_get_throttled_values.txt").read_text().splitlines()[1] + "\n")
     snap = read_snapshot(SystemRoot(tmp_path))
     assert snap.throttled["raw"] == "0x80008"
     assert "firmware: soft temperature limit active" in throttle_reasons(snap)
 
 
 def test_tegrastats_lines_of_three_jetson_generations():
-    nano = (_fixture("jetson-orin-nano") / "tegrastats.txt").read_text().splitlines()
+    nano = (fixture("jetson-orin-nano") / "tegrastats.txt").read_text().splitlines()
     p = parse_tegrastats(nano[0])
     assert p["temps_c"]["cpu"] == 53.968 and p["temps_c"]["tj"] == 53.968
     assert p["rails"]["VDD_IN"] == {"now_w": 12.479, "avg_w": 12.479}
     assert parse_tegrastats(nano[1])["rails"]["VDD_SOC"]["now_w"] == 1.475
-    tx2 = parse_tegrastats((_fixture("jetson-tx2") / "tegrastats.txt").read_text())  # old "cur/avg" without mW
+    tx2 = parse_tegrastats((fixture("jetson-tx2") / "tegrastats.txt").read_text())  # old "cur/avg" without mW
     assert tx2["rails"]["VDD_IN"]["now_w"] == 5.297 and tx2["temps_c"]["Tdiode"] == 39.25
-    agx = parse_tegrastats((_fixture("jetson-agx-orin") / "tegrastats.txt").read_text())  # cur/avg/max
+    agx = parse_tegrastats((fixture("jetson-agx-orin") / "tegrastats.txt").read_text())  # cur/avg/max
     assert agx["temps_c"]["cpu"] == 52.968 and agx["rails"]["VIN_SYS_5V0"]["now_w"] == 5.5
 
 

@@ -9,17 +9,19 @@ from __future__ import annotations
 import sys
 import warnings
 
+import numpy as np
+
 from edge_runtime.cli.common import (
     MAX_DURATION_S,
     MAX_WARMUP,
     MAX_WARMUP_S,
     PROG,
+    UsageError,
     add_debug,
     add_json,
     add_model_options,
     add_sysroot,
     celsius,
-    emit_json,
     input_paths,
     integer,
     load_inputs,
@@ -30,6 +32,7 @@ from edge_runtime.cli.common import (
     samples_bound,
     sysroot,
 )
+from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.measure.request import MAX_COOLDOWN_TIMEOUT_S, PLATFORM_LATENCY_S, SAMPLE_INTERVAL_S
 from edge_runtime.system.cpulist import format_cpu_list
 from edge_runtime.system.outputs import write_output
@@ -140,14 +143,16 @@ def request_from_args(args):
 def run(args) -> int:
     from edge_runtime.cli.signals import SIGNALS
     from edge_runtime.measure.bench import run_bench
-    from edge_runtime.measure.loop import StopRequest
-    from edge_runtime.measure.stats import cyclictest_histogram
+    from edge_runtime.measure.loop import StopRequest, hdr_log_text
 
     root = sysroot(args.sysroot)
     # Before the run, not after it: a result is never lost to a bad path.
     outs = plan_outputs(
         [("--json", args.json), ("--hdr-log", args.hdr_log), ("--prom", args.prom)], input_paths(args), root=root
     )
+    on_stdout = [flag for flag, o in outs.items() if o.is_stdout]
+    if on_stdout and args.histogram is not None:
+        raise UsageError(f"--histogram prints text, and {on_stdout[0]} - already takes standard output")
     request = request_from_args(args)
     tty = sys.stderr is not None and sys.stderr.isatty()
 
@@ -160,7 +165,7 @@ def run(args) -> int:
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            bench = run_bench(request, root, feeds=feeds, hdr_log=outs.get("--hdr-log"), progress=progress, stop=stop)
+            bench = run_bench(request, root, feeds=feeds, progress=progress, stop=stop)
     finally:
         SIGNALS.stop = None
         if tty:
@@ -171,20 +176,46 @@ def run(args) -> int:
     aborted = doc.get("aborted")
     # A run stopped at the thermal limit is a failed check; one stopped by a signal exits as that signal says.
     code = (128 + stop.signum if stop.signum else 1) if aborted else 0
-    if "--prom" in outs:
-        from edge_runtime.system.prom import textfile
-
-        write_output(outs["--prom"], textfile(doc))
-    if emit_json(doc, outs):
-        if aborted:
-            print(f"{PROG}: {aborted['reason']}: partial result written", file=sys.stderr)
-        return code
-    sys.stdout.write(format_report(doc))
-    if args.histogram is not None:
-        sys.stdout.write(cyclictest_histogram(bench.samples_ns, args.histogram or None))
-    if aborted and stop.signum:
+    _write_outputs(outs, doc, bench, hdr_log_text)
+    if not on_stdout:  # standard output holds the one data stream asked for, or the report for people
+        sys.stdout.write(format_report(doc))
+        if args.histogram is not None:
+            sys.stdout.write(cyclictest_histogram(bench.samples_ns, args.histogram or None))
+    if aborted and (stop.signum or on_stdout):
         print(f"{PROG}: {aborted['reason']}: partial result written", file=sys.stderr)
     return code
+
+
+def _write_outputs(outs, doc: dict, bench, hdr_log_text) -> None:
+    """Write every output that can be written, then report the ones that could not: a full disk under the HDR log
+    must not cost the JSON result. Raises the first failure after trying them all."""
+    from edge_runtime.system.outputs import write_json
+
+    def prom() -> bytes:
+        from edge_runtime.system.prom import textfile
+
+        return textfile(doc)
+
+    def hdr() -> str:
+        m = bench.result
+        comment = f"edge-runtime bench {m.model.path.rsplit('/', 1)[-1]}"
+        return hdr_log_text(bench.samples_ns, bench.start_ns, m.wall_s or 0.0, comment)
+
+    failures = []
+    for flag, make in (("--json", None), ("--prom", prom), ("--hdr-log", hdr)):
+        if flag not in outs:
+            continue
+        try:
+            if make is None:
+                write_json(doc, outs[flag])
+            else:
+                write_output(outs[flag], make())
+        except EdgeRuntimeError as err:
+            failures.append(err)
+    for err in failures[1:]:
+        print(f"{PROG}: error: {err.one_line()}", file=sys.stderr)
+    if failures:
+        raise failures[0]
 
 
 def format_report(r: dict) -> str:
@@ -223,7 +254,7 @@ def format_report(r: dict) -> str:
     inter = r["interference"]
     per_cpu = []
     if inter["interrupts_per_cpu"] is None:
-        per_cpu.append("interrupts unknown (no /proc/interrupts to read)")
+        per_cpu.append("interrupts unknown (see the warning below)")
     else:
         for cpu, rows in inter["interrupts_per_cpu"].items():
             top = ", ".join(f"{x['count']} {x['label']}" for x in rows[:4]) or "no interrupts"
@@ -285,4 +316,20 @@ def format_report(r: dict) -> str:
     verdict = {True: "UNSTABLE", False: "stable", None: "stability unknown"}[q["unstable"]]
     lines.append(f"quality      {verdict}; percentiles: nearest rank")
     lines += [f"warning      {w}" for w in q["warnings"]]
+    return "\n".join(lines) + "\n"
+
+
+def cyclictest_histogram(samples_ns: np.ndarray, buckets: int | None = None) -> str:
+    """A text histogram in cyclictest's `-h` layout: 1 us buckets, `%06d %06lu` rows, then the summary lines."""
+    us = (np.asarray(samples_ns) // 1000).astype(np.int64)
+    top = int(us.max()) + 1
+    n = min(top, buckets) if buckets else min(top, 100_000)
+    counts = np.bincount(np.minimum(us, n), minlength=n + 1)
+    lines = ["# Histogram"]
+    lines += [f"{i:06d} {int(c):06d}" for i, c in enumerate(counts[:n])]
+    lines.append(f"# Total: {len(us):09d}")
+    lines.append(f"# Min Latencies: {int(us.min()):05d}")
+    lines.append(f"# Avg Latencies: {round(float(us.mean())):05d}")
+    lines.append(f"# Max Latencies: {int(us.max()):05d}")
+    lines.append(f"# Histogram Overflows: {int(counts[n]):05d}")
     return "\n".join(lines) + "\n"

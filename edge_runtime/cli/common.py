@@ -13,7 +13,7 @@ import re
 import numpy as np
 
 from edge_runtime.errors import FeedError, UserError
-from edge_runtime.measure.request import MAX_DURATION_S, MAX_THREADS, MAX_WARMUP, MAX_WARMUP_S
+from edge_runtime.measure.request import MAX_DURATION_S, MAX_SEED, MAX_THREADS, MAX_WARMUP, MAX_WARMUP_S
 from edge_runtime.runtime.feeds import random_feeds
 from edge_runtime.system.files import check_input, load_npy
 from edge_runtime.system.outputs import Output, check_distinct, check_outside, plan_output
@@ -35,7 +35,9 @@ class Parser(argparse.ArgumentParser):
         m = re.match(r"argument ([^:]+?)(?:/[^:]*)?: (.*)$", message)
         if m and not m.group(2).startswith(("invalid", "expected", "not allowed", "one of")):
             message = f"{m.group(1)} {m.group(2)}"
-        raise UsageError(f"{self.prog}: {message}", hint=f"see '{self.prog} --help'")
+        # The subcommand names itself ("bench: ..."); the program name is already the line's prefix.
+        where = self.prog.removeprefix(PROG).strip()
+        raise UsageError(f"{where}: {message}" if where else message, hint=f"see '{self.prog} --help'")
 
 
 # ---------------------------------------------------------------------------------------- numbers from the user
@@ -174,7 +176,7 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--input", action="append", type=path_arg, metavar="NAME=FILE.npy", help="input from a .npy file (repeatable)"
     )
-    p.add_argument("--seed", type=integer(0, 2**64 - 1), default=0, help="seed of the random inputs (default 0)")
+    p.add_argument("--seed", type=integer(0, MAX_SEED), default=0, help="seed of the random inputs (default 0)")
     p.add_argument(
         "--no-sandbox",
         "--no-isolate",  # the old name: it never meant CPU isolation
@@ -192,13 +194,18 @@ def plan_outputs(
     root=None,
 ) -> dict[str, Output]:
     """Check every output of a command before it runs: each writable, none the same as another or as an input, and
-    none inside the --sysroot tree the command reads (`root`, when it is a captured tree)."""
+    none inside the --sysroot tree the command reads (`root`, when it is a captured tree) or inside the board profiles
+    directory (every *.toml there is read as a profile by the next command)."""
+    from edge_runtime.system.boards import boards_dir
+
     outs = {
         flag: plan_output(flag, dest, regular_only=flag in regular_only) for flag, dest in pairs if dest is not None
     }
     check_distinct(outs.values(), inputs)
+    trees = [(boards_dir(), "the board profiles directory")]
     if root is not None and not root.is_live:
-        check_outside(outs.values(), [(root.root, "the --sysroot tree")])
+        trees.append((root.root, "the --sysroot tree"))
+    check_outside(outs.values(), trees)
     return outs
 
 
@@ -300,6 +307,12 @@ def load_inputs(specs: list[str] | None, session, seed: int) -> tuple[dict[str, 
         if name in given:
             raise FeedError(f"--input {spec!r}: input {name!r} is given twice")
         if not os.path.lexists(file):
+            if file == spec and sep and os.path.lexists(spec.partition("=")[2]):
+                # NAME=FILE where FILE exists but NAME is no input of the model: say that, not "no such file".
+                raise FeedError(
+                    f"--input {spec!r}: the model has no input {spec.partition('=')[0]!r}",
+                    hint=f"its input is {names[0]!r}: write {names[0]}={spec.partition('=')[2]} or the file alone",
+                )
             raise FeedError(f"--input {spec!r}: no such file {file!r}")
         arr = load_npy(file, "--input", error=FeedError)
         want = next(t.dtype for t in session.inputs if t.name == name)

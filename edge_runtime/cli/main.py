@@ -15,6 +15,7 @@ from edge_runtime.cli import bench, info, quantize, run, thermal, tune
 from edge_runtime.cli.common import PROG, Parser, UsageError
 from edge_runtime.cli.signals import SIGNALS
 from edge_runtime.errors import EdgeRuntimeError
+from edge_runtime.system.process import signal_name
 
 # The order `--help` lists them in.
 COMMANDS = {"info": info, "run": run, "bench": bench, "quantize": quantize, "thermal": thermal, "tune": tune}
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         return err.exit_code
     except KeyboardInterrupt as err:
         signum = getattr(err, "signum", None) or 2
-        err_line("interrupted" + (f" ({_signal_name(signum)})" if signum != 2 else ""))
+        err_line("interrupted" + (f" ({signal_name(signum)})" if signum != 2 else ""))
         return 128 + signum
     except BrokenPipeError:
         _quiet_stdout()
@@ -116,15 +117,6 @@ def _internal(err: BaseException) -> str:
         f"internal error: {type(err).__name__}: {' '.join(str(err).split())[:500]} "
         "(run with --debug for the traceback, and please report it)"
     )
-
-
-def _signal_name(signum: int) -> str:
-    import signal
-
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
 
 
 def _quiet_stdout() -> None:

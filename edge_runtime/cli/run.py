@@ -37,13 +37,19 @@ def add_arguments(p) -> None:
     add_debug(p)
 
 
-def _top(info, arr: np.ndarray, k: int) -> list[list[float]]:
+def _top(info, arr: np.ndarray, k: int) -> tuple[list[list[float]], int]:
+    """The k largest finite values as [index, value], and how many values were NaN or infinite (never ranked: a
+    top-5 of NaNs would look like an answer)."""
     real = info.dequantize(arr) if info.quantization is not None else arr
     flat = np.asarray(real).reshape(-1)
     if flat.dtype.kind not in "fiub" or flat.size == 0:
-        return []
-    idx = np.argsort(-flat.astype(np.float64), kind="stable")[:k]
-    return [[int(i), float(flat[i])] for i in idx]
+        return [], 0
+    with np.errstate(over="ignore", invalid="ignore"):
+        f64 = flat.astype(np.float64)
+    finite = np.isfinite(f64)
+    order = np.argsort(-np.where(finite, f64, -np.inf), kind="stable")
+    idx = order[finite[order]][:k]
+    return [[int(i), float(f64[i])] for i in idx], int(flat.size - np.count_nonzero(finite))
 
 
 def run(args) -> int:
@@ -67,9 +73,19 @@ def run(args) -> int:
             "model": {"path": str(session.model.path), "sha256": session.model.sha256, "format": session.model.format},
             "backend": session.backend.to_dict(),
             "inputs": [{**t.to_dict(), "source": sources[t.name]} for t in session.inputs],
-            "outputs": [{**t.to_dict(), "top": _top(t, outputs[t.name], args.top)} for t in session.outputs],
+            "outputs": [],
             "timing_ms": {"load": round(load_ms, 3), "first_inference": round(infer_ms, 3)},
         }
+        for t in session.outputs:
+            top, bad = _top(t, outputs[t.name], args.top)
+            doc["outputs"].append({**t.to_dict(), "top": top, "non_finite": bad})
+            if bad:
+                size = int(np.asarray(outputs[t.name]).size)
+                print(
+                    f"{PROG}: warning: output {t.name!r}: {bad} of {size} values are NaN or infinite "
+                    "(an input out of the model's range, or a broken model)",
+                    file=sys.stderr,
+                )
     if emit_json(doc, outs):
         return 0
     print(render(doc), end="")
@@ -86,7 +102,9 @@ def render(doc: dict) -> str:
     ]
     lines += [f"input    {t['name']}  {tuple(t['shape'])} {t['dtype']}  <- {t['source']}" for t in doc["inputs"]]
     for t in doc["outputs"]:
-        top = "  ".join(f"[{i}]={v:.4g}" for i, v in t["top"])
+        top = "  ".join(f"[{i}]={v:.4g}" for i, v in t["top"]) or "none"
+        if t.get("non_finite"):
+            top += f" ({t['non_finite']} values NaN or infinite)"
         lines.append(f"output   {t['name']}  {tuple(t['shape'])} {t['dtype']}  top: {top}")
     timing = doc["timing_ms"]
     lines.append(f"time     load {timing['load']:.1f} ms, first inference {timing['first_inference']:.3f} ms")

@@ -90,7 +90,7 @@ def run(args) -> int:
                 )
             else:
                 temps = "  ".join(f"{k} {v:.1f}" for k, v in snap.temperatures().items()) or "no sensors"
-                freqs = " ".join(f"{(f.cur_khz or 0) // 1000}" for f in snap.cpufreq)
+                freqs = " ".join(f"{f.cur_khz // 1000}" if f.cur_khz else "?" for f in snap.cpufreq)
                 extra = f"  headroom {doc['headroom_c']:.1f} C" if doc["headroom_c"] is not None else ""
                 thr = "  THROTTLED" if doc["throttled"] else ""
                 print(
@@ -126,8 +126,9 @@ def run(args) -> int:
         print(f"{h.chip + '/' + h.label:<24} {h.temp_c:>8.1f}{crit}")
     for f in snap.cpufreq:
         cap = "  CAPPED" if f.capped else ""
-        top = (f.max_khz or f.scaling_max_khz or 0) // 1000
-        print(f"cpu{f.cpu:<21} {(f.cur_khz or 0) // 1000:>5} MHz  max {top} MHz{cap}")
+        top = f"{(f.max_khz or f.scaling_max_khz) // 1000}" if (f.max_khz or f.scaling_max_khz) else "?"
+        cur = f"{f.cur_khz // 1000}" if f.cur_khz else "?"
+        print(f"cpu{f.cpu:<21} {cur:>5} MHz  max {top} MHz{cap}")
     for r in snap.rails:
         print(f"{r.label + ' (' + r.source + ')':<24} {r.power_w:>8.2f} W")
     if snap.throttled:

@@ -1,8 +1,9 @@
 """`run_bench`: one model, measured on chosen CPUs, with everything that explains its numbers.
 
 A run is four phases, each in its own function:
-1. `_prepare`: isolation report and platform latency (cyclictest) first, so they see the system before the model
-   loads it; the thermal limit, the cool-down wait, and a refusal when the board is already above the limit;
+1. `prepare` (measure/prepare.py): isolation report and platform latency (cyclictest) first, so they see the system
+   before the model loads it; the thermal limit, the cool-down wait, and a refusal when the board is already above
+   the limit;
 2. `_measure`: an ExitStack of resources, each undone whatever happens, in this order: co-runners (so load and
    warm-up run under the same load), the session (loaded with `cpus`: the process and every thread pinned before the
    backend starts its pools; affinity put back after it closes), SCHED_FIFO for every thread (after one call, when
@@ -61,6 +62,7 @@ from edge_runtime.system.process import (
     restore_affinity,
     restore_scheduling,
     set_fifo,
+    signal_name,
 )
 from edge_runtime.system.root import SystemRoot
 from edge_runtime.system.sampler import Sampler
@@ -78,6 +80,7 @@ class BenchRun:
 
     result: BenchResult
     samples_ns: np.ndarray
+    start_ns: int = 0  # time.time_ns() when the measured part began (for logs that need more than whole seconds)
 
 
 @dataclass
@@ -138,7 +141,7 @@ def run_bench(
     if hdr_out is not None:
         comment = f"edge-runtime bench {os.path.basename(result.model.path)}"
         write_output(hdr_out, hdr_log_text(m.samples_ns, m.start_ns, m.wall_s, comment))
-    return BenchRun(result, m.samples_ns)
+    return BenchRun(result, m.samples_ns, m.start_ns)
 
 
 # ------------------------------------------------------------------------------------------------- 2. measure
@@ -163,7 +166,7 @@ def _measure(
         if cpus:
             stack.callback(restore_affinity, saved_affinity)  # after the session closes (the stack unwinds in reverse)
         session = stack.enter_context(load(request.model, **request.load_kwargs()))
-        if request.model_sha256 and session.model.sha256 != request.model_sha256:
+        if request.model_sha256 and session.model.sha256 != request.model_sha256.lower():
             raise UserError(
                 f"model {request.model!r}: sha256 {session.model.sha256[:12]}... is not the requested "
                 f"{request.model_sha256[:12]}..."
@@ -225,9 +228,11 @@ def _measure(
             if stop is not None:
                 stop.armed = False
         sampler.stop()
-        threads = own_threads()
+        # The sampler runs on a housekeeping CPU by design: it is not one of the threads that must be pinned (and
+        # one that has not ended yet, on a loaded machine, must not read as a pinning failure).
+        threads = [t for t in own_threads() if t.tid != sampler.tid]
         model, backend = session.model, session.backend
-        dists = type(session._impl).distributions
+        dists = session.distributions
     return _Measured(m, marks, threads, model, backend, sampler, corunner.describe(), corunner.ended_early, dists)
 
 
@@ -242,6 +247,11 @@ def _build(request: BenchRequest, root: SystemRoot, prep: Prepared, got: _Measur
         quality_warnings.append("the run filled its sample buffer before --duration ended")
     if prep.limit_source == "--thermal-limit" and not (prep.snap_start.available or snap_end.available):
         quality_warnings.append(f"thermal limit {prep.limit_c:g} C not checked: no thermal sensors in {root.root}")
+    if not root.is_live and (prep.snap_start.available or snap_end.available):
+        # The model ran here; the temperatures, clocks and rails came from the tree: say so beside the numbers.
+        quality_warnings.append(
+            f"thermal and power read from the --sysroot tree {root.root}, not from the machine that ran the model"
+        )
     measured_cpus = cpus or sorted(os.sched_getaffinity(0))
     before, after = got.marks["before"], got.marks["after"]
     if before["interrupts"] is None or after["interrupts"] is None:
@@ -352,7 +362,7 @@ def _aborted(m: Measurement, stop: StopRequest | None, prep: Prepared, sampler: 
     if not m.stopped:
         return None
     if stop is not None and stop.requested:
-        name = _signal_name(stop.signum or 2)
+        name = signal_name(stop.signum or 2)
         return Aborted("interrupted", f"interrupted by {name}", name, round(m.wall_s, 3), True)
     return Aborted(
         "thermal",
@@ -361,12 +371,3 @@ def _aborted(m: Measurement, stop: StopRequest | None, prep: Prepared, sampler: 
         round(max(0.0, (sampler.over_limit_at or 0.0) - m.begin_perf_s), 3),
         True,
     )
-
-
-def _signal_name(signum: int) -> str:
-    import signal
-
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"

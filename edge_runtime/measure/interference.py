@@ -2,12 +2,12 @@
 measuring thread's context switches, migrations, page faults and run-queue wait, and the other tasks that used the
 measured CPUs. Read just before the first timed call and just after the last, so they cover the measured part only.
 
-Pure functions: the text comes from `SystemRoot.read("/proc/interrupts")`. Layout (Documentation/filesystems/proc.rst):
-a header of `CPUn` columns (online CPUs only, so the column index is not the CPU number), then one row per source:
-`NAME:` followed by one count per column and a description. Numbered rows are device IRQs (the last word of the
-description names the device); named rows are per-CPU kernel events (LOC, RES, CAL, TLB on x86; IPI0..IPI6 on ARM).
-Rows with fewer counts than columns (ERR, MIS, Err) are totals, not per CPU, and are kept out of per-CPU counts;
-rows with no counts at all (FIQ on old Raspberry Pis) are skipped.
+The parsing is pure: the text comes from `SystemRoot.read("/proc/interrupts")`. Layout
+(Documentation/filesystems/proc.rst): a header of `CPUn` columns (online CPUs only, so the column index is not the
+CPU number), then one row per source: `NAME:` followed by one count per column and a description. Numbered rows are
+device IRQs (the last word of the description names the device); named rows are per-CPU kernel events (LOC, RES,
+CAL, TLB on x86; IPI0..IPI6 on ARM). Rows with fewer counts than columns (ERR, MIS, Err) are totals, not per CPU,
+and are kept out of per-CPU counts; rows with no counts at all (FIQ on old Raspberry Pis) are skipped.
 """
 
 from __future__ import annotations
@@ -141,9 +141,11 @@ def competing_tasks(before_tasks, after_tasks, cpus, before, after, wall_s: floa
         wait_ms = round(wait_ns / 1e6, 3)
         window = after["t"] - before["t"] if "t" in before and "t" in after else wall_s
         share = round(min(1.0, wait_ns / 1e9 / window), 4) if window > 0 else None
-    heavy = [r for r in rows if r["cpu_s"] >= OTHER_TASK_WARN_S or r["ended"]]
+    heavy = [r for r in rows if r["cpu_s"] >= OTHER_TASK_WARN_S or r["ended"]] or rows[:4]
     warning = None
-    if heavy or (share is not None and share >= WAIT_SHARE_WARN):
+    if [r for r in rows if r["cpu_s"] >= OTHER_TASK_WARN_S or r["ended"]] or (
+        share is not None and share >= WAIT_SHARE_WARN
+    ):
         named = (
             ", ".join(
                 f"{r['comm']} (pid {r['pid']}, "

@@ -10,6 +10,7 @@ The bounds on every number live here, once: the CLI's flag types and `BenchReque
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,10 +18,12 @@ from typing import Any
 from edge_runtime.errors import UserError
 from edge_runtime.measure.corunners import StressSpec
 from edge_runtime.results import Record
+from edge_runtime.runtime.load import MAX_THREADS  # one bound, the one load() enforces
+from edge_runtime.system.cpulist import MAX_CPUS
 
 REQUEST_SCHEMA = "edge-runtime/bench-request/1"
 
-MAX_THREADS = 1024  # more inference threads than any board has cores, by far
+
 MAX_WARMUP = 50_000_000  # untimed calls; use warmup_s for long warm-ups
 MAX_WARMUP_S = 3600.0
 MAX_DURATION_S = 7 * 86400.0  # a longer soak is a campaign of runs; one run keeps at most 50 M samples anyway
@@ -86,9 +89,14 @@ class BenchRequest(Record):
     def validate(self) -> BenchRequest:
         """Refuse what cannot be measured, naming the field (a request from the wire is as untrusted as a flag)."""
         from edge_runtime.measure.loop import max_samples
+        from edge_runtime.results import parse_schema
         from edge_runtime.system.thermal import SILICON_RANGE_C
 
-        if self.schema != REQUEST_SCHEMA:
+        try:
+            name, major, _ = parse_schema(self.schema)
+        except ValueError:
+            name, major = "", 0
+        if (name, major) != ("edge-runtime/bench-request", 1):  # a newer minor version of 1 reads as 1
             raise UserError(f"bench request: schema {self.schema!r} is not {REQUEST_SCHEMA}")
         if not isinstance(self.model, str) or not self.model:
             raise UserError("bench request: model: a path is needed")
@@ -106,14 +114,37 @@ class BenchRequest(Record):
         _real("platform_latency_s", self.platform_latency_s, *PLATFORM_LATENCY_S)
         for name in ("thermal_limit_c", "cooldown_to_c"):
             _real(name, getattr(self, name), *SILICON_RANGE_C)
+        for name in ("fallback", "mlock", "sandbox"):
+            if not isinstance(getattr(self, name), bool):
+                raise UserError(f"bench request: {name} {getattr(self, name)!r}: expected true or false")
+        if self.model_sha256 is not None and not _SHA256.fullmatch(str(self.model_sha256)):
+            raise UserError(f"bench request: model_sha256 {self.model_sha256!r}: not a sha256 (64 hex digits)")
         if self.cpus is not None:
-            if not self.cpus or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in self.cpus):
-                raise UserError(f"bench request: cpus {list(self.cpus)!r}: a list of CPU numbers")
+            if not self.cpus or not all(_cpu(c) for c in self.cpus):
+                raise UserError(f"bench request: cpus {list(self.cpus)!r}: a list of CPU numbers (0 to {MAX_CPUS - 1})")
+            if len(set(self.cpus)) != len(self.cpus):
+                raise UserError(f"bench request: cpus {list(self.cpus)!r}: a CPU given twice")
         for s in self.stress:
-            if s.kind not in ("cpu", "memory") or not s.cpus:
-                raise UserError(f"bench request: stress {s.to_dict()!r}: kind cpu|memory on at least one CPU")
+            if not isinstance(s, StressSpec) or s.kind not in ("cpu", "memory") or not s.cpus:
+                raise UserError(f"bench request: stress {s!r}: kind cpu|memory on at least one CPU")
+            if not all(_cpu(c) for c in s.cpus):
+                raise UserError(f"bench request: stress {s.to_dict()!r}: CPU numbers are 0 to {MAX_CPUS - 1}")
+        if self.delegate_options and not self.delegate:
+            raise UserError("bench request: delegate_options without a delegate: they would be ignored")
+        if (
+            self.cooldown_to_c is not None
+            and self.thermal_limit_c is not None
+            and self.cooldown_to_c > self.thermal_limit_c
+        ):
+            raise UserError(
+                f"bench request: cooldown_to_c {self.cooldown_to_c} is above thermal_limit_c {self.thermal_limit_c}: "
+                "the run would wait for a board it then refuses"
+            )
         for name in ("delegate_options", "options"):
-            if not all(isinstance(k, str) and isinstance(v, str) for k, v in getattr(self, name).items()):
+            value = getattr(self, name)
+            if not isinstance(value, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+            ):
                 raise UserError(f"bench request: {name}: string keys and values")
         return self
 
@@ -124,6 +155,13 @@ class BenchRequest(Record):
         if req.extra:
             raise UserError(f"bench request: unknown key(s) {', '.join(map(repr, req.extra))}")
         return req.validate()
+
+
+_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+
+
+def _cpu(c) -> bool:
+    return isinstance(c, int) and not isinstance(c, bool) and 0 <= c < MAX_CPUS
 
 
 def _int(name: str, value, low: int, high: int, why: str = "") -> None:

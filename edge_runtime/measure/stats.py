@@ -76,19 +76,3 @@ def histogram_us(samples_ns: np.ndarray) -> tuple[tuple[int, int], ...]:
     """((latency in whole microseconds, how many), ...) for every value seen, smallest first."""
     values, counts = np.unique(np.asarray(samples_ns) // 1000, return_counts=True)
     return tuple((int(v), int(c)) for v, c in zip(values, counts, strict=True))
-
-
-def cyclictest_histogram(samples_ns: np.ndarray, buckets: int | None = None) -> str:
-    """A text histogram in cyclictest's `-h` layout: 1 us buckets, `%06d %06lu` rows, then the summary lines."""
-    us = (np.asarray(samples_ns) // 1000).astype(np.int64)
-    top = int(us.max()) + 1
-    n = min(top, buckets) if buckets else min(top, 100_000)
-    counts = np.bincount(np.minimum(us, n), minlength=n + 1)
-    lines = ["# Histogram"]
-    lines += [f"{i:06d} {int(c):06d}" for i, c in enumerate(counts[:n])]
-    lines.append(f"# Total: {len(us):09d}")
-    lines.append(f"# Min Latencies: {int(us.min()):05d}")
-    lines.append(f"# Avg Latencies: {round(float(us.mean())):05d}")
-    lines.append(f"# Max Latencies: {int(us.max()):05d}")
-    lines.append(f"# Histogram Overflows: {int(counts[n]):05d}")
-    return "\n".join(lines) + "\n"

@@ -36,9 +36,9 @@ def choose_activations(requested: str, machine: str | None = None, flags: set[st
 
 
 def ort_quantize(fp32: Path, out: Path, samples: list[dict], cfg: QuantizeConfig, act: str, exclude: list[str]) -> None:
-    from edge_runtime.runtime.backends.onnxruntime_backend import _ort
+    from edge_runtime.runtime.backends.onnxruntime_backend import import_ort
 
-    _ort()  # telemetry off before onnxruntime initialises (see there)
+    import_ort()  # telemetry off before onnxruntime initialises (see there)
     from onnxruntime.quantization import (
         CalibrationMethod,
         QuantFormat,
@@ -65,9 +65,9 @@ def ort_quantize(fp32: Path, out: Path, samples: list[dict], cfg: QuantizeConfig
 
 
 def preprocess(model: Path, tmp: Path) -> Path:
-    from edge_runtime.runtime.backends.onnxruntime_backend import _ort
+    from edge_runtime.runtime.backends.onnxruntime_backend import import_ort
 
-    _ort()
+    import_ort()
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     pre = tmp / "pre.onnx"

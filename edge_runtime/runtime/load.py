@@ -36,8 +36,9 @@ def load(
     options: Mapping[str, str] | None = None,
     fallback: bool = False,
     sandbox: bool = True,
-    probe_timeout_s: float = 120.0,
+    sandbox_timeout_s: float = 120.0,
     isolate: bool | None = None,
+    probe_timeout_s: float | None = None,
 ) -> Session:
     """Load `model` on `backend` (chosen from the file type when None) and return a ready Session.
 
@@ -48,12 +49,25 @@ def load(
     `cpus` pins this process and every thread it has to those CPUs before the backend starts its pools; `threads`
     defaults to their number. With `sandbox` (the default) the model is first loaded and run once in a child process,
     so a file that crashes a native library is refused with an error instead of taking this process down; the check
-    runs once per file, backend and options in this process.
+    runs once per file, backend and options in this process, within `sandbox_timeout_s`. (`isolate=` and
+    `probe_timeout_s=` are the old names of `sandbox=` and `sandbox_timeout_s=`: they still work, and warn.)
     """
-    from edge_runtime.runtime import sandbox as probe
+    from edge_runtime.runtime import sandbox as crash_check
     from edge_runtime.system.process import pin_all_threads
 
-    _check_arguments(model, backend, device, delegate, threads, cpus, delegate_options, options, probe_timeout_s)
+    if isolate is not None:
+        if isolate != sandbox and sandbox is not True:
+            raise UserError(f"isolate={isolate!r} and sandbox={sandbox!r}: give one (isolate is the old name)")
+        warnings.warn("load(isolate=...) is now load(sandbox=...)", DeprecationWarning, stacklevel=2)
+        sandbox = isolate
+    if probe_timeout_s is not None:
+        warnings.warn("load(probe_timeout_s=...) is now load(sandbox_timeout_s=...)", DeprecationWarning, stacklevel=2)
+        sandbox_timeout_s = probe_timeout_s
+    if cpus is not None and not isinstance(cpus, (str, bytes)):
+        cpus = tuple(cpus)  # an iterator is read once: here, not by the check and then again by the pinning
+    if not isinstance(fallback, bool) or not isinstance(sandbox, bool):
+        raise UserError(f"fallback {fallback!r}, sandbox {sandbox!r}: expected True or False")
+    _check_arguments(model, backend, device, delegate, threads, cpus, delegate_options, options, sandbox_timeout_s)
     mf = inspect_model(model)
     name = backend or DEFAULT_BACKEND[mf.format]
     cls = backends.get(name)
@@ -83,10 +97,8 @@ def load(
         fallback=fallback,
     )
     crashed = None
-    if isolate is not None:  # the old name, kept for callers of 0.1: it never meant CPU isolation
-        sandbox = isolate
     if sandbox:
-        crashed = probe.check(mf, name, opts, timeout_s=probe_timeout_s)
+        crashed = crash_check.check(mf, name, opts, timeout_s=sandbox_timeout_s)
         if crashed:  # the delegate crashed the child and fallback is allowed: load on CPU, and say so
             opts = replace(opts, delegate=None, delegate_options={}, device=None)
     if cpu_list:
@@ -113,7 +125,7 @@ def load(
 MAX_THREADS = 1024  # more inference threads than any board has cores, by far
 
 
-def _check_arguments(model, backend, device, delegate, threads, cpus, delegate_options, options, probe_timeout_s):
+def _check_arguments(model, backend, device, delegate, threads, cpus, delegate_options, options, timeout_s):
     """What a Python caller passes is checked like a flag: one clear error naming the argument, never a TypeError
     from deep inside a backend."""
     import math
@@ -128,6 +140,8 @@ def _check_arguments(model, backend, device, delegate, threads, cpus, delegate_o
     if cpus is not None:
         if isinstance(cpus, (str, bytes)) or not all(isinstance(c, int) and not isinstance(c, bool) for c in cpus):
             raise UserError(f"cpus {cpus!r}: expected CPU numbers (a list of ints)")
+        if not cpus:
+            raise UserError("cpus (): an empty CPU list pins nowhere", hint="give None to leave the threads unpinned")
     for name, value in (("delegate_options", delegate_options), ("options", options)):
         if value is not None and (
             not isinstance(value, Mapping)
@@ -136,5 +150,5 @@ def _check_arguments(model, backend, device, delegate, threads, cpus, delegate_o
             raise UserError(f"{name} {value!r}: expected a mapping of strings to strings")
     if delegate_options and not delegate:
         raise UserError("delegate_options without a delegate: they would be ignored", hint="give --delegate PATH")
-    if not isinstance(probe_timeout_s, (int, float)) or not math.isfinite(probe_timeout_s) or probe_timeout_s <= 0:
-        raise UserError(f"probe_timeout_s {probe_timeout_s!r}: expected a positive number of seconds")
+    if not isinstance(timeout_s, (int, float)) or not math.isfinite(timeout_s) or not 0 < timeout_s <= 86400:
+        raise UserError(f"sandbox_timeout_s {timeout_s!r}: expected a number of seconds from 0 to 86400")

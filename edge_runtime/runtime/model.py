@@ -1,8 +1,8 @@
 """Model files: which format a file is, and cheap structural checks before any native library sees it.
 
 The checks here catch the common mistakes (missing, empty, wrong type, not the format its name claims) with a clear
-message. They cannot prove a file is safe for a native parser: that is what the child-process probe in
-`edge_runtime.probe` is for.
+message. They cannot prove a file is safe for a native parser: that is what the crash check in a child process
+(`edge_runtime.runtime.sandbox`) is for.
 """
 
 from __future__ import annotations

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from dataclasses import replace
@@ -21,6 +20,7 @@ import edge_runtime.errors as errors
 from edge_runtime.errors import DeviceError, ModelError
 from edge_runtime.runtime.backends.base import LoadOptions
 from edge_runtime.runtime.model import ModelFile
+from edge_runtime.system.process import dies_with_parent, signal_name
 
 _PASSED: set[tuple] = set()
 
@@ -64,7 +64,9 @@ def check(model: ModelFile, backend: str, opts: LoadOptions, timeout_s: float = 
     shown = str(model.path)
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "edge_runtime.runtime.sandbox_child"],
+            # Dies with this process from its first instruction (PR_SET_PDEATHSIG before exec), not only once it has
+            # imported numpy and the backends: a killed caller leaves no child loading a model for nobody.
+            dies_with_parent([sys.executable, "-m", "edge_runtime.runtime.sandbox_child"]),
             input=json.dumps(request),
             capture_output=True,
             text=True,
@@ -77,10 +79,7 @@ def check(model: ModelFile, backend: str, opts: LoadOptions, timeout_s: float = 
             f"model {shown!r}: {backend} did not load and run it within {timeout_s:g} s (checked in a child process)"
         ) from err
     if proc.returncode < 0:
-        try:
-            sig = signal.Signals(-proc.returncode).name
-        except ValueError:
-            sig = f"signal {-proc.returncode}"
+        sig = signal_name(-proc.returncode)
         accelerator = opts.delegate or (opts.device if (opts.device or "cpu").lower() != "cpu" else None)
         if accelerator:
             # A vendor delegate or device plugin that crashes: the device's fault, and CPU may still work.

@@ -1,6 +1,6 @@
 """The crash-check child: `python -m edge_runtime.runtime.sandbox_child` reads a JSON request on stdin, loads and runs
 the model once (zeros in), and writes a JSON answer on stdout. If a native library crashes, only this process dies;
-`sandbox.check` in the parent turns that into an error. It dies with its parent, which has no one else to answer.
+`sandbox.check` in the parent turns that into an error. It is started so that it dies with its parent.
 """
 
 from __future__ import annotations
@@ -14,9 +14,7 @@ def _child() -> int:
 
     from edge_runtime.errors import EdgeRuntimeError
     from edge_runtime.runtime.load import load
-    from edge_runtime.system.process import set_parent_death_signal
 
-    set_parent_death_signal()  # a check whose caller was killed has no one to answer
     req = json.loads(sys.stdin.read())
     try:
         with load(

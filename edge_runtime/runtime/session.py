@@ -42,6 +42,8 @@ class Session:
         self.backend = backend
         self.options = options
         self._impl = impl
+        # The pip distributions behind this backend, whose versions go into a result's environment.
+        self.distributions: tuple[str, ...] = type(impl).distributions
         self.inputs: list[TensorInfo] = list(impl.inputs)
         self.outputs: list[TensorInfo] = list(impl.outputs)
         self._in_names = [t.name for t in self.inputs]

@@ -33,20 +33,21 @@ def environment(root: SystemRoot, cpus: list[int] | None, package_versions: dict
         "sysroot": str(root.root),
         "board": root.board_model() or None,
         "kernel": root.kernel() or (platform.release() if root.is_live else None),
-        "cmdline": root.cmdline(),
+        "cmdline": root.read("/proc/cmdline"),  # None when the tree has none: unknown, not empty
         "cpu_model": root.cpu_model() or ((platform.processor() or None) if root.is_live else None),
         "governor": {str(c): govs[c] for c in (cpus or govs) if c in govs},
-        "isolated_cpus": root.cpus("isolated") or [],
-        "online_cpus": root.online_cpus(),
+        "isolated_cpus": root.cpus("isolated") if not root.is_live else (root.cpus("isolated") or []),
+        "online_cpus": root.online_cpus() or None,
         "python": platform.python_version(),
         "packages": package_versions,
-        "hostname": platform.node(),
+        "hostname": platform.node() if root.is_live else root.read("/proc/sys/kernel/hostname"),
     }
     if not root.is_live:
         live = SystemRoot("/")
         env["measured_on"] = {
-            "note": "the model ran on this machine; board, kernel, cmdline, cpu_model, governor and CPU sets above "
-            "were read from the --sysroot tree",
+            "note": "the model ran on this machine; board, kernel, cmdline, cpu_model, governor, CPU sets and "
+            "hostname above were read from the --sysroot tree (null: the tree does not say)",
+            "hostname": platform.node(),
             "kernel": live.kernel() or platform.release(),
             "cpu_model": live.cpu_model() or platform.processor() or None,
             "online_cpus": live.online_cpus(),

@@ -1,10 +1,10 @@
 """Files the user names as inputs: a path is stat'ed (links followed) and must be a regular file, or a directory
 where one is asked for, no larger than what this machine could hold; it is opened non-blocking and checked again on
 the open descriptor, so a fifo, a device or `/dev/zero` behind a link is refused instead of hanging or reading without
-end. .npy and .npz files are checked before numpy allocates. Also the safe lock files the tools keep in /run/lock.
-The one writer of outputs is in outputs.py.
+end. .npy and .npz files are checked before numpy allocates. The one writer of outputs is in outputs.py; lock files
+in locks.py.
 
-Never: open a user's path blocking, believe a header's size, or follow a link when creating a lock file.
+Never: open a user's path blocking, or believe a header's size.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import tempfile
 
 from edge_runtime.errors import UserError
 
@@ -46,7 +45,8 @@ def memory_bytes() -> int:
         return 1 << 40
 
 
-def _kind(mode: int) -> str:
+def kind_of(mode: int) -> str:
+    """What a file that is not a regular one is, in words for a message ("a fifo", "a character device")."""
     for test, name in (
         (stat.S_ISDIR, "a directory"),
         (stat.S_ISFIFO, "a fifo"),
@@ -91,10 +91,10 @@ def check_input(
         return st
     if directory is True:
         raise error(
-            f"{what} {shown!r}: is {_kind(st.st_mode) if not stat.S_ISREG(st.st_mode) else 'a file'}, not a directory"
+            f"{what} {shown!r}: is {kind_of(st.st_mode) if not stat.S_ISREG(st.st_mode) else 'a file'}, not a directory"
         )
     if not stat.S_ISREG(st.st_mode):
-        raise error(f"{what} {shown!r}: is {_kind(st.st_mode)}, not a regular file")
+        raise error(f"{what} {shown!r}: is {kind_of(st.st_mode)}, not a regular file")
     bound = memory_bytes() if max_bytes is None else max_bytes
     if st.st_size > bound:
         raise error(f"{what} {shown!r}: {_size(st.st_size)} is more than this machine can hold ({_size(bound)})")
@@ -113,30 +113,9 @@ def open_input(
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        raise error(f"{what} {str(path)!r}: is {_kind(st.st_mode)}, not a regular file")
+        raise error(f"{what} {str(path)!r}: is {kind_of(st.st_mode)}, not a regular file")
     os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")
-
-
-# ------------------------------------------------------------------------------------------------------ locks
-def lock_dir() -> str:
-    for d in ("/run/lock", "/var/lock", tempfile.gettempdir()):
-        if os.path.isdir(d) and os.access(d, os.W_OK | os.X_OK):
-            return d
-    return tempfile.gettempdir()
-
-
-def lock_file(path: str) -> int:
-    """Open (creating) a lock file safely in a world-writable directory: never through a link, only a regular file."""
-    flags = os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
-    try:
-        fd = os.open(path, os.O_RDWR | flags, 0o644)
-    except PermissionError:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)  # another user's lock: flock works read-only
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise OSError(errno.EINVAL, "not a regular file")
-    return fd
 
 
 # ----------------------------------------------------------------------------------------------------- .npy/.npz
@@ -149,6 +128,9 @@ def _npy_header(f, shown: str, what: str, error: type[UserError], available: int
     try:
         version = npf.read_magic(f)
     except ValueError as err:
+        f.seek(start)
+        if f.read(4) == b"PK\x03\x04":
+            raise error(f"{what} {shown}: a .npz archive, where one .npy array is expected (numpy.save)") from err
         raise error(f"{what} {shown}: not a .npy array (no NUMPY header)") from err
     try:
         if version == (1, 0):

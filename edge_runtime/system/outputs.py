@@ -12,7 +12,6 @@ Never: replace anything but a regular file, write NaN or Infinity into JSON.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import math
 import os
@@ -24,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edge_runtime.errors import UserError
-from edge_runtime.system.files import _kind, lock_dir, lock_file, reason
+from edge_runtime.system.files import kind_of, reason
+from edge_runtime.system.locks import claim_output
 
 # ------------------------------------------------------------------------------------------------------- outputs
 _FD_PATH = re.compile(r"/(?:dev/fd|proc/(?:self|thread-self|\d+(?:/task/\d+)?)/fd)/([0-9]+)")
@@ -129,7 +129,7 @@ def plan_output(flag: str, dest: str, *, regular_only: bool = False, follow_link
         mode = st.st_mode
         if (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)) and not regular_only:
             return _plan_through(flag, dest, st)
-        what = _kind(mode)
+        what = kind_of(mode)
         raise UserError(
             f"{shown}: is {what}; refusing to replace it"
             + ("" if regular_only or stat.S_ISDIR(mode) else " (only files, character devices and fifos are written)")
@@ -144,7 +144,7 @@ def plan_output(flag: str, dest: str, *, regular_only: bool = False, follow_link
         raise UserError(f"{shown}: cannot create files in {parent!r} (permission denied)")
     if st is not None and not os.access(target, os.W_OK):
         raise UserError(f"{shown}: cannot write: permission denied")
-    _claim(flag, dest, target)
+    claim_output(flag, dest, target)
     _sweep_stale_temporaries(target)
     return Output(flag, dest, "file", target=target, identity=(st.st_dev, st.st_ino) if st else None)
 
@@ -173,7 +173,7 @@ def _plan_through(flag: str, dest: str, st: os.stat_result) -> Output:
     try:
         fd = os.open(dest, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except OSError as err:
-        raise UserError(f"{shown}: {_kind(st.st_mode)} that cannot be written: {reason(err)}") from err
+        raise UserError(f"{shown}: {kind_of(st.st_mode)} that cannot be written: {reason(err)}") from err
     got = os.fstat(fd)
     if not (stat.S_ISCHR(got.st_mode) or stat.S_ISFIFO(got.st_mode)):  # swapped since the stat: not ours to write
         os.close(fd)
@@ -184,37 +184,6 @@ def _plan_through(flag: str, dest: str, st: os.stat_result) -> Output:
 
 
 _OPEN_THROUGH: list[int] = []
-_CLAIMS: dict[str, int] = {}
-
-
-def _claim(flag: str, dest: str, target: str) -> None:
-    """Hold a lock on `target` for the life of this process: two commands writing one result file at once would
-    silently lose one result; the second is refused before it runs. The lock lives in /run/lock (keyed by the real
-    path), so nothing is left beside the user's files, and the kernel releases it if we die."""
-    if target in _CLAIMS:
-        return
-    key = hashlib.sha256(target.encode(errors="surrogateescape")).hexdigest()[:16]
-    path = os.path.join(lock_dir(), f"edge-runtime-out-{key}.lock")
-    try:
-        fd = lock_file(path)
-    except OSError:
-        return  # cannot lock here (read-only /run, odd file): write without the guard rather than refuse
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 16, 0).decode(errors="replace").strip()
-        os.close(fd)
-        raise UserError(
-            f"{flag} {dest!r}: another edge-runtime is writing this file"
-            + (f" (pid {holder})" if holder.isdecimal() else ""),
-            hint="give each run its own output file",
-        ) from None
-    try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    except OSError:
-        pass
-    _CLAIMS[target] = fd
 
 
 def _temp_name(target: str) -> str:
@@ -333,7 +302,9 @@ def _replace_file(out: Output, raw: bytes) -> None:
     except FileNotFoundError:
         existing = None
     if existing is not None and not stat.S_ISREG(existing.st_mode):
-        raise UserError(f"{out.shown()}: became {_kind(existing.st_mode)} since it was checked; refusing to replace it")
+        raise UserError(
+            f"{out.shown()}: became {kind_of(existing.st_mode)} since it was checked; refusing to replace it"
+        )
     tmp = _temp_name(target)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:

@@ -6,6 +6,7 @@ it, and who else ran on its CPUs. Reads of the observed system live in `root.Sys
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,6 +161,14 @@ def pin_all_threads(cpus: list[int]) -> list[ThreadAffinity]:
     return own_threads()
 
 
+def signal_name(signum: int) -> str:
+    """SIGTERM for 15; "signal 77" for a number that names no signal here."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
 # --------------------------------------------------------------------------------------------------- child processes
 # Runs first in every helper process we start (co-runners, cyclictest, tegrastats): die with the parent
 # (PR_SET_PDEATHSIG survives exec), then exec the tool. Done in the child itself rather than in a preexec_fn, which is
@@ -174,19 +183,9 @@ _LAUNCH = (
 
 def dies_with_parent(cmd: list[str]) -> list[str]:
     """`cmd` wrapped so the process is killed when this one dies, even by SIGKILL (a SCHED_FIFO cyclictest or a CPU
-    hog must never outlive the bench that started it)."""
+    hog must never outlive the bench that started it). The kernel ties the signal to the *thread* that starts the
+    child: start it from a thread that lives as long as the child should (every caller here waits for its child)."""
     return [sys.executable, "-c", _LAUNCH, str(os.getpid()), *cmd]
-
-
-def set_parent_death_signal() -> None:
-    """For a Python child of ours (the crash-check child): die with the parent."""
-    import ctypes
-    import signal
-
-    try:
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 # -------------------------------------------------------------------------------------------- who else ran there

@@ -1,9 +1,9 @@
-"""The one place edge_runtime touches the system: reads of /proc and /sys, and actions on this process.
+"""The one place edge_runtime reads the system: /proc and /sys, through one root prefix (the actions on this process,
+pinning and scheduling, are in process.py and always act on the live system).
 
 Reads go through `SystemRoot(root)`, so a board's captured tree can be inspected anywhere and tests use fake trees
 (`--sysroot DIR`). Every read is tolerant: a missing or unreadable file gives the fallback, never an exception.
-What the process does to itself (pinning its threads) always acts on the live system: `/proc/self` is never
-redirected, as DESIGN.md says.
+`/proc/self` is never redirected, as DESIGN.md says: what a process reads about itself is always itself.
 """
 
 from __future__ import annotations

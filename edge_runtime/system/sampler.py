@@ -119,6 +119,8 @@ class Sampler:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
+            if self._thread.is_alive() and self.warning is None:
+                self.warning = "the thermal sampler did not stop within 5 s of the run's end (a sensor read hangs?)"
         if self.tegra is not None:
             self.tegra.close()
             self.tegra = None

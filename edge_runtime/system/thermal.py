@@ -23,6 +23,10 @@ from edge_runtime.system.root import SystemRoot
 # driver's error code (THERMAL_TEMP_INVALID is -274000), an unset register (2147483647 m°C), a unit mistake. Such a
 # reading is skipped and counted like an unreadable one, never believed (a 10^21 C "reading" must not abort a run).
 SILICON_RANGE_C = (-80.0, 200.0)
+# The lowest trip point or crit believed as a limit: a board idles at 30-50 C.
+MIN_LIMIT_C = 30.0
+# cpufreq drivers whose scaling_cur_freq is a sampled average, not the clock set (see _cpufreq).
+AVERAGING_DRIVERS = frozenset({"intel_pstate", "intel_cpufreq", "acpi-cpufreq", "amd-pstate", "amd-pstate-epp"})
 # A board's power rail: tens of watts at most (a Jetson AGX Orin draws 60 W); beyond 10 kW a reading is garbled.
 MAX_RAIL_W = 10_000.0
 
@@ -88,6 +92,12 @@ class CpuFreq:
     cur_khz: int | None
     max_khz: int | None  # hardware maximum (cpuinfo_max_freq)
     scaling_max_khz: int | None
+    scaling_min_khz: int | None = None
+
+    @property
+    def held_down(self) -> bool:
+        """Running below the minimum the governor asked for: only hardware or firmware throttling does that."""
+        return bool(self.cur_khz and self.scaling_min_khz and self.cur_khz < self.scaling_min_khz * 0.98)
 
     @property
     def capped(self) -> bool:
@@ -274,7 +284,11 @@ def _cpufreq(root: SystemRoot, snap: Snapshot, cpus: list[int] | None) -> None:
         smax = _khz(root, f"{d}/scaling_max_freq", snap)
         if cur is None and hw_max is None and smax is None:
             continue
-        snap.cpufreq.append(CpuFreq(cpu, cur, hw_max, smax))
+        # x86 drivers report an average of the last tick (APERF/MPERF), which reads below the minimum on an idle CPU:
+        # their minimum says nothing about throttling. Elsewhere the reading is the clock the hardware runs at.
+        driver = root.read(f"{d}/scaling_driver") or ""
+        smin = None if driver in AVERAGING_DRIVERS else _khz(root, f"{d}/scaling_min_freq", snap)
+        snap.cpufreq.append(CpuFreq(cpu, cur, hw_max, smax, smin))
         for kind in ("core", "package"):
             n = _int(root.read(f"/sys/devices/system/cpu/cpu{cpu}/thermal_throttle/{kind}_throttle_count"))
             if n is not None:
@@ -324,10 +338,14 @@ def thermal_limit(explicit: float | None, board, snap: Snapshot) -> tuple[float 
         return explicit, "--thermal-limit"
     if board is not None and board.thermal.limit_c is not None:
         return board.thermal.limit_c, f"board profile {board.name}"
-    trips = [t.temp_c for z in snap.zones for t in z.trips if t.type in ("passive", "critical") and t.temp_c > 0]
+    # A trip point or crit below room temperature is a placeholder or garbled (a trip at 1 m°C, a crit of -40 C):
+    # taken as the limit it would refuse every run.
+    trips = [
+        t.temp_c for z in snap.zones for t in z.trips if t.type in ("passive", "critical") and t.temp_c >= MIN_LIMIT_C
+    ]
     if trips:
         return min(trips), "lowest passive/critical trip point"
-    crits = [h.crit_c for h in snap.hwmon if h.crit_c]
+    crits = [h.crit_c for h in snap.hwmon if h.crit_c is not None and h.crit_c >= MIN_LIMIT_C]
     if crits:
         return min(crits), "lowest hwmon crit"
     return None, "none known"
@@ -339,6 +357,11 @@ def throttle_reasons(snap: Snapshot, base: Snapshot | None = None, cpus: list[in
     for f in snap.cpufreq:
         if f.capped and (cpus is None or f.cpu in cpus):
             why.append(f"CPU{f.cpu} capped at {f.scaling_max_khz // 1000} of {f.max_khz // 1000} MHz")
+        elif f.held_down and (cpus is None or f.cpu in cpus):
+            why.append(
+                f"CPU{f.cpu} at {f.cur_khz // 1000} MHz, below its minimum of {f.scaling_min_khz // 1000} MHz "
+                "(held down by hardware or firmware)"
+            )
     if snap.throttled and snap.throttled["throttled_now"]:
         why.append("firmware: " + ", ".join(snap.throttled["now"]))
     if base is not None:

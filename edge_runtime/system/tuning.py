@@ -9,13 +9,15 @@ import contextlib
 import hashlib
 import os
 import re
+import stat
 import subprocess
 import time
 from pathlib import Path
 
 from edge_runtime.errors import CheckFailedError, UserError
 from edge_runtime.system.cpulist import format_cpu_list
-from edge_runtime.system.files import check_input, lock_dir, lock_file, open_input, reason
+from edge_runtime.system.files import check_input, open_input, reason
+from edge_runtime.system.locks import drop_lock, lock_dir, take_lock
 from edge_runtime.system.root import SystemRoot
 
 
@@ -60,7 +62,7 @@ def _real_root(root: str) -> str:
     return os.path.realpath(root or "/")
 
 
-def _root_key(root: str) -> str:
+def root_key(root: str) -> str:
     """One key per tree, whatever path reaches it: the root directory's device and inode (a bind mount of a tree is
     the same tree), else its real path."""
     real = _real_root(root)
@@ -74,7 +76,7 @@ def _root_key(root: str) -> str:
 
 def _latest(state: Path, root: str) -> Path:
     """The pointer to the save file of the tuning applied to `root` (one per root: a tree is not the live system)."""
-    return state / f"latest-{_root_key(root)}"
+    return state / f"latest-{root_key(root)}"
 
 
 @contextlib.contextmanager
@@ -82,30 +84,50 @@ def exclusive(root: str):
     """Hold the tuning lock of `root` (flock: released by the kernel if we die, so it never goes stale) and yield its
     descriptor. The lock file lives in one place for every --state-dir and also records which save file holds the
     original values while tuning is applied, so a second apply through another state dir is refused too."""
-    import fcntl
-
-    path = os.path.join(lock_dir(), f"edge-runtime-tune-{_root_key(root)}.lock")
+    path = lock_path(root)
     try:
-        fd = lock_file(path)
+        fd = take_lock(path)
+    except BlockingIOError:
+        raise UserError(
+            f"another `edge-runtime tune` is applying or resetting tuning on {_real_root(root)}",
+            hint="wait for it to finish; one change at a time keeps the save file exact",
+        ) from None
     except OSError as err:
         raise UserError(f"cannot use the tuning lock {path!r}: {reason(err)}") from err
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise UserError(
-                f"another `edge-runtime tune` is applying or resetting tuning on {_real_root(root)}",
-                hint="wait for it to finish; one change at a time keeps the save file exact",
-            ) from None
         yield fd
     finally:
-        os.close(fd)
+        if _applied(fd) is None:
+            drop_lock(path, fd)  # nothing recorded: the file has no more use
+        else:
+            os.close(fd)  # it records the applied tuning until the reset
+
+
+def lock_path(root: str) -> str:
+    """The lock file of `root` (one per tree, in the lock dir): held while tuning changes, and the record of it."""
+    return os.path.join(lock_dir(), f"edge-runtime-tune-{root_key(root)}.lock")
 
 
 def _applied(fd: int) -> tuple[str, str] | None:
-    """(save file, state dir) recorded in the lock file while tuning is applied, or None."""
+    """(save file, state dir) recorded in the lock file while tuning is applied, or None. A record whose save file
+    is gone (its state dir removed by hand) is stale: nothing could restore from it, and it must not block every
+    later apply."""
     raw = os.pread(fd, 8192, 0).decode(errors="replace").splitlines()
-    return (raw[0], raw[1]) if len(raw) >= 2 and raw[0] else None
+    if len(raw) < 2 or not raw[0] or not os.path.lexists(raw[0]):
+        return None
+    return raw[0], raw[1]
+
+
+def _peek_applied(root: str) -> tuple[str, str] | None:
+    """The record, read without taking the lock (for a dry run, which changes nothing)."""
+    try:
+        fd = os.open(lock_path(root), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        return _applied(fd) if stat.S_ISREG(os.fstat(fd).st_mode) else None
+    finally:
+        os.close(fd)
 
 
 def _record_applied(fd: int, save: Path | None, state: Path | None) -> None:
@@ -188,16 +210,17 @@ def _apply(
     common = list(rootargs)
     save = None
     latest = _latest(state, root)
+    # A dry run passes only where a real run would: an applied root is refused in both.
+    recorded = _applied(lock) if lock is not None else _peek_applied(root)
+    if os.path.lexists(latest) or recorded:
+        where = f"save file {recorded[0]}, --state-dir {recorded[1]}" if recorded else f"pointer {latest}"
+        raise UserError(
+            f"tuning is already applied to {real} ({where})",
+            hint="edge-runtime tune reset first (with that --state-dir), so the save keeps the original values",
+        )
     if dry_run:
         common.append("--dry-run")
     else:
-        recorded = _applied(lock) if lock is not None else None
-        if os.path.lexists(latest) or recorded:
-            where = f"save file {recorded[0]}, --state-dir {recorded[1]}" if recorded else f"pointer {latest}"
-            raise UserError(
-                f"tuning is already applied to {real} ({where})",
-                hint="edge-runtime tune reset first (with that --state-dir), so the save keeps the original values",
-            )
         try:
             state.mkdir(parents=True, exist_ok=True)
         except OSError as err:
@@ -255,7 +278,7 @@ def _reset(root: str, dry_run: bool, state: Path, lock: int | None) -> list[str]
     real = _real_root(root)
     latest = _latest(state, root)
     if not os.path.lexists(latest):
-        recorded = _applied(lock) if lock is not None else None
+        recorded = _applied(lock) if lock is not None else _peek_applied(root)
         if recorded:
             raise UserError(
                 f"nothing to reset for {real} in {str(state)!r}: it was applied with --state-dir {recorded[1]}",
@@ -283,4 +306,5 @@ def _reset(root: str, dry_run: bool, state: Path, lock: int | None) -> list[str]
         latest.unlink()
         save.rename(save.with_suffix(".restored"))
         _record_applied(lock, None, None)  # type: ignore[arg-type]
-    return [*proc.stdout.splitlines(), f"restored what {save.name} recorded"]
+    done = "would restore" if dry_run else "restored"
+    return [*proc.stdout.splitlines(), f"{done} what {save.name} recorded"]

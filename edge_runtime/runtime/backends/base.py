@@ -138,7 +138,7 @@ class Backend(abc.ABC):
     extra: ClassVar[str]  # the pip extra that installs the library: edge-runtime[<extra>]
     # The pip distributions of the library, in the order tried; their versions go into every result's environment.
     distributions: ClassVar[tuple[str, ...]] = ()
-    formats: ClassVar[frozenset[str]]  # model formats it reads (edge_runtime.model.FORMATS values)
+    formats: ClassVar[frozenset[str]]  # model formats it reads (edge_runtime.runtime.model.FORMATS values)
     # True when bind_input must be called before every run (the backend copies inputs in, e.g. TFLite set_tensor);
     # False when a bound array's memory is read by each run, so rebinding the same array object is skipped.
     rebind_each_run: ClassVar[bool] = False

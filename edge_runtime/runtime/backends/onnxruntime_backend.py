@@ -55,7 +55,8 @@ _DTYPES = {
 }
 
 
-def _ort():
+def import_ort():
+    """onnxruntime, imported with its telemetry off (every import of it in this package goes through here)."""
     # A board-side runtime sends nothing anywhere. ONNX Runtime 1.29+ starts its POSIX telemetry (an upload, and a
     # device ID written under ~/.cache) when it initialises, before disable_telemetry_events() can act: only this
     # variable, set before the import, stops it. It also stops the "Failed to persist telemetry device ID" line ORT
@@ -89,11 +90,11 @@ class OnnxRuntimeBackend(Backend):
 
     @classmethod
     def library_version(cls) -> str:
-        return _ort().__version__
+        return import_ort().__version__
 
     @classmethod
     def describe(cls) -> dict:
-        ort = _ort()
+        ort = import_ort()
         available = ort.get_available_providers()
         devices = [d for d, p in PROVIDERS.items() if p in available]
         return {
@@ -104,7 +105,7 @@ class OnnxRuntimeBackend(Backend):
         }
 
     def __init__(self, model: ModelFile, options: LoadOptions) -> None:
-        ort = self._ort = _ort()
+        ort = self._ort = import_ort()
         device = (options.device or "cpu").lower()
         provider = PROVIDERS.get(device)
         if provider is None:
