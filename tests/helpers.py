@@ -54,6 +54,14 @@ def bench(req: BenchRequest, root, progress=None) -> dict:
     return run_bench(req, root, progress=progress).result.to_dict()
 
 
+def write_tree(root: Path, files: dict[str, str]) -> Path:
+    """Files of a fake system tree under `root` (relative path -> text), directories made as needed."""
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
 def fixture(name: str) -> Path:
     """A capture from ../shared/fixtures; the test skips, saying where it looked, when the captures are not there."""
     p = FIXTURES / name

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import FIXTURES, ROOT, artifact, need
-from helpers import assert_one_line_error, x86_tree
+from helpers import assert_one_line_error, write_tree, x86_tree
 
 MODEL = artifact("digits_cnn", "_int8.onnx")
 FP32 = artifact("digits_cnn", "_fp32.onnx")
@@ -987,11 +987,7 @@ def test_a_duration_too_short_for_one_inference():
 
 
 def _tree_with(tmp_path: Path, files: dict[str, str]) -> Path:
-    root = _four_cpu_tree(tmp_path)
-    for rel, text in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    return root
+    return write_tree(_four_cpu_tree(tmp_path), files)
 
 
 def test_unicode_digits_in_a_tree_are_garbled_not_a_crash(tmp_path):

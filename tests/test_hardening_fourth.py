@@ -14,19 +14,12 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, artifact, need
-from helpers import assert_one_line_error, run_cli, x86_tree
+from helpers import assert_one_line_error, run_cli, write_tree, x86_tree
 
 from edge_runtime.system.root import SystemRoot
 from edge_runtime.system.thermal import read_snapshot, thermal_limit, throttle_reasons
 
 MODEL = artifact("digits_cnn", "_int8.onnx")
-
-
-def _write(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    return root
 
 
 # ------------------------------------------------------------------------------------------------------- outputs
@@ -61,17 +54,17 @@ def test_one_data_stream_on_standard_output_is_alone_there(tmp_path):
 # ------------------------------------------------------------------------------------------------ the environment
 def test_a_tree_that_does_not_say_is_unknown_and_its_hostname_is_the_boards(tmp_path):
     need("onnxruntime")
-    root = _write(tmp_path / "root", {"sys/devices/system/cpu/online": "0-3\n"})
+    root = write_tree(tmp_path / "root", {"sys/devices/system/cpu/online": "0-3\n"})
     proc = run_cli("bench", str(MODEL), "--iterations", "50", "--sysroot", str(root), "--json")
     assert proc.returncode == 0, proc.stderr
     env = json.loads(proc.stdout)["environment"]
     # No /proc/cmdline, no isolated list, no hostname in the tree: unknown, not "" / [] / this machine's name.
     assert env["cmdline"] is None and env["isolated_cpus"] is None and env["hostname"] is None
     assert env["online_cpus"] == [0, 1, 2, 3] and env["measured_on"]["hostname"] == platform.node()
-    _write(root, {"proc/sys/kernel/hostname": "rock5b-bench-7\n", "proc/cmdline": "console=ttyS2\n"})
-    _write(root, {"sys/devices/system/cpu/isolated": "\n"})
+    write_tree(root, {"proc/sys/kernel/hostname": "rock5b-bench-7\n", "proc/cmdline": "console=ttyS2\n"})
+    write_tree(root, {"sys/devices/system/cpu/isolated": "\n"})
     assert not any("thermal and power read from" in w for w in json.loads(proc.stdout)["quality"]["warnings"])
-    _write(
+    write_tree(
         root, {"sys/class/thermal/thermal_zone0/type": "soc-thermal\n", "sys/class/thermal/thermal_zone0/temp": "41000"}
     )
     doc = json.loads(run_cli("bench", str(MODEL), "--iterations", "50", "--sysroot", str(root), "--json").stdout)
@@ -87,7 +80,7 @@ def test_a_tree_that_does_not_say_is_unknown_and_its_hostname_is_the_boards(tmp_
 # ---------------------------------------------------------------------------------------------------- thermal
 def test_a_placeholder_trip_point_or_crit_is_not_a_limit(tmp_path):
     zone = "sys/class/thermal/thermal_zone0"
-    root = _write(
+    root = write_tree(
         tmp_path,
         {
             f"{zone}/type": "cpu-thermal\n",
@@ -101,7 +94,7 @@ def test_a_placeholder_trip_point_or_crit_is_not_a_limit(tmp_path):
     )
     snap = read_snapshot(SystemRoot(root))
     assert thermal_limit(None, None, snap) == (None, "none known")  # a limit of 0 C or -40 C would refuse every run
-    _write(root, {f"{zone}/trip_point_1_temp": "85000\n", f"{zone}/trip_point_1_type": "critical\n"})
+    write_tree(root, {f"{zone}/trip_point_1_temp": "85000\n", f"{zone}/trip_point_1_type": "critical\n"})
     assert thermal_limit(None, None, read_snapshot(SystemRoot(root))) == (85.0, "lowest passive/critical trip point")
 
 
@@ -117,7 +110,7 @@ def test_a_clock_below_its_minimum_is_throttling_where_the_reading_is_the_clock(
     }
     if driver:
         files[f"{d}/scaling_driver"] = driver + "\n"
-    snap = read_snapshot(SystemRoot(_write(tmp_path, files)))
+    snap = read_snapshot(SystemRoot(write_tree(tmp_path, files)))
     expected = ["CPU0 at 600 MHz, below its minimum of 1500 MHz (held down by hardware or firmware)"]
     # intel_pstate reports an average over the last tick, which an idle CPU drags below any minimum.
     assert throttle_reasons(snap) == (expected if reported else [])
