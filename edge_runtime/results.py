@@ -368,6 +368,8 @@ class BenchResult(Record):
     started_at: str | None = None
     wall_s: float | None = None
     aborted: Aborted | None = field(default=None, metadata=OMIT_NONE)
+    # A run driven by a host over the agent's link: frames, bytes, retransmissions, CRC errors, resyncs, round trip.
+    link: Mapping[str, Any] | None = field(default=None, metadata=OMIT_NONE)
     # [latency in whole microseconds, count] for every value seen: the distribution, small enough to keep.
     histogram_us: tuple[tuple[int, int], ...] = ()
 

@@ -11,14 +11,22 @@ import sys
 import warnings
 
 from edge_runtime import __version__
-from edge_runtime.cli import bench, info, quantize, run, thermal, tune
+from edge_runtime.cli import agent, bench, info, quantize, run, thermal, tune
 from edge_runtime.cli.common import PROG, Parser, UsageError
 from edge_runtime.cli.signals import SIGNALS
 from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.system.process import signal_name
 
 # The order `--help` lists them in.
-COMMANDS = {"info": info, "run": run, "bench": bench, "quantize": quantize, "thermal": thermal, "tune": tune}
+COMMANDS = {
+    "info": info,
+    "run": run,
+    "bench": bench,
+    "quantize": quantize,
+    "thermal": thermal,
+    "tune": tune,
+    "agent": agent,
+}
 
 
 def build_parser() -> Parser:

@@ -1,0 +1,51 @@
+"""What the edge-bench commands share: the token file, target errors as one line, progress on stderr."""
+
+from __future__ import annotations
+
+import sys
+
+from edge_runtime.cli.common import UsageError, path_arg
+
+
+def add_target_options(p) -> None:
+    p.add_argument(
+        "--token-file", type=path_arg, metavar="FILE", help="the agent's shared secret (as given to its --token-file)"
+    )
+    p.add_argument(
+        "--reconnect-for",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="keep reconnecting to a board this long after the link breaks (default 60)",
+    )
+
+
+def token(args) -> bytes | None:
+    if not args.token_file:
+        return None
+    from edge_runtime.agent.endpoint import read_token
+
+    return read_token(args.token_file)
+
+
+def check_reconnect(value: float) -> float:
+    import math
+
+    if not math.isfinite(value) or not 0 <= value <= 86400:
+        raise UsageError(f"--reconnect-for {value}: must be 0 to 86400 seconds")
+    return value
+
+
+def progress_printer():
+    tty = sys.stderr is not None and sys.stderr.isatty()
+
+    def say(msg: str) -> None:
+        if sys.stderr is None:
+            return
+        print(f"\r{msg}\033[K" if tty else msg, end="" if tty else "\n", file=sys.stderr, flush=True)
+
+    def done() -> None:
+        if tty:
+            print("\r\033[K", end="", file=sys.stderr)
+
+    return say, done

@@ -1,0 +1,100 @@
+"""`edge-bench run --target URL --model PATH [bench options]`: one bench on a board through its agent, printed as
+`edge-runtime bench` prints it, with the link it crossed. (Campaign files come with the harness.)"""
+
+from __future__ import annotations
+
+import sys
+
+from bench.cli.common import add_target_options, check_reconnect, progress_printer, token
+from edge_runtime.cli.common import Parser, UsageError, path_arg
+
+HELP = "run a bench on a target: --target URL --model PATH [edge-runtime bench options]"
+# Flags of `edge-runtime bench` that name files or facts of the machine that runs the command, not of the board.
+NOT_REMOTE = {
+    "input": "--input files are not sent to boards yet (the board uses seeded random inputs)",
+    "hdr_log": "--hdr-log needs every sample, which stays on the board (the result carries the histogram)",
+    "histogram": "--histogram needs every sample, which stays on the board (the result carries histogram_us)",
+}
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--target", metavar="URL", help="tcp://HOST:PORT, serial:///dev/ttyUSB0?baud=921600, socket://...")
+    p.add_argument("--model", type=path_arg, metavar="PATH", help="the model file on this host (uploaded by hash)")
+    add_target_options(p)
+    p.epilog = "Every other flag is edge-runtime bench's (--cpus, --iterations, --duration, --stress, --json ...)."
+
+
+def parse(argv: list[str]):
+    """Two steps: the target options here, every bench option by edge-runtime bench's own parser."""
+    from bench.cli import _Parser
+
+    first = _Parser(prog="edge-bench run", add_help=False)
+    add_arguments(first)
+    args, rest = first.parse_known_args(argv)
+    # A campaign is the one positional; bench options keep theirs for the second parser (`--cpus 1`).
+    args.campaign = rest.pop(0) if rest and not rest[0].startswith("-") and args.target is None else None
+    return args, rest
+
+
+def run(args) -> int:
+    from bench.targets.agent import AgentTarget, TargetError
+    from edge_runtime.cli import bench as bench_cmd
+    from edge_runtime.cli.common import plan_outputs
+    from edge_runtime.system.outputs import write_json, write_output
+
+    if args.campaign is not None:
+        raise UsageError(f"{args.campaign}: campaign files are not built yet", hint="give --target URL --model PATH")
+    if not args.target or not args.model:
+        raise UsageError("give --target URL and --model PATH")
+    check_reconnect(args.reconnect_for)
+    bp = Parser(prog="edge-bench run")
+    bench_cmd.add_arguments(bp)
+    bargs = bp.parse_args([args.model, *args.rest])
+    for key, why in NOT_REMOTE.items():
+        if getattr(bargs, key):
+            raise UsageError(why)
+    if bargs.sysroot != "/":
+        raise UsageError("--sysroot: a board reads its own system; the option has no meaning for a target")
+    if bargs.cpus == "board":
+        raise UsageError("--cpus board: name the CPUs (see the board's profile in `edge-bench targets URL`)")
+    outs = plan_outputs([("--json", bargs.json), ("--prom", bargs.prom)], bench_cmd.input_paths(bargs))
+    request = bench_cmd.request_from_args(bargs)
+    say, done = progress_printer()
+    target = AgentTarget(args.target, token=token(args), reconnect_for=args.reconnect_for, log=say)
+    try:
+        with target:
+            try:
+                got = target.bench(request, progress=say)
+            finally:
+                done()
+    except TargetError as err:
+        code = 2 if err.kind in ("user-error", "bad-path", "no-model", "hash-mismatch", "too-large", "auth") else 1
+        print(f"edge-bench: error: {err}", file=sys.stderr)
+        return code
+    doc = got.record()
+    for w in got.warnings:
+        print(f"edge-bench: warning: {w}", file=sys.stderr)
+    if "--prom" in outs:
+        from edge_runtime.system.prom import textfile
+
+        write_output(outs["--prom"], textfile(doc))
+    on_stdout = "--json" in outs and outs["--json"].is_stdout
+    if "--json" in outs:
+        write_json(doc, outs["--json"])
+    if not on_stdout:
+        sys.stdout.write(bench_cmd.format_report(doc))
+        sys.stdout.write(format_link(args.target, got.link, got.rerun_after_restart))
+    return 1 if doc.get("aborted") else 0
+
+
+def format_link(url: str, link: dict, rerun: bool) -> str:
+    rtt = f"rtt {link['rtt_ms']:.1f} ms" if link.get("rtt_ms") is not None else "rtt ?"
+    text = (
+        f"link         {url}: {link.get('frames_out', 0) + link.get('frames_in', 0):,} frames, "
+        f"{link.get('bytes_out', 0) + link.get('bytes_in', 0):,} bytes, {link.get('retransmissions', 0)} "
+        f"retransmitted, {link.get('crc_errors', 0)} CRC errors, {link.get('resyncs', 0)} resyncs, "
+        f"{link.get('reconnects', 0)} reconnects, {rtt}"
+    )
+    if rerun:
+        text += "\n             the agent restarted during the run: this result is from running it again"
+    return text + "\n"

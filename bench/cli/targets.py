@@ -1,0 +1,74 @@
+"""`edge-bench targets URL...`: is each target reachable, what board, CPUs, backends and versions, and how good is
+the link (round trip, retransmissions, CRC errors seen while asking). Exit 1 when one is unreachable."""
+
+from __future__ import annotations
+
+import sys
+
+from bench.cli.common import add_target_options, check_reconnect, token
+from edge_runtime.cli.common import add_json, plan_outputs
+
+HELP = "reachable? what board, CPUs, backends and versions, link quality; exit 1 if any is not reachable"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("urls", nargs="+", metavar="URL", help="tcp://HOST:PORT, serial:///dev/ttyUSB0?baud=N, socket://...")
+    add_target_options(p)
+    p.set_defaults(reconnect_for=0.0)
+    add_json(p)
+
+
+def run(args) -> int:
+    from bench.targets.agent import AgentTarget, TargetError
+    from bench.transports import parse_endpoint
+    from edge_runtime.system.outputs import write_json
+
+    check_reconnect(args.reconnect_for)
+    for url in args.urls:
+        parse_endpoint(url, "target")  # a URL that names nothing is a user error before anything is tried
+    outs = plan_outputs([("--json", args.json)])
+    secret = token(args)
+    rows = []
+    for url in args.urls:
+        t = AgentTarget(url, token=secret, reconnect_for=args.reconnect_for, connect_timeout=5.0)
+        try:
+            ident = t.connect()
+            t.call("results")  # one more round trip: the link's quality is measured on a few frames, not one
+            rows.append({"url": url, "reachable": True, **ident, "link": t.link_stats()})
+        except TargetError as err:
+            rows.append({"url": url, "reachable": False, "error": str(err), "kind": err.kind})
+        finally:
+            t.close()
+    doc = {"schema": "edge-bench/targets/1", "targets": rows}
+    if "--json" in outs:
+        write_json(doc, outs["--json"])
+    if not ("--json" in outs and outs["--json"].is_stdout):
+        sys.stdout.write(render(rows))
+    return 0 if all(r["reachable"] for r in rows) else 1
+
+
+def render(rows: list[dict]) -> str:
+    from edge_runtime.system.cpulist import format_cpu_list
+
+    lines = []
+    for r in rows:
+        if not r["reachable"]:
+            lines.append(f"{r['url']}  UNREACHABLE  {r['error']}")
+            continue
+        cpus = r.get("cpus") or {}
+        backends = ", ".join(f"{k} {v}" for k, v in (r.get("backends") or {}).items() if v) or "none"
+        link = r["link"]
+        rtt = f"{link['rtt_ms']:.1f} ms" if link.get("rtt_ms") is not None else "?"
+        lines += [
+            f"{r['url']}  reachable  (agent {r.get('agent')}, protocol {r.get('protocol')})",
+            f"  board     {r.get('board') or 'unknown'}"
+            + (f" (profile {r['board_profile']})" if r.get("board_profile") else "")
+            + f", {r.get('hostname', '?')}, kernel {r.get('kernel') or '?'}",
+            f"  cpus      {r.get('cpu_model') or '?'}; online {format_cpu_list(cpus.get('online') or []) or '?'}, "
+            f"isolated {format_cpu_list(cpus.get('isolated') or []) or 'none'}",
+            f"  backends  {backends}; python {r.get('python') or '?'}",
+            f"  link      rtt {rtt}, {link.get('retransmissions', 0)} retransmitted, {link.get('crc_errors', 0)} CRC "
+            f"errors, {link.get('resyncs', 0)} resyncs; frames up to {r.get('max_payload', '?')} bytes",
+            f"  models    {r.get('models_bytes', 0) / 2**20:.1f} of {r.get('models_max_bytes', 0) / 2**20:.0f} MB",
+        ]
+    return "\n".join(lines) + "\n"

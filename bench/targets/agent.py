@@ -1,0 +1,298 @@
+"""The agent target: a board running `edge-runtime agent`, reached over a serial line or TCP. The board runs each bench
+itself, on its own pinned CPUs (the host never times inferences across the link); this target uploads the model by
+hash, sends the BenchRequest, waits with the board's progress, and collects the result with the link's statistics.
+
+A connection that breaks (cable pulled, agent restarted, host restarted) is opened again until `reconnect_for`
+seconds have passed, and the same request id is asked again: the agent answers from its outbox or the run under
+way, so a result arrives once and nothing runs twice. A result is acknowledged only after `sink` has kept it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from bench.transports import StreamLost
+from bench.transports.connection import Connection, ConnectRefused, LinkLost, RemoteError, new_request_id
+from edge_runtime.errors import UserError
+
+CHUNK = 256 * 1024
+CHUNKS_IN_FLIGHT = 4
+SCHEMES = ("tcp", "serial", "socket", "rfc2217", "loop", "spy")
+
+
+class TargetError(Exception):
+    """The board cannot be reached, or refused what was asked (one line for the user)."""
+
+    def __init__(self, message: str, kind: str = "unreachable"):
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass
+class AgentResult:
+    request_id: str
+    result: dict  # the board's BenchResult record (edge-runtime/bench/1), as `edge-runtime bench --json` writes it
+    warnings: list[str] = field(default_factory=list)
+    rerun_after_restart: bool = False
+    link: dict = field(default_factory=dict)
+
+    def record(self) -> dict:
+        """The result with the link's statistics beside the board's sections (`link`, a key of schema 1.1)."""
+        return {**self.result, "link": self.link}
+
+
+def file_sha256(path: str, also=None) -> str:
+    """sha256 of one file; its bytes also go into `also` (the model's hash over all its files)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+            if also is not None:
+                also.update(block)
+    return h.hexdigest()
+
+
+class AgentTarget:
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: bytes | None = None,
+        reconnect_for: float = 60.0,
+        connect_timeout: float = 10.0,
+        dead_after: float = 10.0,
+        max_payload: int = 64 * 1024,
+        log: Callable[[str], None] | None = None,
+    ):
+        self.url = url
+        self.token = token
+        self.reconnect_for = reconnect_for
+        self.connect_timeout = connect_timeout
+        self.dead_after = dead_after
+        self.max_payload = max_payload
+        self.log = log or (lambda _t: None)
+        self.conn: Connection | None = None
+        self.identity: dict = {}
+        self.reconnects = 0
+        self._totals: dict = {}
+
+    # ------------------------------------------------------------------------------------------------ connection
+    def connect(self) -> dict:
+        conn = Connection(
+            self.url,
+            token=self.token,
+            max_payload=self.max_payload,
+            connect_timeout=self.connect_timeout,
+            dead_after=self.dead_after,
+        )
+        try:
+            self.identity = conn.open()
+        except (StreamLost, LinkLost) as err:
+            raise TargetError(f"{err}", "unreachable") from None
+        except RemoteError as err:
+            conn.close()
+            raise TargetError(f"{self.url}: {err.message}", err.kind) from None
+        except ConnectRefused as err:
+            raise TargetError(str(err), "refused") from None
+        self.conn = conn
+        return self.identity
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self._add_stats(self.conn.stats())
+            self.conn.close()
+            self.conn = None
+
+    def __enter__(self) -> AgentTarget:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def link_stats(self) -> dict:
+        """Frames, bytes, retransmissions, CRC failures, resyncs and round trip over every connection so far."""
+        out = dict(self._totals)
+        if self.conn is not None:
+            cur = self.conn.stats()
+            for k, v in cur.items():
+                if k in ("rtt_ms", "rtt_min_ms"):
+                    out[k] = v if v is not None else out.get(k)
+                else:
+                    out[k] = out.get(k, 0) + (v or 0)
+        out["reconnects"] = self.reconnects
+        return out
+
+    def _add_stats(self, st: dict) -> None:
+        for k, v in st.items():
+            if k in ("rtt_ms", "rtt_min_ms"):
+                if v is not None:
+                    self._totals[k] = v
+            else:
+                self._totals[k] = self._totals.get(k, 0) + (v or 0)
+
+    def _ensure(self, deadline: float) -> Connection:
+        delay = 0.2
+        while True:
+            if self.conn is not None and self.conn.alive:
+                return self.conn
+            if self.conn is not None:
+                self.close()
+                self.reconnects += 1
+            try:
+                self.connect()
+                if self.reconnects:
+                    self.log(f"{self.url}: connected again")
+                return self.conn
+            except TargetError as err:
+                if err.kind != "unreachable" or time.monotonic() + delay > deadline:
+                    raise
+                self.log(f"{self.url}: {err}; trying again")
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    def call(self, op: str, args: dict | None = None, blob: bytes = b"", *, rid: str | None = None,
+             progress=None, timeout: float | None = None, full: bool = False):  # fmt: skip
+        """One request, asked again under the same id over a new connection when the link breaks."""
+        rid = rid or new_request_id()
+        deadline = time.monotonic() + self.reconnect_for
+        while True:
+            conn = self._ensure(deadline)
+            try:
+                return conn.request(op, args, blob, rid=rid, progress=progress, timeout=timeout, full=full)
+            except LinkLost as err:
+                if time.monotonic() > deadline:
+                    raise TargetError(f"{self.url}: {err}") from None
+                deadline = time.monotonic() + self.reconnect_for  # the link was up: the budget starts again
+                self.log(f"{self.url}: link lost during {op} ({err}); reconnecting")
+            except RemoteError as err:
+                raise TargetError(f"{self.url}: {op}: {err.message}", err.kind) from None
+
+    # ------------------------------------------------------------------------------------------------ requests
+    def info(self) -> dict:
+        return self.call("info", timeout=180)
+
+    def upload(self, model: str, progress: Callable[[str], None] | None = None) -> tuple[str, str]:
+        """Put the model's files on the board unless it has them (same sha256); resumes a partial upload.
+        Returns (sha256 of the model file, its name on the board)."""
+        from edge_runtime.runtime.model import model_files
+
+        files = []
+        whole = hashlib.sha256()  # the model's hash, as the board computes it: its files in order
+        for _what, p in model_files(model):
+            p = str(p)
+            if not os.path.isfile(p):
+                raise UserError(f"model {model!r}: {p!r} is missing (a model's files travel together)")
+            if os.path.dirname(os.path.relpath(p, os.path.dirname(str(model)))):
+                raise UserError(
+                    f"model {model!r}: external data {p!r} is in a subdirectory; the agent keeps flat files"
+                )
+            files.append(
+                {"name": os.path.basename(p), "sha256": file_sha256(p, whole), "size": os.path.getsize(p), "path": p}
+            )
+        sha = whole.hexdigest()
+        wire_files = [{k: f[k] for k in ("name", "sha256", "size")} for f in files]
+        status = self.call("model_status", {"sha256": sha, "files": wire_files})
+        if status["complete"]:
+            return sha, files[0]["name"]
+        total = sum(f["size"] for f in files)
+        sent = sum(h["have"] for h in status["files"])
+        for f, held in zip(files, status["files"], strict=True):
+            self._upload_file(sha, f, held["have"], wire_files, progress, sent, total)
+            sent += f["size"] - held["have"]
+        return sha, files[0]["name"]
+
+    def _upload_file(self, sha, f, have, wire_files, progress, sent_before, total) -> None:
+        deadline_budget = self.reconnect_for
+        with open(f["path"], "rb") as fh:
+            while have < f["size"]:
+                conn = self._ensure(time.monotonic() + deadline_budget)
+                try:
+                    have = self._send_chunks(conn, sha, f, fh, have, progress, sent_before, total)
+                except LinkLost as err:
+                    self.log(f"{self.url}: link lost during upload ({err}); resuming")
+                    st = self.call("model_status", {"sha256": sha, "files": wire_files})
+                    have = next(h["have"] for h in st["files"] if h["name"] == f["name"])
+                except RemoteError as err:
+                    raise TargetError(f"{self.url}: upload {f['name']}: {err.message}", err.kind) from None
+        self.call(
+            "upload_end",
+            {"sha256": sha, "name": f["name"], "file_sha256": f["sha256"], "size": f["size"], "files": wire_files},
+        )
+
+    def _send_chunks(self, conn, sha, f, fh, have, progress, sent_before, total) -> int:
+        """Chunks from `have` on, CHUNKS_IN_FLIGHT at a time; returns the bytes the board holds."""
+        inflight: list[tuple[str, int]] = []  # (request id, end of its chunk)
+        offset = have
+        wait_s = max(60.0, self.dead_after * 3)
+        while have < f["size"]:
+            while offset < f["size"] and len(inflight) < CHUNKS_IN_FLIGHT:
+                fh.seek(offset)
+                data = fh.read(CHUNK)
+                args = {
+                    "sha256": sha,
+                    "name": f["name"],
+                    "offset": offset,
+                    "size": f["size"],
+                    "crc32": zlib.crc32(data),
+                }
+                inflight.append((conn.send_request("upload_chunk", args, data), offset + len(data)))
+                offset += len(data)
+            rid, end = inflight.pop(0)
+            have = int(conn.wait(rid, timeout=wait_s)["have"])
+            if progress is not None:
+                progress(f"upload {f['name']}: {100 * (sent_before + have) / total:.0f}%")
+            if have < end:  # the board holds less than it should (an upload resumed elsewhere): resend from there
+                for rid, _ in inflight:
+                    have = int(conn.wait(rid, timeout=wait_s)["have"])
+                inflight, offset = [], have
+        return have
+
+    def bench(self, request, *, progress: Callable[[str], None] | None = None, rid: str | None = None,
+              sink: Callable[[AgentResult], None] | None = None) -> AgentResult:  # fmt: skip
+        """Upload the model, run `request` (a BenchRequest whose `model` is a path on this host) on the board, and
+        return its result. `sink(result)` keeps it before the board is told it may forget it."""
+        request.validate()
+        sha, name = self.upload(request.model, progress)
+        if request.model_sha256 and request.model_sha256.lower() != sha:
+            raise UserError(f"model {request.model!r}: sha256 {sha} is not the request's {request.model_sha256}")
+        wire = replace(request, model=name, model_sha256=sha).to_dict()
+        rid = rid or new_request_id("bench-")
+        answer = self.call("bench", {"request": wire}, rid=rid, progress=progress, full=True)
+        got = AgentResult(
+            rid,
+            answer["result"],
+            warnings=list(answer.get("warnings") or []),
+            rerun_after_restart=bool(answer.get("rerun_after_restart")),
+            link=self.link_stats(),
+        )
+        if sink is not None:
+            sink(got)
+        self.ack([rid])
+        return got
+
+    def ack(self, ids: list[str]) -> None:
+        self.call("ack", {"ids": ids})
+
+    def pending(self) -> list[dict]:
+        return self.call("results")["pending"]
+
+    def collect(self, sink: Callable[[AgentResult], None]) -> list[str]:
+        """Every answer waiting in the board's outbox (a host that restarted picks up what it missed): each given
+        to `sink`, then acknowledged. Returns the request ids collected."""
+        done = []
+        for item in self.pending():
+            got = self.call("fetch", {"id": item["id"]})
+            if got.get("state") != "done":
+                continue
+            answer = got["answer"]
+            if answer.get("ok"):
+                sink(AgentResult(item["id"], answer["result"], list(answer.get("warnings") or []),
+                                 bool(answer.get("rerun_after_restart")), self.link_stats()))  # fmt: skip
+            self.ack([item["id"]])
+            done.append(item["id"])
+        return done

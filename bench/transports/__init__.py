@@ -1,0 +1,105 @@
+"""Byte streams to a board, opened by URL: pyserial's `serial_for_url` for serial ports and its URL handlers
+(`serial:///dev/ttyUSB0?baud=921600`, a device path, `rfc2217://`, `socket://`, `loop://`), plain sockets for the
+agent's `tcp://HOST:PORT`. A stream reads with a timeout (b"" when nothing came) and raises StreamLost when the other
+end is gone (EOF, a serial port unplugged); `Connection` (connection.py) runs the wire protocol over one.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+
+from edge_runtime.agent.endpoint import Endpoint, parse_endpoint
+from edge_runtime.errors import UserError
+
+__all__ = ["Stream", "StreamLost", "open_stream", "parse_endpoint"]
+
+
+class StreamLost(ConnectionError):
+    """The stream ended: the agent closed it, or the port went away."""
+
+
+class Stream:
+    def read(self, timeout: float) -> bytes:
+        raise NotImplementedError
+
+    def write(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class TcpStream(Stream):
+    def __init__(self, ep: Endpoint, timeout: float):
+        try:
+            self.sock = socket.create_connection((ep.host, ep.port), timeout=timeout)
+        except OSError as err:
+            raise StreamLost(f"tcp://{ep.host}:{ep.port}: {err.strerror or err}") from None
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock.settimeout(30.0)
+        self.name = f"tcp://{ep.host}:{ep.port}"
+
+    def read(self, timeout: float) -> bytes:
+        r, _, _ = select.select([self.sock], [], [], timeout)
+        if not r:
+            return b""
+        try:
+            data = self.sock.recv(1 << 16)
+        except OSError as err:
+            raise StreamLost(f"{self.name}: {err.strerror or err}") from None
+        if not data:
+            raise StreamLost(f"{self.name}: the agent closed the connection")
+        return data
+
+    def write(self, data: bytes) -> None:
+        try:
+            self.sock.sendall(data)
+        except OSError as err:
+            raise StreamLost(f"{self.name}: {err.strerror or err}") from None
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class SerialStream(Stream):
+    def __init__(self, ep: Endpoint):
+        try:
+            import serial
+        except ImportError:
+            raise UserError("serial targets need pyserial", hint="pip install 'edge-runtime[host]'") from None
+        self._errors = (serial.SerialException, OSError)
+        self.name = ep.url
+        try:
+            self.port = serial.serial_for_url(ep.url, baudrate=ep.baud, timeout=0, write_timeout=30)
+        except (serial.SerialException, ValueError, OSError) as err:
+            raise StreamLost(f"{ep.url}: {' '.join(str(err).split())[:200]}") from None
+
+    def read(self, timeout: float) -> bytes:
+        try:
+            self.port.timeout = timeout
+            data = self.port.read(max(1, self.port.in_waiting))
+            more = self.port.in_waiting
+            return data + self.port.read(more) if more else data
+        except self._errors as err:
+            raise StreamLost(f"{self.name}: {' '.join(str(err).split())[:200]}") from None
+
+    def write(self, data: bytes) -> None:
+        try:
+            self.port.write(data)
+        except self._errors as err:
+            raise StreamLost(f"{self.name}: {' '.join(str(err).split())[:200]}") from None
+
+    def close(self) -> None:
+        try:
+            self.port.close()
+        except self._errors:
+            pass
+
+
+def open_stream(url: str, timeout: float = 5.0) -> Stream:
+    """The stream a target URL names. Raises UserError for a URL that names nothing, StreamLost when it cannot open."""
+    ep = parse_endpoint(url, "target")
+    if ep.kind == "tcp":
+        return TcpStream(ep, timeout)
+    return SerialStream(ep)

@@ -1,0 +1,218 @@
+"""Where the agent listens: a serial port (any pyserial URL; `serial:///dev/ttyS0?baud=921600` names a device) or
+TCP (`tcp://127.0.0.1:7000`). The loops here only move bytes between the stream and the `Agent`.
+
+- TCP: one host in session at a time. A second connection while the first is alive is sent a REFUSE frame naming
+  the reason, and closed. A session whose host fell silent (`Link.dead_after`) no longer blocks a new one.
+- Serial: the port is opened again if it goes away (a USB gadget unplugged), every second until it is back.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import select
+import socket
+import time
+import urllib.parse
+from dataclasses import dataclass
+
+from edge_runtime.errors import UserError
+from edge_runtime.wire.link import refuse_bytes
+
+TICK_S = 0.02
+DEFAULT_BAUD = 115200
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    kind: str  # "tcp" | "serial"
+    host: str = ""
+    port: int = 0
+    url: str = ""  # for pyserial
+    baud: int = DEFAULT_BAUD
+
+    @property
+    def loopback(self) -> bool:
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return self.host == "localhost"
+
+
+def parse_endpoint(text: str, what: str = "ENDPOINT") -> Endpoint:
+    """`tcp://HOST:PORT`, `serial:///dev/ttyX?baud=N`, a device path, or any other pyserial URL (socket://, loop://,
+    rfc2217://, spy://...)."""
+    u = urllib.parse.urlsplit(text)
+    query = urllib.parse.parse_qs(u.query)
+    baud = DEFAULT_BAUD
+    if "baud" in query:
+        try:
+            baud = int(query["baud"][-1])
+        except ValueError:
+            baud = -1
+        if not 50 <= baud <= 20_000_000:
+            raise UserError(f"{what} {text!r}: baud {query['baud'][-1]!r} is not a baud rate (50 to 20000000)")
+    if u.scheme == "tcp":
+        try:
+            port = u.port
+        except ValueError:
+            port = None
+        if not u.hostname or port is None or not 0 < port < 65536:
+            raise UserError(f"{what} {text!r}: expected tcp://HOST:PORT (e.g. tcp://127.0.0.1:7000)")
+        return Endpoint("tcp", host=u.hostname, port=port)
+    if u.scheme == "serial":
+        if not u.path or u.netloc:
+            raise UserError(f"{what} {text!r}: expected serial:///dev/DEVICE?baud=N (three slashes)")
+        return Endpoint("serial", url=u.path, baud=baud)
+    if u.scheme == "" and text.startswith("/"):
+        return Endpoint("serial", url=text, baud=baud)
+    if u.scheme in ("socket", "loop", "rfc2217", "spy", "alt", "hwgrep", "cp2110"):
+        # pyserial reads its own options from the URL; a `baud` of ours is taken out and given as the baud rate
+        rest = urllib.parse.urlencode([(k, v) for k, vs in query.items() if k != "baud" for v in vs])
+        return Endpoint("serial", url=urllib.parse.urlunsplit(u._replace(query=rest)), baud=baud)
+    raise UserError(
+        f"{what} {text!r}: unknown scheme {u.scheme + '://' if u.scheme else '(none)'}",
+        hint="tcp://HOST:PORT, serial:///dev/ttyS0?baud=921600, or a pyserial URL (socket://, rfc2217://, loop://)",
+    )
+
+
+def open_serial(ep: Endpoint, timeout: float = TICK_S):
+    try:
+        import serial
+    except ImportError:
+        raise UserError(
+            "a serial endpoint needs pyserial", hint="pip install 'edge-runtime[agent]' (or use tcp://)"
+        ) from None
+    try:
+        return serial.serial_for_url(ep.url, baudrate=ep.baud, timeout=timeout, write_timeout=10)
+    except (serial.SerialException, ValueError, OSError) as err:
+        raise UserError(f"serial port {ep.url!r}: {' '.join(str(err).split())[:200]}") from None
+
+
+def serve_serial(agent, ep: Endpoint, stop, log) -> None:
+    import serial
+
+    port = open_serial(ep)
+    log(f"listening on {ep.url} at {ep.baud} baud")
+    try:
+        while not stop():
+            try:
+                data = port.read(max(1, port.in_waiting or 1))
+                if data:
+                    more = port.in_waiting
+                    if more:
+                        data += port.read(more)
+                now = time.monotonic()
+                if data:
+                    agent.feed(data, now)
+                agent.poll(now)
+                out = agent.outgoing()
+                if out:
+                    port.write(out)
+            except (serial.SerialException, OSError) as err:
+                log(f"serial port {ep.url}: {' '.join(str(err).split())[:200]}; opening it again")
+                agent.drop_session("serial port lost")
+                port.close()
+                port = _reopen(ep, stop)
+                if port is None:
+                    return
+    finally:
+        if port is not None:
+            port.close()
+
+
+def _reopen(ep: Endpoint, stop):
+    while not stop():
+        time.sleep(1.0)
+        try:
+            return open_serial(ep)
+        except UserError:
+            continue
+    return None
+
+
+def listen_tcp(ep: Endpoint) -> socket.socket:
+    family = socket.AF_INET6 if ":" in ep.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((ep.host, ep.port))
+    except OSError as err:
+        sock.close()
+        raise UserError(f"tcp://{ep.host}:{ep.port}: cannot listen ({err.strerror})") from None
+    sock.listen(4)
+    return sock
+
+
+def serve_tcp(agent, ep: Endpoint, stop, log, sock: socket.socket | None = None) -> None:
+    sock = sock or listen_tcp(ep)
+    log(f"listening on tcp://{ep.host}:{sock.getsockname()[1]}")
+    conn: socket.socket | None = None
+    peer = ""
+    try:
+        while not stop():
+            watched = [sock] + ([conn] if conn is not None else [])
+            readable, _, _ = select.select(watched, [], [], TICK_S)
+            now = time.monotonic()
+            if sock in readable:
+                new, addr = sock.accept()
+                if conn is not None and agent.session_alive():
+                    log(f"refused {addr[0]}:{addr[1]}: {peer} is in session")
+                    _refuse(new, f"busy: another host ({peer}) is in session with this agent")
+                else:
+                    if conn is not None:
+                        conn.close()
+                    conn, peer = new, f"{addr[0]}:{addr[1]}"
+                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    conn.settimeout(10.0)
+            if conn is not None and conn in readable:
+                try:
+                    data = conn.recv(1 << 16)
+                except OSError:
+                    data = b""
+                if not data:
+                    agent.drop_session(f"{peer} closed the connection")
+                    conn.close()
+                    conn = None
+                else:
+                    agent.feed(data, now)
+            agent.poll(now)
+            out = agent.outgoing()
+            if out and conn is not None:
+                try:
+                    conn.sendall(out)
+                except OSError as err:
+                    agent.drop_session(f"{peer}: {err.strerror or err}")
+                    conn.close()
+                    conn = None
+    finally:
+        if conn is not None:
+            conn.close()
+        sock.close()
+
+
+def _refuse(conn: socket.socket, reason: str) -> None:
+    try:
+        conn.settimeout(1.0)
+        conn.sendall(refuse_bytes(reason))
+        conn.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass
+    finally:
+        conn.close()
+
+
+def read_token(path: str) -> bytes:
+    """The shared secret: a file only its owner can read, at least 16 characters."""
+    from edge_runtime.system.files import open_input
+
+    with open_input(path, "--token-file", max_bytes=4096) as f:
+        st = os.fstat(f.fileno())
+        token = f.read().strip()
+    if st.st_mode & 0o077:
+        raise UserError(
+            f"--token-file {path!r}: readable by others (mode {st.st_mode & 0o777:o})", hint=f"chmod 600 {path}"
+        )
+    if len(token) < 16:
+        raise UserError(f"--token-file {path!r}: {len(token)} characters: too short to be a secret (16 at least)")
+    return token

@@ -1,0 +1,338 @@
+"""The agent's request handling: one `Agent` owns the link to the host, the state directory and the jobs. The I/O loop
+(endpoint.py) feeds it bytes and writes what it gives back; worker threads run jobs and answer through the same link.
+
+Requests (args in brackets; every answer is a `response` with the request's id):
+
+    hello {mac}                       identity: board, CPUs, backends and versions; with a token, `mac` must be
+                                      HMAC-SHA256(token, the nonce of this connection's ACCEPT) first
+    info | thermal | tune_show {cpus} `edge-runtime info|thermal|tune show --json`, run in a child
+    model_status {sha256, files}      what the board has of a model (complete, or bytes held per file)
+    upload_chunk {sha256, name, offset, size, crc32} + bytes
+    upload_end {sha256, name, file_sha256, size, files}
+    load_check {request}              load and run once in a child: inputs, outputs, what ran
+    bench {request}                   a BenchRequest, run in a child on the board's pinned CPUs; the answer waits in
+                                      the outbox until acknowledged
+    results | fetch {id} | ack {ids} | cancel {id}
+
+Never stops on a request: a bad one is answered with an error (kind + one line), a model that crashes takes its
+child, a host that vanishes leaves its answers in the outbox. The same request id is never run twice: a repeat is
+answered from memory or the outbox, or joins the run under way.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import hmac
+import os
+import queue
+import signal
+import threading
+import time
+import zlib
+from dataclasses import dataclass, field
+
+from edge_runtime import __version__
+from edge_runtime.agent.jobs import Job, board_request, run_child, run_command
+from edge_runtime.agent.state import RequestError, StateDir, check_sha
+from edge_runtime.errors import EdgeRuntimeError
+from edge_runtime.wire import messages as wm
+from edge_runtime.wire.link import Connected, Down, Link, Message, ProtocolError
+
+ANSWERS_KEPT = 256  # quick answers kept in memory for repeated request ids
+MAX_CHUNK = 1 << 20
+INLINE = {"hello", "model_status", "upload_chunk", "upload_end", "results", "fetch", "ack", "cancel"}
+COMMANDS = {"info", "thermal", "tune_show"}
+JOBS = {"bench", "load_check"}
+
+
+@dataclass
+class Agent:
+    state: StateDir
+    token: bytes | None = None
+    max_payload: int = 64 * 1024
+    log: object = field(default=None)
+
+    def __post_init__(self) -> None:
+        self.link = Link(role="agent", max_payload=self.max_payload)
+        self.lock = threading.RLock()
+        self.authed = self.token is None
+        self.answers: collections.OrderedDict[str, wm.Msg] = collections.OrderedDict()
+        self.jobs: queue.Queue[Job | None] = queue.Queue()
+        self.active: dict[str, Job] = {}  # queued or running model jobs, by request id
+        self.commands: queue.Queue[tuple[str, str, dict] | None] = queue.Queue()
+        self.identity: dict = {}
+        self.stopping = False
+        self.errors_sent = 0
+        for rid in self.state.interrupted():
+            self._log(f"request {rid} was cut short by a restart: it runs again when the host asks for it")
+        self._threads = [
+            threading.Thread(target=self._job_worker, name="agent-jobs", daemon=True),
+            threading.Thread(target=self._command_worker, name="agent-commands", daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    # ----------------------------------------------------------------------------------------------- I/O side
+    def feed(self, data: bytes, now: float) -> None:
+        with self.lock:
+            self.link.receive(data, now)
+            self._events(now)
+
+    def poll(self, now: float) -> None:
+        with self.lock:
+            self.link.poll(now)
+            self._events(now)
+
+    def outgoing(self) -> bytes:
+        with self.lock:
+            return self.link.outgoing()
+
+    def session_alive(self) -> bool:
+        with self.lock:
+            return self.link.state in ("open", "connecting")
+
+    def drop_session(self, why: str) -> None:
+        """The stream closed under the link (TCP EOF, serial port gone): the next CONNECT starts anew."""
+        with self.lock:
+            if self.link.state == "open":
+                self._log(f"host gone ({why}); answers stay in the outbox")
+            self.link.state = "down"
+
+    def close(self) -> None:
+        self.stopping = True
+        with self.lock:
+            for job in self.active.values():
+                if job.proc is not None and job.proc.poll() is None:
+                    job.proc.send_signal(signal.SIGINT)
+        self.jobs.put(None)
+        self.commands.put(None)
+
+    def _events(self, now: float) -> None:
+        for ev in self.link.events():
+            if isinstance(ev, Connected):
+                if ev.fresh:
+                    self.authed = self.token is None
+                    self._log(f"host connected (link {ev.link:08x})")
+            elif isinstance(ev, Message):
+                self._on_message(ev.data, now)
+            elif isinstance(ev, ProtocolError):
+                self._send(wm.failed(None, None, ev.kind, ev.detail), now)
+            elif isinstance(ev, Down):
+                self._log(f"host gone ({ev.reason}); answers stay in the outbox")
+
+    def _send(self, msg: wm.Msg, now: float | None = None) -> None:
+        with self.lock:
+            if self.link.is_open:
+                self.link.send(wm.encode(msg), time.monotonic() if now is None else now)
+
+    def _log(self, text: str) -> None:
+        if self.log is not None:
+            self.log(text)
+
+    # ----------------------------------------------------------------------------------------------- requests
+    def _on_message(self, data: bytes, now: float) -> None:
+        try:
+            msg = wm.decode(data)
+        except wm.MessageError as err:
+            self._send(wm.failed(None, None, "bad-message", str(err)), now)
+            return
+        if msg.type != "request":
+            self._send(wm.failed(None, None, "bad-message", f"an agent takes requests, not {msg.type!r}"), now)
+            return
+        rid, op, args = msg.get("id"), msg.get("op"), msg.get("args")
+        if not isinstance(rid, str) or not wm.REQUEST_ID.fullmatch(rid):
+            self._send(wm.failed(None, None, "bad-request", f"request id {str(rid)[:80]!r}: 1-64 of [A-Za-z0-9._-]"))
+            return
+        if not isinstance(op, str) or not isinstance(args, dict):
+            self._send(
+                wm.failed(rid, str(op)[:40], "bad-request", "a request needs `op` (a name) and `args` (an object)")
+            )
+            return
+        if rid in self.answers:  # asked again (the host reconnected before the answer reached it)
+            self._send(self.answers[rid], now)
+            return
+        if not self.authed and op != "hello":
+            self._send(wm.failed(rid, op, "auth", "say hello with the token first"), now)
+            return
+        try:
+            if op in INLINE:
+                self._answer(rid, op, getattr(self, "op_" + op)(args, msg.blob), now)
+            elif op in COMMANDS:
+                self.commands.put((rid, op, args))
+            elif op in JOBS:
+                self._submit(rid, op, args, now)
+            else:
+                known = ", ".join(sorted(INLINE | COMMANDS | JOBS))
+                raise RequestError(f"unknown request {op[:40]!r} (this agent knows: {known})", "unknown-op")
+        except RequestError as err:
+            self._answer(rid, op, None, now, error=(err.kind, err.one_line()))
+        except EdgeRuntimeError as err:
+            self._answer(rid, op, None, now, error=("user-error", err.one_line()))
+        except OSError as err:
+            self._answer(rid, op, None, now, error=("io", f"{err.strerror or err}"))
+
+    def _answer(self, rid: str, op: str, result, now=None, error: tuple[str, str] | None = None) -> None:
+        msg = wm.failed(rid, op, *error) if error else wm.ok(rid, op, result)
+        if op not in ("upload_chunk", "fetch"):  # the big or repeatable ones are cheap to redo
+            self.answers[rid] = msg
+            while len(self.answers) > ANSWERS_KEPT:
+                self.answers.popitem(last=False)
+        self._send(msg, now)
+
+    def op_hello(self, args: dict, blob: bytes) -> dict:
+        if self.token is not None:
+            mac = args.get("mac")
+            want = hmac.new(self.token, self.link.nonce.encode(), hashlib.sha256).hexdigest()
+            if not isinstance(mac, str) or not hmac.compare_digest(mac.encode(), want.encode()):
+                self.authed = False
+                raise RequestError("wrong or missing token", "auth")
+        self.authed = True
+        return {
+            "agent": __version__,
+            "protocol": wm.PROTOCOL_VERSION,
+            "max_payload": self.link.agreed_payload,
+            "models_bytes": self.state.store_bytes(),
+            "models_max_bytes": self.state.max_store,
+            **self.identity,
+        }
+
+    def op_model_status(self, args: dict, blob: bytes) -> dict:
+        return self.state.model_status(args.get("sha256"), args.get("files"))
+
+    def op_upload_chunk(self, args: dict, blob: bytes) -> dict:
+        offset, size, crc = args.get("offset"), args.get("size"), args.get("crc32")
+        for name, v in (("offset", offset), ("size", size), ("crc32", crc)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise RequestError(f"{name} {v!r}: not a byte count")
+        if len(blob) > MAX_CHUNK:
+            raise RequestError(f"a chunk of {len(blob):,} bytes is over {MAX_CHUNK:,}", "too-large")
+        if zlib.crc32(blob) != crc:
+            raise RequestError(f"chunk at {offset:,}: its crc32 does not match: resend it", "bad-chunk")
+        have = self.state.write_chunk(check_sha(args.get("sha256")), args.get("name"), offset, blob, size)
+        return {"have": have}
+
+    def op_upload_end(self, args: dict, blob: bytes) -> dict:
+        size = args.get("size")
+        if not isinstance(size, int) or isinstance(size, bool):
+            raise RequestError(f"size {size!r}: not a byte count")
+        return self.state.finish_file(
+            check_sha(args.get("sha256")), args.get("name"), args.get("file_sha256"), size, args.get("files")
+        )
+
+    def op_results(self, args: dict, blob: bytes) -> dict:
+        with self.lock:
+            running = [{"id": j.rid, "op": j.op, "running": j.proc is not None} for j in self.active.values()]
+        return {"pending": self.state.pending(), "active": running}
+
+    def op_fetch(self, args: dict, blob: bytes) -> dict:
+        rid = args.get("id")
+        if not isinstance(rid, str) or not wm.REQUEST_ID.fullmatch(rid):
+            raise RequestError(f"id {str(rid)[:80]!r}: not a request id")
+        stored = self.state.answer(rid)
+        if stored is None:
+            state = "running" if rid in self.active else "unknown"
+            return {"id": rid, "state": state}
+        return {"id": rid, "state": "done", "answer": stored}
+
+    def op_ack(self, args: dict, blob: bytes) -> dict:
+        ids = args.get("ids")
+        if not isinstance(ids, list) or not all(isinstance(i, str) and wm.REQUEST_ID.fullmatch(i) for i in ids):
+            raise RequestError("ids: a list of request ids")
+        return {"acknowledged": [i for i in ids if self.state.ack(i)]}
+
+    def op_cancel(self, args: dict, blob: bytes) -> dict:
+        rid = args.get("id")
+        with self.lock:
+            job = self.active.get(rid) if isinstance(rid, str) else None
+            if job is None:
+                return {"id": rid, "cancelled": False, "why": "not queued or running"}
+            job.cancelled = True
+            if job.proc is not None and job.proc.poll() is None:
+                job.proc.send_signal(signal.SIGINT)  # the bench ends at its next chunk and keeps what it measured
+        return {"id": rid, "cancelled": True}
+
+    # ----------------------------------------------------------------------------------------------- jobs
+    def _submit(self, rid: str, op: str, args: dict, now: float) -> None:
+        stored = self.state.answer(rid)
+        if stored is not None:  # answered before (perhaps before a restart): the same answer, never a second run
+            self._send(_from_stored(stored), now)
+            return
+        with self.lock:
+            if rid in self.active:
+                self._send(wm.progress(rid, "already queued or running"), now)
+                return
+            request = board_request(self.state, args.get("request"))
+            job = Job(rid, op, {"request": request}, rerun=rid in self.state.interrupted())
+            self.active[rid] = job
+        if op == "bench":
+            self.state.mark_running(rid, op, args)
+        self.jobs.put(job)
+        ahead = self.jobs.qsize() - 1
+        self._send(wm.progress(rid, f"queued behind {ahead} job(s)" if ahead > 0 else "starting"), now)
+
+    def _job_worker(self) -> None:
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            if job.cancelled:
+                answer = {"ok": False, "error": {"kind": "cancelled", "message": "cancelled before it started"}}
+            else:
+                answer = run_child(job, self.lock, self._send)
+            if job.rerun:
+                answer["rerun_after_restart"] = True
+            if job.op == "bench":
+                self.state.put_answer(job.rid, job.op, answer)
+            with self.lock:
+                self.active.pop(job.rid, None)
+                msg = _from_stored({"id": job.rid, "op": job.op, **answer})
+                if job.op != "bench":
+                    self.answers[job.rid] = msg
+                self._send(msg)
+
+    def _command_worker(self) -> None:
+        while True:
+            item = self.commands.get()
+            if item is None:
+                return
+            rid, op, args = item
+            try:
+                result = run_command(op, args)
+                with self.lock:
+                    self._answer(rid, op, result)
+            except RequestError as err:
+                with self.lock:
+                    self._answer(rid, op, None, error=(err.kind, err.one_line()))
+
+    def learn_identity(self) -> None:
+        """Who this board is, for every hello: from `edge-runtime info` (in a child, see run_command)."""
+        try:
+            info = run_command("info", {})
+        except RequestError as err:
+            self._log(f"info failed: {err.one_line()}")
+            info = {}
+        self.identity = {
+            "board": info.get("board"),
+            "board_profile": (info.get("board_profile") or {}).get("name"),
+            "cpu_model": info.get("cpu_model"),
+            "kernel": info.get("kernel"),
+            "python": info.get("python"),
+            "cpus": info.get("cpus"),
+            "backends": {
+                name: (b.get("version") if b.get("installed") else None)
+                for name, b in (info.get("backends") or {}).items()
+            },
+            "hostname": os.uname().nodename,
+        }
+
+
+def _from_stored(stored: dict) -> wm.Msg:
+    rid, op = stored["id"], stored["op"]
+    if stored.get("ok"):
+        msg = wm.ok(rid, op, stored["result"])
+    else:
+        err = stored.get("error") or {}
+        msg = wm.failed(rid, op, err.get("kind", "internal"), err.get("message", "failed"))
+    extra = {k: stored[k] for k in ("warnings", "rerun_after_restart") if stored.get(k)}
+    return wm.Msg(msg.type, {**msg.fields, **extra}) if extra else msg
