@@ -25,7 +25,7 @@ def run(args) -> int:
 
     check_reconnect(args.reconnect_for)
     for url in args.urls:
-        parse_endpoint(url, "target")  # a URL that names nothing is a user error before anything is tried
+        parse_endpoint(url, "target", listen=False)  # a URL that names nothing is a user error before anything is tried
     outs = plan_outputs([("--json", args.json)])
     secret = token(args)
     rows = []

@@ -99,7 +99,7 @@ class SerialStream(Stream):
 
 def open_stream(url: str, timeout: float = 5.0) -> Stream:
     """The stream a target URL names. Raises UserError for a URL that names nothing, StreamLost when it cannot open."""
-    ep = parse_endpoint(url, "target")
+    ep = parse_endpoint(url, "target", listen=False)
     if ep.kind == "tcp":
         return TcpStream(ep, timeout)
     return SerialStream(ep)

@@ -220,9 +220,10 @@ class Connection:
             return
         try:
             self._stream.write(out)
-        except StreamLost as err:
-            self._lose(str(err))
-            raise LinkLost(str(err)) from None
+        except Exception as err:  # noqa: BLE001 - a stream closed under us raises whatever its library raises
+            why = str(err) if isinstance(err, StreamLost) else f"{self.url}: {type(err).__name__}: {err}"
+            self._lose(why)
+            raise LinkLost(why) from None
 
     def _lose(self, why: str) -> None:
         if self._lost is None:

@@ -8,6 +8,7 @@ TCP (`tcp://127.0.0.1:7000`). The loops here only move bytes between the stream 
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import select
@@ -39,9 +40,9 @@ class Endpoint:
             return self.host == "localhost"
 
 
-def parse_endpoint(text: str, what: str = "ENDPOINT") -> Endpoint:
+def parse_endpoint(text: str, what: str = "ENDPOINT", listen: bool = True) -> Endpoint:
     """`tcp://HOST:PORT`, `serial:///dev/ttyX?baud=N`, a device path, or any other pyserial URL (socket://, loop://,
-    rfc2217://, spy://...)."""
+    rfc2217://, spy://...). To listen, port 0 means any free port (the agent logs which)."""
     u = urllib.parse.urlsplit(text)
     query = urllib.parse.parse_qs(u.query)
     baud = DEFAULT_BAUD
@@ -57,7 +58,7 @@ def parse_endpoint(text: str, what: str = "ENDPOINT") -> Endpoint:
             port = u.port
         except ValueError:
             port = None
-        if not u.hostname or port is None or not 0 < port < 65536:
+        if not u.hostname or port is None or not (0 if listen else 1) <= port < 65536:
             raise UserError(f"{what} {text!r}: expected tcp://HOST:PORT (e.g. tcp://127.0.0.1:7000)")
         return Endpoint("tcp", host=u.hostname, port=port)
     if u.scheme == "serial":
@@ -156,6 +157,14 @@ def serve_tcp(agent, ep: Endpoint, stop, log, sock: socket.socket | None = None)
             now = time.monotonic()
             if sock in readable:
                 new, addr = sock.accept()
+                if conn is not None:  # has the host in session closed in the same instant the new one came?
+                    data, eof = _drain(conn)
+                    if data:
+                        agent.feed(data, now)
+                    if eof:
+                        agent.drop_session(f"{peer} closed the connection")
+                        conn.close()
+                        conn = None
                 if conn is not None and agent.session_alive():
                     log(f"refused {addr[0]}:{addr[1]}: {peer} is in session")
                     _refuse(new, f"busy: another host ({peer}) is in session with this agent")
@@ -189,6 +198,26 @@ def serve_tcp(agent, ep: Endpoint, stop, log, sock: socket.socket | None = None)
         if conn is not None:
             conn.close()
         sock.close()
+
+
+def _drain(conn: socket.socket) -> tuple[bytes, bool]:
+    """What the connection holds now, without waiting, and whether its end (EOF or an error) follows."""
+    got = bytearray()
+    try:
+        conn.setblocking(False)
+        while len(got) < (1 << 20):
+            data = conn.recv(1 << 16)
+            if not data:
+                return bytes(got), True
+            got += data
+        return bytes(got), False
+    except BlockingIOError:
+        return bytes(got), False
+    except OSError:
+        return bytes(got), True
+    finally:
+        with contextlib.suppress(OSError):
+            conn.settimeout(10.0)
 
 
 def _refuse(conn: socket.socket, reason: str) -> None:

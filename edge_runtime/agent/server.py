@@ -41,6 +41,7 @@ from edge_runtime.wire.link import Connected, Down, Link, Message, ProtocolError
 
 ANSWERS_KEPT = 256  # quick answers kept in memory for repeated request ids
 MAX_CHUNK = 1 << 20
+ERRORS_PER_S = 20
 INLINE = {"hello", "model_status", "upload_chunk", "upload_end", "results", "fetch", "ack", "cancel"}
 COMMANDS = {"info", "thermal", "tune_show"}
 JOBS = {"bench", "load_check"}
@@ -63,7 +64,7 @@ class Agent:
         self.commands: queue.Queue[tuple[str, str, dict] | None] = queue.Queue()
         self.identity: dict = {}
         self.stopping = False
-        self.errors_sent = 0
+        self._error_window, self._errors_in_window = 0.0, 0
         for rid in self.state.interrupted():
             self._log(f"request {rid} was cut short by a restart: it runs again when the host asks for it")
         self._threads = [
@@ -117,7 +118,7 @@ class Agent:
             elif isinstance(ev, Message):
                 self._on_message(ev.data, now)
             elif isinstance(ev, ProtocolError):
-                self._send(wm.failed(None, None, ev.kind, ev.detail), now)
+                self._error(ev.kind, ev.detail, now)
             elif isinstance(ev, Down):
                 self._log(f"host gone ({ev.reason}); answers stay in the outbox")
 
@@ -125,6 +126,15 @@ class Agent:
         with self.lock:
             if self.link.is_open:
                 self.link.send(wm.encode(msg), time.monotonic() if now is None else now)
+
+    def _error(self, kind: str, detail: str, now: float) -> None:
+        """An `error` message for what could not be taken: at most ERRORS_PER_S a second, so a stream of garbage
+        cannot make the agent flood the line back."""
+        if now - self._error_window >= 1.0:
+            self._error_window, self._errors_in_window = now, 0
+        self._errors_in_window += 1
+        if self._errors_in_window <= ERRORS_PER_S:
+            self._send(wm.failed(None, None, kind, detail), now)
 
     def _log(self, text: str) -> None:
         if self.log is not None:
@@ -135,14 +145,14 @@ class Agent:
         try:
             msg = wm.decode(data)
         except wm.MessageError as err:
-            self._send(wm.failed(None, None, "bad-message", str(err)), now)
+            self._error("bad-message", str(err), now)
             return
         if msg.type != "request":
-            self._send(wm.failed(None, None, "bad-message", f"an agent takes requests, not {msg.type!r}"), now)
+            self._error("bad-message", f"an agent takes requests, not {msg.type!r}", now)
             return
         rid, op, args = msg.get("id"), msg.get("op"), msg.get("args")
         if not isinstance(rid, str) or not wm.REQUEST_ID.fullmatch(rid):
-            self._send(wm.failed(None, None, "bad-request", f"request id {str(rid)[:80]!r}: 1-64 of [A-Za-z0-9._-]"))
+            self._error("bad-request", f"request id {str(rid)[:80]!r}: 1-64 of [A-Za-z0-9._-]", now)
             return
         if not isinstance(op, str) or not isinstance(args, dict):
             self._send(

@@ -15,6 +15,7 @@ Files are written to a temporary name, fsync'ed and renamed, so a kill at any mo
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -202,6 +203,8 @@ class StateDir:
             got_sha = file_sha256(part)
             if got_sha != want_sha:
                 os.unlink(part)
+                with contextlib.suppress(OSError):
+                    os.rmdir(d)  # nothing else of that model here: no empty directory left behind either
                 raise RequestError(
                     f"{name}: the bytes uploaded hash to {got_sha[:16]}..., not the declared {want_sha[:16]}...: "
                     "discarded",

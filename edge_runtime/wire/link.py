@@ -78,7 +78,7 @@ class Down:
 
 @dataclass(frozen=True)
 class ProtocolError:
-    kind: str  # "oversize" (a message over the limit) or "connect" (a CONNECT this side cannot accept)
+    kind: str  # "oversize" (a frame or message over the limit), "unknown-frame", "connect" (a CONNECT refused)
     detail: str
 
 
@@ -209,12 +209,19 @@ class Link:
         if not data:
             return
         self.stats.bytes_in += len(data)
-        before = self.decoder.stats.crc_errors + self.decoder.stats.resyncs
+        d = self.decoder.stats
+        before = (d.crc_errors + d.resyncs, d.oversize, d.unknown)
         for frame in self.decoder.feed(data):
             self.stats.frames_in += 1
             self._on_frame(frame, now)
-        if self.decoder.stats.crc_errors + self.decoder.stats.resyncs > before and self.is_open:
+        if not self.is_open:
+            return
+        if d.crc_errors + d.resyncs > before[0]:
             self._nak(now)  # something broken arrived: ask for the rest again now rather than at the timeout
+        if d.oversize > before[1]:
+            self._events.append(ProtocolError("oversize", f"a frame over {self.decoder.max_payload:,} bytes: dropped"))
+        if d.unknown > before[2]:
+            self._events.append(ProtocolError("unknown-frame", "a frame of an unknown version or kind: dropped"))
 
     def poll(self, now: float) -> None:
         """Timers: resend on timeout, repeat CONNECT, ping when idle, notice a silent peer."""
@@ -457,6 +464,7 @@ class Link:
     def _send_connect(self, now: float) -> None:
         params = {"version": VERSION, "max_payload": self.max_payload, **self.hello}
         self._connect_sent = now
+        self._out += b"\x00"  # ends whatever noise the line held before, so the CONNECT is not joined to it
         self._emit(Frame(Kind.CONNECT, self.link, 0, json.dumps(params).encode()), now)
 
     def _emit(self, frame: Frame, now: float) -> None:
