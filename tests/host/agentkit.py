@@ -144,8 +144,16 @@ class AgentProcess:
     def start(self, wait: bool = True) -> None:
         self.lines = []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "edge_runtime.cli", "agent", self.endpoint, "--state-dir", str(self.state_dir),
-             *self.extra],  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "edge_runtime.cli",
+                "agent",
+                self.endpoint,
+                "--state-dir",
+                str(self.state_dir),
+                *self.extra,
+            ],
             cwd=ROOT,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,

@@ -138,13 +138,14 @@ def test_the_agent_killed_mid_bench_answers_the_request_after_it_restarts(tmp_pa
             box: dict = {}
             progress: list[str] = []
             th = threading.Thread(
-                target=lambda: box.update(r=t.bench(request(DIGITS, duration_s=3.0, cpus=[1]), rid="killed-1",
-                                                    progress=progress.append)),  # fmt: skip
+                target=lambda: box.update(
+                    r=t.bench(request(DIGITS, duration_s=3.0, cpus=[1]), rid="killed-1", progress=progress.append)
+                ),
                 daemon=True,
             )
             th.start()
             deadline = time.monotonic() + 60
-            while not any("measuring" in p or "%" in p and "upload" not in p for p in progress):
+            while not any("measuring" in p or ("%" in p and "upload" not in p) for p in progress):
                 assert time.monotonic() < deadline, progress
                 time.sleep(0.05)
             children = psutil.Process(agent.proc.pid).children(recursive=True)
@@ -229,8 +230,13 @@ def test_fuzzed_frames_get_error_frames_and_the_agent_goes_on(tmp_path):
         for a in attacks:
             s.sendall(a)
         # Valid frames with garbage messages: not a message, unknown type, unknown op, a hostile id.
-        for payload in (rng.randbytes(300), wm.encode(wm.Msg("progress", {"id": "x"})),
-                        wm.encode(wm.request("ok-id", "format_disk")), wm.encode(wm.request("../../etc", "hello"))):  # fmt: skip
+        garbage = [
+            rng.randbytes(300),
+            wm.encode(wm.Msg("progress", {"id": "x"})),
+            wm.encode(wm.request("ok-id", "format_disk")),
+            wm.encode(wm.request("../../etc", "hello")),
+        ]
+        for payload in garbage:
             link.send(payload, time.monotonic())
         s.sendall(link.outgoing())
         errors, answers = [], {}

@@ -39,7 +39,7 @@ def test_cobs_matches_the_published_examples(raw, enc):
 
 def test_cobs_round_trips_any_bytes_and_never_holds_a_zero():
     rng = random.Random(1)
-    for n in list(range(0, 600)) + [4096, 65536]:
+    for n in [*list(range(0, 600)), 4096, 65536]:
         for data in (rng.randbytes(n), b"\x00" * n, b"\x01" * n, bytes(rng.choice((0, 7)) for _ in range(min(n, 999)))):
             enc = cobs.encode(data)
             assert b"\x00" not in enc
@@ -167,7 +167,7 @@ def run_links(h: Link, a: Link, up, down, steps: int, now: float = 0.0, until=No
 def test_connect_agrees_on_the_smaller_frame_and_gives_a_nonce():
     h, a = Link(role="host", max_payload=4096), Link(role="agent", max_payload=65536)
     h.connect(0.0)
-    he, ae, _ = run_links(h, a, bytes, bytes, 10)
+    he, _ae, _ = run_links(h, a, bytes, bytes, 10)
     assert h.is_open and a.is_open
     assert h.agreed_payload == a.agreed_payload == 4096
     (c,) = [e for e in he if isinstance(e, Connected)]
@@ -223,11 +223,11 @@ def test_frames_of_an_old_connection_are_dropped_after_a_reconnect():
     h.send(b"old message", 0.01)
     stale = h.outgoing()  # sent into a cable that is then pulled: never arrives ... until after the reconnect
     h.connect(0.02, link=2)
-    he, ae, now = run_links(h, a, bytes, bytes, 5, 0.02)
+    _he, ae, now = run_links(h, a, bytes, bytes, 5, 0.02)
     assert any(isinstance(e, Connected) and e.fresh for e in ae)
     a.receive(stale, now)
     h.send(b"new message", now)
-    he, ae, _ = run_links(h, a, bytes, bytes, 5, now)
+    _he, ae, _ = run_links(h, a, bytes, bytes, 5, now)
     assert [e.data for e in ae + a.events() if isinstance(e, Message)] == [b"new message"]
     assert a.stats.stale >= 1
 
@@ -256,7 +256,7 @@ def test_an_oversize_message_is_refused_by_the_sender_and_dropped_by_the_receive
     big.max_message = MAX_MESSAGE
     big.send(b"y" * 50_000, 0.1)
     big.send(b"fine", 0.1)
-    he, ae, _ = run_links(big, a, bytes, bytes, 50, 0.1)
+    _he, ae, _ = run_links(big, a, bytes, bytes, 50, 0.1)
     assert any(isinstance(e, ProtocolError) and e.kind == "oversize" for e in ae)
     assert [e.data for e in ae if isinstance(e, Message)] == [b"fine"]
 
