@@ -33,7 +33,8 @@ def run(args) -> int:
         t = AgentTarget(url, token=secret, reconnect_for=args.reconnect_for, connect_timeout=5.0)
         try:
             ident = t.connect()
-            t.call("results")  # one more round trip: the link's quality is measured on a few frames, not one
+            for _ in range(5):  # a few round trips: the link's quality is measured on more than one frame
+                t.call("ping")
             rows.append({"url": url, "reachable": True, **ident, "link": t.link_stats()})
         except TargetError as err:
             rows.append({"url": url, "reachable": False, "error": str(err), "kind": err.kind})

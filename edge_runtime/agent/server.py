@@ -5,6 +5,7 @@ Requests (args in brackets; every answer is a `response` with the request's id):
 
     hello {mac}                       identity: board, CPUs, backends and versions; with a token, `mac` must be
                                       HMAC-SHA256(token, the nonce of this connection's ACCEPT) first
+    ping                              nothing: the cheapest round trip
     info | thermal | tune_show {cpus} `edge-runtime info|thermal|tune show --json`, run in a child
     model_status {sha256, files}      what the board has of a model (complete, or bytes held per file)
     upload_chunk {sha256, name, offset, size, crc32} + bytes
@@ -42,7 +43,7 @@ from edge_runtime.wire.link import Connected, Down, Link, Message, ProtocolError
 ANSWERS_KEPT = 256  # quick answers kept in memory for repeated request ids
 MAX_CHUNK = 1 << 20
 ERRORS_PER_S = 20
-INLINE = {"hello", "model_status", "upload_chunk", "upload_end", "results", "fetch", "ack", "cancel"}
+INLINE = {"hello", "ping", "model_status", "upload_chunk", "upload_end", "results", "fetch", "ack", "cancel"}
 COMMANDS = {"info", "thermal", "tune_show"}
 JOBS = {"bench", "load_check"}
 
@@ -206,6 +207,10 @@ class Agent:
             "models_max_bytes": self.state.max_store,
             **self.identity,
         }
+
+    def op_ping(self, args: dict, blob: bytes) -> dict:
+        """The cheapest round trip (link quality, keep-alive, benchmarks)."""
+        return {}
 
     def op_model_status(self, args: dict, blob: bytes) -> dict:
         return self.state.model_status(args.get("sha256"), args.get("files"))

@@ -14,10 +14,15 @@ class CobsError(ValueError):
     """The bytes are not a COBS encoding (a zero inside, or a block that runs past the end)."""
 
 
+_CODE = [bytes([i]) for i in range(256)]
+
+
 def encode(data: bytes) -> bytes:
     """`data` with every 0x00 removed: each zero-free run becomes blocks of a length code and up to 254 bytes."""
-    out = bytearray()
     runs = bytes(data).split(b"\x00")
+    if max(map(len, runs)) < 254:  # the common case (headers, small frames): one block per run
+        return b"".join([_CODE[len(r) + 1] + r for r in runs])
+    out = bytearray()
     for k, run in enumerate(runs):
         last = k == len(runs) - 1
         while len(run) >= 254:
@@ -37,16 +42,17 @@ def decode(enc: bytes) -> bytes:
     if b"\x00" in enc:
         raise CobsError("a zero byte inside a frame")
     parts: list[bytes] = []
+    append = parts.append
     i, n = 0, len(enc)
     while i < n:
         code = enc[i]
         j = i + code
-        if j > n:
-            raise CobsError(f"block of {code - 1} bytes at {i} runs past the end ({n})")
-        parts.append(enc[i + 1 : j])
+        append(enc[i + 1 : j])
         i = j
         if code < 0xFF and i < n:
-            parts.append(b"\x00")
+            append(b"\x00")
+    if i > n:
+        raise CobsError(f"the last block runs {i - n} byte(s) past the end ({n})")
     return b"".join(parts)
 
 

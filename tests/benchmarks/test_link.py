@@ -1,0 +1,162 @@
+"""The link to a board, as interleaved ratios against the bare transport in the same run.
+
+1. Request round trip over TCP loopback: a `ping` through the wire protocol to a real `edge-runtime agent` (child
+   process), against a bare socket echo (child process) of a message the same size. Goal: at most 1.5x.
+2. Model upload over a pty (the software null-modem, pyserial at both ends): a 4 MB model to the agent (chunks,
+   CRCs, ACKs, the board's write and hash), against raw writes of the same bytes through a cable of the same kind read
+   by a child process (pyserial). Throughput ratio. Goal: at least 0.8x.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import ROOT
+
+from .conftest import report_ratio
+
+pytest.importorskip("serial")
+sys.path.insert(0, str(ROOT / "tests" / "host"))
+from agentkit import AgentProcess  # noqa: E402
+
+from bench.targets.agent import AgentTarget  # noqa: E402
+from bench.transports.nullmodem import NullModem  # noqa: E402
+
+ROUNDS = 7
+PINGS = 300
+
+ECHO = """
+import socket, sys
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(1)
+print(s.getsockname()[1], flush=True)
+c, _ = s.accept(); c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+while True:
+    d = c.recv(65536)
+    if not d: break
+    c.sendall(d)
+"""
+
+SINK = """
+import serial, sys, time
+n = int(sys.argv[2]); port = serial.serial_for_url(sys.argv[1], timeout=5)
+got = 0
+while got < n:
+    d = port.read(max(1, port.in_waiting))
+    if not d: break
+    got += len(d)
+port.write(b"k"); port.flush()
+"""
+
+
+def _echo_round_trips(port: int, size: int, n: int) -> float:
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    msg = b"x" * size
+    t0 = time.perf_counter()
+    for _ in range(n):
+        s.sendall(msg)
+        got = 0
+        while got < size:
+            got += len(s.recv(65536))
+    dt = time.perf_counter() - t0
+    s.close()
+    return dt / n * 1e6
+
+
+def test_request_round_trip_over_tcp_against_a_bare_socket_echo(benchmark, tmp_path):
+    echo = subprocess.Popen([sys.executable, "-c", ECHO], stdout=subprocess.PIPE, text=True)
+    echo_port = int(echo.stdout.readline())
+    ref, cand, per = [], [], []
+    with AgentProcess("tcp://127.0.0.1:0", tmp_path / "state") as agent, AgentTarget(agent.url) as t:
+        t.connect()
+        conn = t.conn
+        size = len(b"\x00") + 80  # a ping request's frame is about this size on the wire
+        # One echo connection for all rounds (the echo server serves one client).
+        s = socket.create_connection(("127.0.0.1", echo_port))
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        msg = b"x" * size
+
+        def echo_round(n):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                s.sendall(msg)
+                got = 0
+                while got < size:
+                    got += len(s.recv(65536))
+            return (time.perf_counter() - t0) / n * 1e6
+
+        def agent_round(n):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                conn.request("ping")
+            return (time.perf_counter() - t0) / n * 1e6
+
+        echo_round(50), agent_round(50)
+        for _ in range(ROUNDS):
+            r, c = echo_round(PINGS), agent_round(PINGS)
+            ref.append(r)
+            cand.append(c)
+            per.append(c / r)
+        s.close()
+    echo.kill()
+    benchmark.pedantic(lambda: None, rounds=1)
+    r = report_ratio(benchmark, "link: ping round trip TCP / bare socket echo", ref, cand, goal=1.5, per_round=per)
+    print(f"\nping {statistics.median(cand):.0f} us vs echo {statistics.median(ref):.0f} us: {r['ratio_median']:.2f}x")
+
+
+def test_model_upload_over_a_pty_against_raw_writes(benchmark, tmp_path):
+    blob = tmp_path / "big_int8.onnx"
+    blob.write_bytes(os.urandom(4 << 20))  # uploaded as bytes: the agent checks hashes, not models
+    size = blob.stat().st_size
+    ref, cand, per = [], [], []
+    with NullModem() as cable:
+        agent = AgentProcess(cable.agent_url, tmp_path / "state")
+        try:
+
+            def upload_once(i: int) -> float:
+                import shutil
+
+                shutil.rmtree(tmp_path / "state" / "models", ignore_errors=True)
+                (tmp_path / "state" / "models").mkdir()
+                with AgentTarget(cable.host_url) as t:
+                    t.connect()
+                    t0 = time.perf_counter()
+                    t.upload(str(blob))
+                    return time.perf_counter() - t0
+
+            def raw_once() -> float:
+                # A second cable of the same kind: a port shared with the agent would have two readers.
+                import serial
+
+                with NullModem() as raw_cable:
+                    sink = subprocess.Popen([sys.executable, "-c", SINK, raw_cable.agent_path, str(size)], cwd=ROOT)
+                    time.sleep(0.5)  # the sink has opened its port
+                    port = serial.serial_for_url(raw_cable.host_path, timeout=10)
+                    data = blob.read_bytes()
+                    t0 = time.perf_counter()
+                    port.write(data)
+                    assert port.read(1) == b"k"
+                    dt = time.perf_counter() - t0
+                    port.close()
+                    sink.wait(timeout=30)
+                return dt
+
+            upload_once(0)
+            for i in range(3):
+                r, c = raw_once(), upload_once(i)
+                ref.append(size / r / 1e6)
+                cand.append(size / c / 1e6)
+                per.append((size / c) / (size / r))
+        finally:
+            agent.stop()
+    benchmark.pedantic(lambda: None, rounds=1)
+    res = report_ratio(benchmark, "link: upload MB/s over a pty / raw writes (MB/s, not us)", ref, cand,
+                       goal=float("inf"), goal_low=0.8, per_round=per)  # fmt: skip
+    print(f"\nupload {statistics.median(cand):.1f} MB/s vs raw {statistics.median(ref):.1f} MB/s: "
+          f"{res['ratio_median']:.2f}x (goal at least 0.8)")  # fmt: skip
