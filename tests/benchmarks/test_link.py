@@ -23,10 +23,10 @@ from .conftest import report_ratio
 
 pytest.importorskip("serial")
 sys.path.insert(0, str(ROOT / "tests" / "host"))
-from agentkit import AgentProcess  # noqa: E402
+from agentkit import AgentProcess
 
-from bench.targets.agent import AgentTarget  # noqa: E402
-from bench.transports.nullmodem import NullModem  # noqa: E402
+from bench.targets.agent import AgentTarget
+from bench.transports.nullmodem import NullModem
 
 ROUNDS = 7
 PINGS = 300
