@@ -51,7 +51,7 @@ def run(args) -> int:
     bench_cmd.add_arguments(bp)
     bargs = bp.parse_args([args.model, *args.rest])
     for key, why in NOT_REMOTE.items():
-        if getattr(bargs, key):
+        if getattr(bargs, key) is not None:
             raise UsageError(why)
     if bargs.sysroot != "/":
         raise UsageError("--sysroot: a board reads its own system; the option has no meaning for a target")

@@ -1,0 +1,103 @@
+"""`edge-bench targets` and `edge-bench run --target`, and `edge-runtime agent`'s own errors, as a user meets them:
+child processes, a real agent on 127.0.0.1, one-line errors with the right exit code."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from agentkit import AgentProcess, free_port
+from conftest import MODELS, ROOT, need
+from helpers import run_cli
+
+pytest.importorskip("serial")
+DIGITS = MODELS / "digits_cnn" / "digits_cnn_int8.tflite"
+
+
+def edge_bench(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "bench.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout
+    )
+
+
+def one_line(proc, code: int, *needles: str) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == code, proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("edge-bench: error: "), proc.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def agent(tmp_path_factory):
+    with AgentProcess("tcp://127.0.0.1:0", tmp_path_factory.mktemp("agent") / "state") as a:
+        yield a
+
+
+def test_targets_says_what_each_board_is_and_fails_on_an_unreachable_one(agent):
+    dead = f"tcp://127.0.0.1:{free_port()}"
+    proc = edge_bench("targets", agent.url, dead)
+    assert proc.returncode == 1, proc.stderr
+    assert f"{agent.url}  reachable" in proc.stdout and "backends  " in proc.stdout
+    assert f"{dead}  UNREACHABLE" in proc.stdout and "refused" in proc.stdout
+    proc = edge_bench("targets", agent.url, "--json", "-")
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(proc.stdout)["targets"]
+    assert row["reachable"] and row["protocol"] == 1 and row["cpus"]["online"]
+    assert row["link"]["frames_in"] >= 6 and row["link"]["rtt_ms"] > 0  # hello and five pings
+
+
+def test_a_one_off_run_prints_the_boards_result_as_edge_runtime_bench_does(agent):
+    need("tflite")
+    proc = edge_bench("run", "--target", agent.url, "--model", str(DIGITS), "--cpus", "1", "--iterations", "200")
+    assert proc.returncode == 0, proc.stderr
+    for head in ("model ", "backend ", "latency us", "pinning      all", "link         tcp://"):
+        assert head in proc.stdout, proc.stdout
+    local = run_cli("bench", str(DIGITS), "--cpus", "1", "--iterations", "200")
+
+    def heads(text: str) -> list[str]:  # warnings come and go with the machine's noise
+        return [ln.split()[0] for ln in text.splitlines() if not ln.startswith((" ", "warning"))]
+
+    assert heads(proc.stdout) == [*heads(local.stdout), "link"]  # the same report, and the link under it
+    proc = edge_bench("run", "--target", agent.url, "--model", str(DIGITS), "--iterations", "50", "--json", "-")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["schema"] == "edge-runtime/bench/1" and doc["latency_us"]["count"] == 50
+    assert doc["link"]["retransmissions"] == 0 and doc["link"]["bytes_out"] > 0
+
+
+def test_user_mistakes_are_one_line(agent, tmp_path):
+    one_line(edge_bench("targets", "http://127.0.0.1:80/x"), 2, "unknown scheme http://")
+    one_line(edge_bench("targets", "tcp://127.0.0.1:0"), 2, "tcp://HOST:PORT")
+    one_line(edge_bench("targets", "serial:///dev/ttyS0?baud=fast"), 2, "baud")
+    one_line(edge_bench("run", "--target", agent.url), 2, "--model")
+    one_line(edge_bench("run", "--target", agent.url, "--model", str(DIGITS), "--histogram"), 2, "--histogram")
+    one_line(edge_bench("run", "--target", agent.url, "--model", str(DIGITS), "--iterations", "nan"), 2, "iterations")
+    one_line(edge_bench("run", "--target", agent.url, "--model", str(tmp_path / "none.tflite")), 2, "none.tflite")
+    one_line(edge_bench("run", "--target", agent.url, "--model", str(DIGITS), "--cpus", "board"), 2, "--cpus board")
+    one_line(edge_bench("run", "--target", agent.url, "--model", str(DIGITS), "--json", str(DIGITS)), 2, "--json")
+    one_line(edge_bench("run", "--target", agent.url, "--model", str(DIGITS), "--bogus"), 2, "--bogus")
+    fifo = tmp_path / "fifo.tflite"
+    os.mkfifo(fifo)
+    one_line(edge_bench("run", "--target", agent.url, "--model", str(fifo)), 2, "fifo")
+    dead = f"tcp://127.0.0.1:{free_port()}"
+    one_line(edge_bench("run", "--target", dead, "--model", str(DIGITS), "--reconnect-for", "0"), 1, "refused")
+    one_line(edge_bench("run", "--target", dead, "--model", str(DIGITS), "--reconnect-for", "1e12"), 2, "reconnect")
+
+
+def test_the_agents_own_mistakes_are_one_line(tmp_path):
+    for args, needle in (
+        (["ftp://x"], "unknown scheme"),
+        (["tcp://127.0.0.1"], "tcp://HOST:PORT"),
+        (["serial:///dev/does-not-exist?baud=115200"], "does-not-exist"),
+        (["tcp://127.0.0.1:0", "--max-frame", "10"], "--max-frame"),
+        (["tcp://127.0.0.1:0", "--state-dir", "/dev/null/x"], "state-dir"),
+    ):
+        proc = run_cli("agent", *args, "--state-dir" if "--state-dir" not in args else "--quiet",
+                       str(tmp_path / "s") if "--state-dir" not in args else "--quiet")  # fmt: skip
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and needle in lines[0], proc.stderr
