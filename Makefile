@@ -1,4 +1,5 @@
-# make demo   set up, then load one reference model on every backend and compare
+# make demo   set up, then load one reference model on every backend and compare; a pinned bench; a board's agent
+#             driven by the host over a software serial cable
 # make test   set up, then lint and run the tests (both TFLite flavours)
 # make bench  the project's own benchmarks (pytest-benchmark; not part of make test)
 # make models rebuild the reference models in their own environment (TensorFlow; ~1.5 GB)
@@ -34,6 +35,8 @@ demo: $(VENV)/.done sys-tools
 	@echo "A pinned run on CPU 1 while stress loads CPU 0, with its histogram (cyclictest layout) and interference:"
 	$(VENV)/bin/edge-runtime bench models/digits_cnn/digits_cnn_int8.tflite --cpus 1 --iterations 20000 \
 		--stress cpu:0 --histogram 25
+	@echo
+	$(VENV)/bin/python -m bench.demo_link
 
 lint: $(VENV)/.done sys-tools
 	$(VENV)/bin/ruff check .

@@ -70,6 +70,13 @@ def render(rows: list[dict]) -> str:
             f"  backends  {backends}; python {r.get('python') or '?'}",
             f"  link      rtt {rtt}, {link.get('retransmissions', 0)} retransmitted, {link.get('crc_errors', 0)} CRC "
             f"errors, {link.get('resyncs', 0)} resyncs; frames up to {r.get('max_payload', '?')} bytes",
-            f"  models    {r.get('models_bytes', 0) / 2**20:.1f} of {r.get('models_max_bytes', 0) / 2**20:.0f} MB",
+            f"  models    {_size(r.get('models_bytes', 0))} kept, of {_size(r.get('models_max_bytes', 0))}",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"

@@ -1,0 +1,58 @@
+"""`make demo`, the link part: a board and a host on one machine, joined by a software null-modem cable (two
+pseudo-terminals, bench.transports.nullmodem). The agent serves one end as it would a UART; the host asks it what it
+is and runs a pinned bench on it, and the result comes back over the cable with the link's statistics."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from bench.transports.nullmodem import NullModem
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = "models/resnet8/resnet8_int8.tflite"
+
+
+def show(cmd: list[str]) -> list[str]:
+    print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
+    return cmd
+
+
+def main() -> int:
+    bindir = Path(sys.executable).parent
+    with tempfile.TemporaryDirectory(prefix="edge-agent-") as state, NullModem() as cable:
+        print("A board and a host joined by a software null-modem cable (two ptys, pyserial at both ends):")
+        agent = subprocess.Popen(
+            show([str(bindir / "edge-runtime"), "agent", cable.agent_url, "--state-dir", state]),
+            cwd=ROOT,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            for line in agent.stderr:
+                print("  " + line.rstrip(), flush=True)
+                if "listening on" in line or time.monotonic() > deadline:
+                    break
+            threading.Thread(target=lambda: [None for _ in agent.stderr], daemon=True).start()  # drained, unshown
+            host = str(bindir / "edge-bench")
+            code = subprocess.call(show([host, "targets", cable.host_url]), cwd=ROOT)
+            code |= subprocess.call(
+                show(
+                    [host, "run", "--target", cable.host_url, "--model", MODEL, "--cpus", "1", "--iterations", "3000"]
+                ),
+                cwd=ROOT,
+            )
+        finally:
+            agent.terminate()
+            agent.wait(timeout=30)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
