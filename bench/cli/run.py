@@ -38,6 +38,7 @@ def parse(argv: list[str]):
 
 def run(args) -> int:
     from bench.targets.agent import AgentTarget, TargetError
+    from bench.transports.connection import new_request_id
     from edge_runtime.cli import bench as bench_cmd
     from edge_runtime.cli.common import plan_outputs
     from edge_runtime.system.outputs import write_json, write_output
@@ -61,13 +62,24 @@ def run(args) -> int:
     request = bench_cmd.request_from_args(bargs)
     say, done = progress_printer()
     target = AgentTarget(args.target, token=token(args), reconnect_for=args.reconnect_for, log=say)
+    rid = new_request_id("bench-")
+    stopped_by = None
     try:
         with target:
             try:
-                got = target.bench(request, progress=say)
+                got = target.bench(request, progress=say, rid=rid)
+            except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: the board stops and sends what it measured
+                stopped_by = getattr(err, "signum", None) or 2
+                done()
+                print("edge-bench: interrupted: asking the board to stop and send what it measured", file=sys.stderr)
+                target.cancel(rid)
+                got = target.answer_of(rid)
             finally:
                 done()
     except TargetError as err:
+        if stopped_by is not None and err.kind == "cancelled":
+            print(f"edge-bench: {err}", file=sys.stderr)
+            return 128 + stopped_by
         code = 2 if err.kind in ("user-error", "bad-path", "no-model", "hash-mismatch", "too-large", "auth") else 1
         print(f"edge-bench: error: {err}", file=sys.stderr)
         return code
@@ -84,6 +96,8 @@ def run(args) -> int:
     if not on_stdout:
         sys.stdout.write(bench_cmd.format_report(doc))
         sys.stdout.write(format_link(args.target, got.link, got.rerun_after_restart))
+    if stopped_by is not None:
+        return 128 + stopped_by
     return 1 if doc.get("aborted") else 0
 
 

@@ -80,6 +80,7 @@ class AgentTarget:
         self.identity: dict = {}
         self.reconnects = 0
         self._totals: dict = {}
+        self._asked: dict[str, dict] = {}  # request id -> the bench request sent under it
 
     # ------------------------------------------------------------------------------------------------ connection
     def connect(self) -> dict:
@@ -262,7 +263,24 @@ class AgentTarget:
             raise UserError(f"model {request.model!r}: sha256 {sha} is not the request's {request.model_sha256}")
         wire = replace(request, model=name, model_sha256=sha).to_dict()
         rid = rid or new_request_id("bench-")
+        self._asked[rid] = wire
         answer = self.call("bench", {"request": wire}, rid=rid, progress=progress, full=True)
+        return self._keep(rid, answer, sink)
+
+    def cancel(self, rid: str) -> bool:
+        """Ask the board to stop request `rid`: a bench ends at its next chunk and answers with what it measured
+        (marked aborted, kind interrupted). True when it was queued or running there."""
+        return bool(self.call("cancel", {"id": rid}).get("cancelled"))
+
+    def answer_of(self, rid: str, sink: Callable[[AgentResult], None] | None = None) -> AgentResult:
+        """The answer of a bench asked before under `rid` (after a cancel, or when its caller went away): asked
+        again under the same id, which the board answers from its outbox or the run under way, never by a rerun."""
+        if rid not in self._asked:
+            raise KeyError(rid)
+        answer = self.call("bench", {"request": self._asked[rid]}, rid=rid, full=True)
+        return self._keep(rid, answer, sink)
+
+    def _keep(self, rid: str, answer: dict, sink) -> AgentResult:
         got = AgentResult(
             rid,
             answer["result"],
@@ -273,6 +291,7 @@ class AgentTarget:
         if sink is not None:
             sink(got)
         self.ack([rid])
+        self._asked.pop(rid, None)
         return got
 
     def ack(self, ids: list[str]) -> None:

@@ -147,7 +147,8 @@ def listen_tcp(ep: Endpoint) -> socket.socket:
 
 def serve_tcp(agent, ep: Endpoint, stop, log, sock: socket.socket | None = None) -> None:
     sock = sock or listen_tcp(ep)
-    log(f"listening on tcp://{ep.host}:{sock.getsockname()[1]}")
+    host = f"[{ep.host}]" if ":" in ep.host else ep.host
+    log(f"listening on tcp://{host}:{sock.getsockname()[1]}")
     conn: socket.socket | None = None
     peer = ""
     try:

@@ -160,11 +160,11 @@ class Agent:
                 wm.failed(rid, str(op)[:40], "bad-request", "a request needs `op` (a name) and `args` (an object)")
             )
             return
-        if rid in self.answers:  # asked again (the host reconnected before the answer reached it)
-            self._send(self.answers[rid], now)
-            return
         if not self.authed and op != "hello":
             self._send(wm.failed(rid, op, "auth", "say hello with the token first"), now)
+            return
+        if rid in self.answers:  # asked again (the host reconnected before the answer reached it)
+            self._send(self.answers[rid], now)
             return
         try:
             if op in INLINE:

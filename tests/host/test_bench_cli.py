@@ -101,3 +101,50 @@ def test_the_agents_own_mistakes_are_one_line(tmp_path):
                        str(tmp_path / "s") if "--state-dir" not in args else "--quiet")  # fmt: skip
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1 and needle in lines[0], proc.stderr
+
+
+def test_ctrl_c_stops_the_boards_run_and_keeps_what_it_measured(agent):
+    need("tflite")
+    import signal
+    import time
+
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bench.cli",
+            "run",
+            "--target",
+            agent.url,
+            "--model",
+            str(DIGITS),
+            "--duration",
+            "30",
+            "--json",
+            "-",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines = []
+    deadline = time.monotonic() + 60
+    for line in proc.stderr:  # progress: upload, starting, then the board's own "measuring ..." lines
+        lines.append(line)
+        if "measur" in line or time.monotonic() > deadline:
+            break
+    time.sleep(1.0)
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, [*lines, err]
+    assert time.monotonic() - t0 < 20  # the board stopped at its next chunk, not at the end of 30 s
+    doc = json.loads(out)
+    assert doc["aborted"]["kind"] == "interrupted" and doc["latency_us"]["count"] > 0
+    assert doc["wall_s"] < 25
+    assert "asking the board to stop" in err
+    from bench.targets.agent import AgentTarget
+
+    with AgentTarget(agent.url) as t:
+        assert t.pending() == []  # the partial result was acknowledged, not left behind
