@@ -247,3 +247,25 @@ def test_backends_registry_refuses_duplicates():
         backends.register("onnxruntime", "x:y")
     assert set(backends.names()) >= {"onnxruntime", "openvino", "tflite"}
     assert all(backend_installed(n) == (n in backends.available()) for n in ("onnxruntime", "openvino"))
+
+
+@pytest.mark.xfail(strict=True, reason="OpenVINO 2026.4: a pinned CPU session changes how later sessions in the same "
+                   "process treat inputs: mismatched shapes then run and give an empty output (found by issue 11's "
+                   "tests; the agent runs every job in its own process)")  # fmt: skip
+def test_openvino_still_refuses_bad_inputs_after_a_pinned_session(tmp_path):
+    need("openvino")
+    path = _dynamic_add_model(tmp_path / "add.onnx")
+    script = f"""
+import numpy as np, edge_runtime
+from edge_runtime.errors import InferenceError
+with edge_runtime.load({str(artifact("resnet8", "_int8.xml"))!r}, sandbox=False, cpus=[{max(os.sched_getaffinity(0))}]):
+    pass
+with edge_runtime.load({str(path)!r}, backend="openvino", sandbox=False) as s:
+    try:
+        s.infer({{"a": np.zeros((3, 4), np.float32), "b": np.zeros((2, 4), np.float32)}})
+    except InferenceError:
+        raise SystemExit(0)
+raise SystemExit("no error")
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-500:]

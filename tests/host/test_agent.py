@@ -15,11 +15,9 @@ import psutil
 import pytest
 from agentkit import AgentProcess, Cable, comparable, free_port
 from conftest import MODELS, need
-from helpers import bench as local_bench
-from helpers import request
+from helpers import request, run_cli
 
 from bench.targets.agent import AgentResult, AgentTarget, TargetError
-from edge_runtime.system.root import SystemRoot
 
 pytest.importorskip("serial")
 DIGITS = MODELS / "digits_cnn" / "digits_cnn_int8.onnx"
@@ -28,6 +26,14 @@ RESNET_IR = MODELS / "resnet8" / "resnet8_int8.xml"
 
 def files_under(d: Path) -> set[str]:
     return {str(p) for p in d.rglob("*")}
+
+
+def local_bench(model: Path, *flags: str) -> dict:
+    """`edge-runtime bench MODEL FLAGS --json` here, in a child process (as a user runs it; a pinned OpenVINO run in
+    the test process would also change how OpenVINO treats later sessions there: see test_session.py)."""
+    proc = run_cli("bench", str(model), *flags, "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
 
 
 def target(url: str, **kw) -> AgentTarget:
@@ -41,7 +47,7 @@ def target(url: str, **kw) -> AgentTarget:
 def test_tcp_upload_bench_and_the_result_is_a_local_bench_of_the_same_request(tmp_path):
     need("onnxruntime")
     req = request(DIGITS, cpus=[1], iterations=300, sandbox=True)
-    local = local_bench(req, SystemRoot("/"))
+    local = local_bench(DIGITS, "--cpus", "1", "--iterations", "300")
     with AgentProcess("tcp://127.0.0.1:0", tmp_path / "state") as agent, target(agent.url) as t:
         ident = t.connect()
         assert ident["protocol"] == 1 and ident["backends"]["onnxruntime"]
@@ -72,7 +78,7 @@ def test_over_a_pty_pair_with_pyserial_at_both_ends(tmp_path):
             info = t.info()
     finally:
         cable.close()
-    local = local_bench(request(RESNET_IR, iterations=100, cpus=[1], sandbox=True), SystemRoot("/"))
+    local = local_bench(RESNET_IR, "--cpus", "1", "--iterations", "100")
     assert comparable(got.result) == comparable(local)
     assert sorted(p.name for p in (tmp_path / "state" / "models").glob("*/*")) == [
         "model.json", "resnet8_int8.bin", "resnet8_int8.xml"
