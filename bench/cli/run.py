@@ -64,16 +64,30 @@ def run(args) -> int:
     target = AgentTarget(args.target, token=token(args), reconnect_for=args.reconnect_for, log=say)
     rid = new_request_id("bench-")
     stopped_by = None
+
+    def keep(got) -> None:
+        """The outputs are written before the board is told it may forget the result."""
+        doc = got.record()
+        if "--prom" in outs:
+            from edge_runtime.system.prom import textfile
+
+            write_output(outs["--prom"], textfile(doc))
+        if "--json" in outs:
+            write_json(doc, outs["--json"])
+
     try:
         with target:
             try:
-                got = target.bench(request, progress=say, rid=rid)
+                got = target.bench(request, progress=say, rid=rid, sink=keep)
             except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: the board stops and sends what it measured
                 stopped_by = getattr(err, "signum", None) or 2
                 done()
+                if rid not in target._asked:
+                    print("edge-bench: interrupted before the run started on the board", file=sys.stderr)
+                    return 128 + stopped_by
                 print("edge-bench: interrupted: asking the board to stop and send what it measured", file=sys.stderr)
                 target.cancel(rid)
-                got = target.answer_of(rid)
+                got = target.answer_of(rid, sink=keep)
             finally:
                 done()
     except TargetError as err:
@@ -86,13 +100,7 @@ def run(args) -> int:
     doc = got.record()
     for w in got.warnings:
         print(f"edge-bench: warning: {w}", file=sys.stderr)
-    if "--prom" in outs:
-        from edge_runtime.system.prom import textfile
-
-        write_output(outs["--prom"], textfile(doc))
     on_stdout = "--json" in outs and outs["--json"].is_stdout
-    if "--json" in outs:
-        write_json(doc, outs["--json"])
     if not on_stdout:
         sys.stdout.write(bench_cmd.format_report(doc))
         sys.stdout.write(format_link(args.target, got.link, got.rerun_after_restart))

@@ -94,6 +94,7 @@ class AgentTarget:
         try:
             self.identity = conn.open()
         except (StreamLost, LinkLost) as err:
+            conn.close()
             raise TargetError(f"{err}", "unreachable") from None
         except RemoteError as err:
             conn.close()
@@ -172,6 +173,8 @@ class AgentTarget:
                 self.log(f"{self.url}: link lost during {op} ({err}); reconnecting")
             except RemoteError as err:
                 raise TargetError(f"{self.url}: {op}: {err.message}", err.kind) from None
+            except TimeoutError as err:
+                raise TargetError(f"{err}", "timeout") from None
 
     # ------------------------------------------------------------------------------------------------ requests
     def info(self) -> dict:
@@ -264,8 +267,23 @@ class AgentTarget:
         wire = replace(request, model=name, model_sha256=sha).to_dict()
         rid = rid or new_request_id("bench-")
         self._asked[rid] = wire
-        answer = self.call("bench", {"request": wire}, rid=rid, progress=progress, full=True)
+        try:
+            answer = self.call("bench", {"request": wire}, rid=rid, progress=progress, full=True)
+        except TargetError as err:
+            self._forget(rid, err)
+            raise
         return self._keep(rid, answer, sink)
+
+    def _forget(self, rid: str, err: TargetError) -> None:
+        """A bench answered with an error: the board keeps that answer too; acknowledge it (the error is raised to
+        the caller), unless the link itself failed (then the answer waits in the outbox for collect())."""
+        if err.kind in ("unreachable", "timeout", "refused"):
+            return
+        try:
+            self.ack([rid])
+        except TargetError:
+            pass
+        self._asked.pop(rid, None)
 
     def cancel(self, rid: str) -> bool:
         """Ask the board to stop request `rid`: a bench ends at its next chunk and answers with what it measured
@@ -276,8 +294,12 @@ class AgentTarget:
         """The answer of a bench asked before under `rid` (after a cancel, or when its caller went away): asked
         again under the same id, which the board answers from its outbox or the run under way, never by a rerun."""
         if rid not in self._asked:
-            raise KeyError(rid)
-        answer = self.call("bench", {"request": self._asked[rid]}, rid=rid, full=True)
+            raise TargetError(f"{self.url}: no bench was asked under {rid}", "unknown")
+        try:
+            answer = self.call("bench", {"request": self._asked[rid]}, rid=rid, full=True)
+        except TargetError as err:
+            self._forget(rid, err)
+            raise
         return self._keep(rid, answer, sink)
 
     def _keep(self, rid: str, answer: dict, sink) -> AgentResult:

@@ -59,7 +59,7 @@ class Connection:
     ):
         self.url = url
         self.token = token
-        self.link = Link(role="host", max_payload=max_payload, dead_after=dead_after)
+        self.link = Link(role="host", max_payload=max_payload, dead_after=dead_after, line_rate=_line_rate(url))
         self.connect_timeout = connect_timeout
         self._stream = stream
         self._lock = threading.Lock()  # the link
@@ -97,7 +97,14 @@ class Connection:
         args = {}
         if self.token is not None:
             args["mac"] = hmac.new(self.token, self._nonce.encode(), hashlib.sha256).hexdigest()
-        self.identity = self.request("hello", args, timeout=self.connect_timeout)
+        try:
+            self.identity = self.request("hello", args, timeout=self.connect_timeout)
+        except TimeoutError:
+            self.close()
+            raise StreamLost(f"{self.url}: the agent did not answer hello in {self.connect_timeout:g} s") from None
+        except BaseException:
+            self.close()
+            raise
         return self.identity
 
     def close(self) -> None:
@@ -121,11 +128,13 @@ class Connection:
         self, op: str, args: dict | None = None, blob: bytes = b"", rid: str | None = None, progress=None
     ) -> str:
         rid = rid or new_request_id()
-        if self._lost:
-            raise LinkLost(self._lost)
         self._waiters[rid] = queue.Queue()
         if progress is not None:
             self._progress[rid] = progress
+        if self._lost:  # checked after the waiter is in place: a loss from now on reaches it through _fail_all
+            self._waiters.pop(rid, None)
+            self._progress.pop(rid, None)
+            raise LinkLost(self._lost)
         with self._wlock:
             with self._lock:
                 self.link.send(wm.encode(wm.request(rid, op, args, blob)), time.monotonic())
@@ -160,6 +169,12 @@ class Connection:
 
     # ------------------------------------------------------------------------------------------------ reader
     def _read_loop(self) -> None:
+        try:
+            self._read_loop_body()
+        except Exception as err:  # noqa: BLE001 - whatever ends the reader ends the connection, and wakes the waiters
+            self._lose(f"{self.url}: {type(err).__name__}: {' '.join(str(err).split())[:200]}")
+
+    def _read_loop_body(self) -> None:
         while not self._closing:
             with self._lock:
                 wait = min(self.link.next_timer(time.monotonic()), 0.05)
@@ -189,6 +204,8 @@ class Connection:
             self._connected.set()
         elif isinstance(ev, Refused):
             self._refused = ev.reason
+            if self._connected.is_set():  # the agent ended the session (it lost us, or restarted): connect again
+                self._lose(f"{self.url}: the agent ended the session ({ev.reason})")
         elif isinstance(ev, Down):
             self._lose(f"{self.url}: {ev.reason}")
         elif isinstance(ev, ProtocolError):
@@ -200,6 +217,8 @@ class Connection:
                 self.stray_errors.append({"kind": "bad-message", "message": str(err)})
                 return
             rid = msg.get("id")
+            if not isinstance(rid, str):
+                rid = None
             if msg.type == "progress":
                 cb = self._progress.get(rid)
                 if cb is not None:
@@ -207,7 +226,9 @@ class Connection:
             elif msg.type == "response" and rid in self._waiters:
                 self._waiters[rid].put(msg.fields)
             elif msg.type == "error":
-                self.stray_errors.append(dict(msg.get("error") or {}))
+                err = msg.get("error")
+                self.stray_errors.append(err if isinstance(err, dict) else {"kind": "error", "message": str(err)})
+                del self.stray_errors[:-100]
 
     def _flush(self) -> None:
         with self._wlock:
@@ -233,3 +254,16 @@ class Connection:
     def _fail_all(self, why: str) -> None:
         for q in list(self._waiters.values()):
             q.put(LinkLost(why))
+
+
+def _line_rate(url: str) -> float | None:
+    """Bytes per second of a serial line named by the URL (its baud / 10), or None (TCP, sockets, ptys at no rate)."""
+    from bench.transports import parse_endpoint
+
+    try:
+        ep = parse_endpoint(url, "target", listen=False)
+    except Exception:  # noqa: BLE001 - a bad URL is reported when the stream opens
+        return None
+    if ep.kind != "serial" or ep.url.startswith(("socket://", "loop://", "rfc2217://")):
+        return None
+    return ep.baud / 10

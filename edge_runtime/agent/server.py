@@ -25,16 +25,16 @@ from __future__ import annotations
 import collections
 import hashlib
 import hmac
-import os
 import queue
 import signal
+import subprocess
 import threading
 import time
 import zlib
 from dataclasses import dataclass, field
 
 from edge_runtime import __version__
-from edge_runtime.agent.jobs import Job, board_request, run_child, run_command
+from edge_runtime.agent.jobs import Job, board_identity, board_request, cancel, run_child, run_command, stored_message
 from edge_runtime.agent.state import RequestError, StateDir, check_sha
 from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.wire import messages as wm
@@ -42,9 +42,13 @@ from edge_runtime.wire.link import Connected, Down, Link, Message, ProtocolError
 
 ANSWERS_KEPT = 256  # quick answers kept in memory for repeated request ids
 MAX_CHUNK = 1 << 20
+MAX_REQUEST = MAX_CHUNK + (64 << 10)  # the largest message the agent takes: a chunk and its header
+MAX_UNAUTHENTICATED = 4096  # before the token is proven: a hello, nothing larger
+AUTH_GRACE_S = 5.0  # a host that has not proven its token by then is dropped (it must not hold the agent)
+MAX_BACKLOG = 128 << 20  # answers waiting for a host that does not take them: the session is dropped beyond this
 ERRORS_PER_S = 20
-INLINE = {"hello", "ping", "model_status", "upload_chunk", "upload_end", "results", "fetch", "ack", "cancel"}
-COMMANDS = {"info", "thermal", "tune_show"}
+INLINE = {"hello", "ping", "model_status", "upload_chunk", "results", "fetch", "ack", "cancel"}
+COMMANDS = {"info", "thermal", "tune_show", "upload_end"}  # slow: a worker thread, so the link keeps answering
 JOBS = {"bench", "load_check"}
 
 
@@ -54,16 +58,21 @@ class Agent:
     token: bytes | None = None
     max_payload: int = 64 * 1024
     log: object = field(default=None)
+    line_rate: float | None = None  # bytes/s of a serial line (from its baud rate)
 
     def __post_init__(self) -> None:
-        self.link = Link(role="agent", max_payload=self.max_payload)
+        self.link = Link(role="agent", max_payload=self.max_payload, max_message=MAX_REQUEST, line_rate=self.line_rate)
         self.lock = threading.RLock()
         self.authed = self.token is None
         self.answers: collections.OrderedDict[str, wm.Msg] = collections.OrderedDict()
         self.jobs: queue.Queue[Job | None] = queue.Queue()
         self.active: dict[str, Job] = {}  # queued or running model jobs, by request id
         self.commands: queue.Queue[tuple[str, str, dict] | None] = queue.Queue()
+        self.commands_pending: set[str] = set()
         self.identity: dict = {}
+        self._connected_at = 0.0
+        self._now = 0.0  # the I/O loop's clock, as last given to feed/poll
+        self._refusals = 0
         self.stopping = False
         self._error_window, self._errors_in_window = 0.0, 0
         for rid in self.state.interrupted():
@@ -78,35 +87,69 @@ class Agent:
     # ----------------------------------------------------------------------------------------------- I/O side
     def feed(self, data: bytes, now: float) -> None:
         with self.lock:
-            self.link.receive(data, now)
-            self._events(now)
+            self._now = now
+            try:
+                self.link.receive(data, now)
+                self._events(now)
+            except Exception as err:  # noqa: BLE001 - nothing a host sends may stop the agent
+                self._internal(err, now)
 
     def poll(self, now: float) -> None:
         with self.lock:
-            self.link.poll(now)
-            self._events(now)
+            self._now = now
+            try:
+                self.link.poll(now)
+                self._events(now)
+                if self.link.is_open and not self.authed and now - self._connected_at > AUTH_GRACE_S:
+                    self._end(f"the host did not prove its token within {AUTH_GRACE_S:g} s")
+                if self.link.backlog > MAX_BACKLOG:
+                    self._end(f"the host does not take its answers ({self.link.backlog:,} bytes waiting)")
+            except Exception as err:  # noqa: BLE001
+                self._internal(err, now)
+
+    def _internal(self, err: Exception, now: float) -> None:
+        line = f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
+        self._log(f"internal error, going on: {line}")
+        try:
+            self._error("internal", line, now)
+        except Exception:  # noqa: BLE001 - the report itself failed: the log line above is what is left
+            pass
+
+    def _end(self, why: str) -> None:
+        self._log(f"session ended: {why}")
+        self.link.end_session()
 
     def outgoing(self) -> bytes:
         with self.lock:
             return self.link.outgoing()
 
     def session_alive(self) -> bool:
+        """A host holds the agent: connected, and it proved its token (or still has the few seconds to)."""
         with self.lock:
-            return self.link.state in ("open", "connecting")
+            if self.link.state not in ("open", "connecting"):
+                return False
+            return self.authed or self._now - self._connected_at <= AUTH_GRACE_S
 
     def drop_session(self, why: str) -> None:
         """The stream closed under the link (TCP EOF, serial port gone): the next CONNECT starts anew."""
         with self.lock:
             if self.link.state == "open":
                 self._log(f"host gone ({why}); answers stay in the outbox")
-            self.link.state = "down"
+            self.link.end_session()
 
     def close(self) -> None:
+        """Stop: running jobs are asked to stop (SIGINT: a bench keeps what it measured), then killed after 10 s."""
         self.stopping = True
         with self.lock:
-            for job in self.active.values():
-                if job.proc is not None and job.proc.poll() is None:
-                    job.proc.send_signal(signal.SIGINT)
+            procs = [j.proc for j in self.active.values() if j.proc is not None and j.proc.poll() is None]
+        for proc in procs:
+            proc.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + 10
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
         self.jobs.put(None)
         self.commands.put(None)
 
@@ -115,6 +158,8 @@ class Agent:
             if isinstance(ev, Connected):
                 if ev.fresh:
                     self.authed = self.token is None
+                    self._connected_at = now
+                    self._refusals = 0
                     self._log(f"host connected (link {ev.link:08x})")
             elif isinstance(ev, Message):
                 self._on_message(ev.data, now)
@@ -143,6 +188,9 @@ class Agent:
 
     # ----------------------------------------------------------------------------------------------- requests
     def _on_message(self, data: bytes, now: float) -> None:
+        if not self.authed and len(data) > MAX_UNAUTHENTICATED:
+            self._end(f"a message of {len(data):,} bytes before the token was proven")
+            return
         try:
             msg = wm.decode(data)
         except wm.MessageError as err:
@@ -161,15 +209,22 @@ class Agent:
             )
             return
         if not self.authed and op != "hello":
-            self._send(wm.failed(rid, op, "auth", "say hello with the token first"), now)
+            self._refusals += 1
+            if self._refusals > 3:
+                self._end("requests without the token")
+            else:
+                self._send(wm.failed(rid, op, "auth", "say hello with the token first"), now)
             return
         if rid in self.answers:  # asked again (the host reconnected before the answer reached it)
             self._send(self.answers[rid], now)
+            return
+        if rid in self.commands_pending:  # asked again while it runs: one answer comes, when it is done
             return
         try:
             if op in INLINE:
                 self._answer(rid, op, getattr(self, "op_" + op)(args, msg.blob), now)
             elif op in COMMANDS:
+                self.commands_pending.add(rid)
                 self.commands.put((rid, op, args))
             elif op in JOBS:
                 self._submit(rid, op, args, now)
@@ -185,7 +240,7 @@ class Agent:
 
     def _answer(self, rid: str, op: str, result, now=None, error: tuple[str, str] | None = None) -> None:
         msg = wm.failed(rid, op, *error) if error else wm.ok(rid, op, result)
-        if op not in ("upload_chunk", "fetch"):  # the big or repeatable ones are cheap to redo
+        if op not in ("upload_chunk", "fetch", "hello"):  # cheap to redo; hello is checked again every time
             self.answers[rid] = msg
             while len(self.answers) > ANSWERS_KEPT:
                 self.answers.popitem(last=False)
@@ -224,21 +279,17 @@ class Agent:
             raise RequestError(f"a chunk of {len(blob):,} bytes is over {MAX_CHUNK:,}", "too-large")
         if zlib.crc32(blob) != crc:
             raise RequestError(f"chunk at {offset:,}: its crc32 does not match: resend it", "bad-chunk")
-        have = self.state.write_chunk(check_sha(args.get("sha256")), args.get("name"), offset, blob, size)
+        have = self.state.write_chunk(check_sha(args.get("sha256")), args.get("name"), offset, blob)
         return {"have": have}
 
     def op_upload_end(self, args: dict, blob: bytes) -> dict:
-        size = args.get("size")
-        if not isinstance(size, int) or isinstance(size, bool):
-            raise RequestError(f"size {size!r}: not a byte count")
-        return self.state.finish_file(
-            check_sha(args.get("sha256")), args.get("name"), args.get("file_sha256"), size, args.get("files")
-        )
+        return self.state.finish_file(check_sha(args.get("sha256")), args.get("name"), args.get("file_sha256"))
 
     def op_results(self, args: dict, blob: bytes) -> dict:
         with self.lock:
             running = [{"id": j.rid, "op": j.op, "running": j.proc is not None} for j in self.active.values()]
-        return {"pending": self.state.pending(), "active": running}
+        cut = [rid for rid in self.state.interrupted() if rid not in self.active]
+        return {"pending": self.state.pending(), "active": running, "cut_short": cut}
 
     def op_fetch(self, args: dict, blob: bytes) -> dict:
         rid = args.get("id")
@@ -263,15 +314,14 @@ class Agent:
             if job is None:
                 return {"id": rid, "cancelled": False, "why": "not queued or running"}
             job.cancelled = True
-            if job.proc is not None and job.proc.poll() is None:
-                job.proc.send_signal(signal.SIGINT)  # the bench ends at its next chunk and keeps what it measured
+            cancel(job)  # the bench ends at its next chunk and keeps what it measured
         return {"id": rid, "cancelled": True}
 
     # ----------------------------------------------------------------------------------------------- jobs
     def _submit(self, rid: str, op: str, args: dict, now: float) -> None:
         stored = self.state.answer(rid)
         if stored is not None:  # answered before (perhaps before a restart): the same answer, never a second run
-            self._send(_from_stored(stored), now)
+            self._send(stored_message(stored), now)
             return
         with self.lock:
             if rid in self.active:
@@ -279,32 +329,38 @@ class Agent:
                 return
             request = board_request(self.state, args.get("request"))
             job = Job(rid, op, {"request": request}, rerun=rid in self.state.interrupted())
+            self.state.mark_running(rid, op, args)  # raises OSError (a full disk) before the job is counted
             self.active[rid] = job
-        if op == "bench":
-            self.state.mark_running(rid, op, args)
+            self.state.in_use.add(str(request["model_sha256"]).lower())
         self.jobs.put(job)
         ahead = self.jobs.qsize() - 1
         self._send(wm.progress(rid, f"queued behind {ahead} job(s)" if ahead > 0 else "starting"), now)
 
     def _job_worker(self) -> None:
+        """One model job at a time (the board's CPUs are the thing measured). Whatever a job does, the worker goes on:
+        each answer, even an internal error, is kept in the outbox until the host acknowledges it."""
         while True:
             job = self.jobs.get()
             if job is None:
                 return
-            if job.cancelled:
-                answer = {"ok": False, "error": {"kind": "cancelled", "message": "cancelled before it started"}}
-            else:
-                answer = run_child(job, self.lock, self._send)
+            try:
+                if job.cancelled:
+                    answer = {"ok": False, "error": {"kind": "cancelled", "message": "cancelled before it started"}}
+                else:
+                    answer = run_child(job, self.lock, self._send)
+            except Exception as err:  # noqa: BLE001 - reported as the job's answer
+                answer = {"ok": False, "error": {"kind": "internal", "message": f"{type(err).__name__}: {err}"}}
             if job.rerun:
                 answer["rerun_after_restart"] = True
-            if job.op == "bench":
+            try:
                 self.state.put_answer(job.rid, job.op, answer)
+            except OSError as err:
+                self._log(f"cannot keep the answer of {job.rid} ({err.strerror}): sent once, not kept")
+                self.state.clear_running(job.rid)
             with self.lock:
                 self.active.pop(job.rid, None)
-                msg = _from_stored({"id": job.rid, "op": job.op, **answer})
-                if job.op != "bench":
-                    self.answers[job.rid] = msg
-                self._send(msg)
+                self.state.in_use = {str(j.args["request"]["model_sha256"]).lower() for j in self.active.values()}
+                self._send(stored_message({"id": job.rid, "op": job.op, **answer}))
 
     def _command_worker(self) -> None:
         while True:
@@ -313,41 +369,24 @@ class Agent:
                 return
             rid, op, args = item
             try:
-                result = run_command(op, args)
-                with self.lock:
-                    self._answer(rid, op, result)
+                if op == "upload_end":
+                    result, error = self.op_upload_end(args, b""), None
+                else:
+                    result, error = run_command(op, args), None
             except RequestError as err:
-                with self.lock:
-                    self._answer(rid, op, None, error=(err.kind, err.one_line()))
+                result, error = None, (err.kind, err.one_line())
+            except EdgeRuntimeError as err:
+                result, error = None, ("user-error", err.one_line())
+            except Exception as err:  # noqa: BLE001 - an OSError (no memory, no fd) is an answer, not a dead worker
+                result, error = None, ("internal", f"{type(err).__name__}: {' '.join(str(err).split())[:300]}")
+            with self.lock:
+                self.commands_pending.discard(rid)
+                self._answer(rid, op, result, error=error)
 
     def learn_identity(self) -> None:
         """Who this board is, for every hello: from `edge-runtime info` (in a child, see run_command)."""
         try:
-            info = run_command("info", {})
+            self.identity = board_identity(run_command("info", {}))
         except RequestError as err:
             self._log(f"info failed: {err.one_line()}")
-            info = {}
-        self.identity = {
-            "board": info.get("board"),
-            "board_profile": (info.get("board_profile") or {}).get("name"),
-            "cpu_model": info.get("cpu_model"),
-            "kernel": info.get("kernel"),
-            "python": info.get("python"),
-            "cpus": info.get("cpus"),
-            "backends": {
-                name: (b.get("version") if b.get("installed") else None)
-                for name, b in (info.get("backends") or {}).items()
-            },
-            "hostname": os.uname().nodename,
-        }
-
-
-def _from_stored(stored: dict) -> wm.Msg:
-    rid, op = stored["id"], stored["op"]
-    if stored.get("ok"):
-        msg = wm.ok(rid, op, stored["result"])
-    else:
-        err = stored.get("error") or {}
-        msg = wm.failed(rid, op, err.get("kind", "internal"), err.get("message", "failed"))
-    extra = {k: stored[k] for k in ("warnings", "rerun_after_restart") if stored.get(k)}
-    return wm.Msg(msg.type, {**msg.fields, **extra}) if extra else msg
+            self.identity = board_identity({})

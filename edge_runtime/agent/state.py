@@ -5,6 +5,7 @@ request names can lead out of it.
     STATE/lock                      flock: one agent per state directory
     STATE/models/<sha256>/<name>    a model's files (an OpenVINO .xml and its .bin side by side), each checked by hash
     STATE/models/<sha256>/<name>.part   an upload under way (resumed from its length)
+    STATE/models/<sha256>/upload.json   the files an upload declared: its chunks may write those, up to those sizes
     STATE/models/<sha256>/model.json    written when every file is complete; its mtime is the model's last use
     STATE/outbox/<id>.json          an answer not yet acknowledged by the host
     STATE/done/<id>.json            acknowledged answers, the newest DONE_KEPT (a repeated request id is answered again)
@@ -22,7 +23,7 @@ import os
 import re
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from edge_runtime.errors import UserError
 from edge_runtime.system.outputs import dumps
@@ -30,6 +31,9 @@ from edge_runtime.system.outputs import dumps
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 SHA256 = re.compile(r"[0-9a-f]{64}")
 DONE_KEPT = 1000
+MANIFEST = "model.json"  # written by the agent when every file of a model is here and checked
+UPLOAD = "upload.json"  # the files an upload declared (names, sizes, hashes): chunks write only these
+RESERVED = {MANIFEST, UPLOAD, "lock"}
 DEFAULT_MAX_STORE = 2 << 30
 
 
@@ -42,10 +46,32 @@ class RequestError(UserError):
 
 
 def check_name(name: object, what: str = "name") -> str:
-    """A file name a request gives: one path component of safe characters, never '..', '/' or a hidden file."""
+    """A file name a request gives: one path component of safe characters, never '..', '/', a hidden file or a name
+    the agent keeps for itself."""
     if not isinstance(name, str) or not NAME.fullmatch(name) or name.endswith((".part", ".tmp")) or ".." in name:
         raise RequestError(f"{what} {str(name)[:80]!r}: not a plain file name (letters, digits, . _ + -)", "bad-path")
+    if name.lower() in RESERVED:
+        raise RequestError(f"{what} {name!r}: a name the agent keeps for itself", "bad-path")
     return name
+
+
+def _read_files(path: str) -> list[dict] | None:
+    """The `files` list of a manifest the agent wrote, or None when it is missing or not one."""
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+        files = doc["files"]
+        if (
+            isinstance(files, list)
+            and files
+            and all(
+                isinstance(x, dict) and isinstance(x.get("name"), str) and isinstance(x.get("size"), int) for x in files
+            )
+        ):
+            return files
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        pass
+    return None
 
 
 def check_sha(sha: object, what: str = "sha256") -> str:
@@ -79,6 +105,7 @@ def file_sha256(path: str) -> str:
 class StateDir:
     root: str
     max_store: int = DEFAULT_MAX_STORE
+    in_use: set = field(default_factory=set)  # models of jobs queued or running: never evicted
 
     def __post_init__(self) -> None:
         self.root = os.path.abspath(self.root)
@@ -124,7 +151,8 @@ class StateDir:
         return self.path("models", check_sha(sha))
 
     def model_status(self, sha: str, files: list[dict]) -> dict:
-        """What the agent has of a model: per file, the bytes it holds (size when complete)."""
+        """What the agent has of a model: per file, the bytes it holds (size when complete). Begins (or resumes) its
+        upload: the files declared here are the only ones, and the only sizes, its chunks may write."""
         sha = check_sha(sha)
         files = self._check_files(files)
         d = self.model_dir(sha)
@@ -137,8 +165,13 @@ class StateDir:
         if self.complete(sha, files):
             os.utime(os.path.join(d, "model.json"))
             return {"complete": True, "files": [{"name": f["name"], "have": f["size"]} for f in files]}
-        self._make_room(total, keep=sha)
+        declared = self._declared(sha)
+        if declared != files:  # a new upload, or one declared differently: start it over
+            shutil.rmtree(d, ignore_errors=True)
+        self._make_room(total, keep={sha, *self.in_use})
         os.makedirs(d, mode=0o700, exist_ok=True)
+        if declared != files:
+            write_atomic(os.path.join(d, UPLOAD), dumps({"sha256": sha, "files": files}).encode())
         out = []
         for f in files:
             final, part = os.path.join(d, f["name"]), os.path.join(d, f["name"] + ".part")
@@ -151,34 +184,44 @@ class StateDir:
             out.append({"name": f["name"], "have": have})
         return {"complete": False, "files": out}
 
+    def _declared(self, sha: str) -> list[dict] | None:
+        return _read_files(os.path.join(self.model_dir(sha), UPLOAD))
+
+    def _declared_file(self, sha: str, name: str) -> dict:
+        name = check_name(name, "file name")
+        for f in self._declared(sha) or []:
+            if f["name"] == name:
+                return f
+        raise RequestError(f"model {sha[:12]}: {name!r} is not a file of an upload begun (ask model_status first)")
+
     def complete(self, sha: str, files: list[dict] | None = None) -> bool:
-        manifest = os.path.join(self.model_dir(sha), "model.json")
-        try:
-            with open(manifest) as f:
-                have = json.load(f)
-        except (OSError, ValueError):
+        have = _read_files(os.path.join(self.model_dir(sha), MANIFEST))
+        if have is None:
             return False
         if files is None:
             return True
-        want = {(f["name"], f["sha256"]) for f in files}
-        return want <= {(f["name"], f["sha256"]) for f in have.get("files", [])}
+        return {(f["name"], f["sha256"]) for f in files} <= {(f["name"], f["sha256"]) for f in have}
 
-    def write_chunk(self, sha: str, name: str, offset: int, data: bytes, size: int) -> int:
-        """Append a chunk at `offset` of an upload; a chunk the agent already has is skipped. Returns the bytes held."""
+    def write_chunk(self, sha: str, name: str, offset: int, data: bytes) -> int:
+        """Write a chunk at `offset` of a declared file; one the agent already has is skipped, one after a gap is
+        not written (the host resends from what is held). Returns the bytes held."""
+        sha = check_sha(sha)
+        f = self._declared_file(sha, name)
         d = self.model_dir(sha)
-        name = check_name(name, "file name")
-        if not os.path.isdir(d):
-            raise RequestError(f"model {sha[:12]}: no upload begun (ask model_status first)")
-        final, part = os.path.join(d, name), os.path.join(d, name + ".part")
+        final, part = os.path.join(d, f["name"]), os.path.join(d, f["name"] + ".part")
         if os.path.isfile(final):
             return os.path.getsize(final)
         have = os.path.getsize(part) if os.path.isfile(part) else 0
         if offset > have:
-            return have  # a chunk after a gap: the host resends from `have`
-        if offset + len(data) > size:
-            raise RequestError(f"{name}: chunk at {offset:,} runs past the declared size {size:,}", "too-large")
+            return have
+        if offset + len(data) > f["size"]:
+            raise RequestError(
+                f"{f['name']}: chunk at {offset:,} runs past its declared size {f['size']:,}", "too-large"
+            )
         if offset + len(data) <= have:
             return have  # already here (a repeated chunk)
+        if self.store_bytes() + offset + len(data) - have > self.max_store:
+            raise RequestError(f"{f['name']}: the agent's model store ({self.max_store:,} bytes) is full", "too-large")
         fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
             os.lseek(fd, offset, os.SEEK_SET)
@@ -190,34 +233,35 @@ class StateDir:
             os.close(fd)
         return offset + len(data)
 
-    def finish_file(self, sha: str, name: str, want_sha: str, size: int, files: list[dict]) -> dict:
-        """Check an uploaded file against its declared hash and keep it; the model is complete when all are."""
+    def finish_file(self, sha: str, name: str, want_sha: str) -> dict:
+        """Check an uploaded file against the hash declared for it and keep it; when every declared file is here and
+        together they hash to the model's sha256, the model is complete (model.json)."""
+        sha = check_sha(sha)
+        f = self._declared_file(sha, name)
+        if check_sha(want_sha) != f["sha256"]:
+            raise RequestError(f"{f['name']}: sha256 {want_sha[:16]}... is not the one declared for it")
         d = self.model_dir(sha)
-        name = check_name(name, "file name")
-        want_sha = check_sha(want_sha)
-        final, part = os.path.join(d, name), os.path.join(d, name + ".part")
+        final, part = os.path.join(d, f["name"]), os.path.join(d, f["name"] + ".part")
         if not os.path.isfile(final):
-            if not os.path.isfile(part) or os.path.getsize(part) != size:
-                got = os.path.getsize(part) if os.path.isfile(part) else 0
-                raise RequestError(f"{name}: {got:,} of {size:,} bytes uploaded", "incomplete")
+            got = os.path.getsize(part) if os.path.isfile(part) else 0
+            if got != f["size"]:
+                raise RequestError(f"{f['name']}: {got:,} of {f['size']:,} bytes uploaded", "incomplete")
             got_sha = file_sha256(part)
-            if got_sha != want_sha:
-                os.unlink(part)
-                with contextlib.suppress(OSError):
-                    os.rmdir(d)  # nothing else of that model here: no empty directory left behind either
+            if got_sha != f["sha256"]:
+                shutil.rmtree(d, ignore_errors=True)  # nothing of a lying upload is kept
                 raise RequestError(
-                    f"{name}: the bytes uploaded hash to {got_sha[:16]}..., not the declared {want_sha[:16]}...: "
-                    "discarded",
+                    f"{f['name']}: the bytes uploaded hash to {got_sha[:16]}..., not the declared "
+                    f"{f['sha256'][:16]}...: discarded",
                     "hash-mismatch",
                 )
-            with open(part, "rb+") as f:
-                os.fsync(f.fileno())
+            with open(part, "rb+") as fh:
+                os.fsync(fh.fileno())
             os.replace(part, final)
-        files = self._check_files(files)
-        if all(os.path.isfile(os.path.join(d, f["name"])) for f in files):
+        files = self._declared(sha) or []
+        if files and all(os.path.isfile(os.path.join(d, x["name"])) for x in files):
             whole = hashlib.sha256()  # a model's hash is of its files in order (ModelFile.sha256: the .xml, the .bin)
-            for f in files:
-                with open(os.path.join(d, f["name"]), "rb") as fh:
+            for x in files:
+                with open(os.path.join(d, x["name"]), "rb") as fh:
                     for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
                         whole.update(block)
             if whole.hexdigest() != sha:
@@ -225,22 +269,21 @@ class StateDir:
                 raise RequestError(
                     f"model {sha[:12]}: its files together hash to {whole.hexdigest()[:12]}: discarded", "hash-mismatch"
                 )
-            write_atomic(os.path.join(d, "model.json"), dumps({"sha256": sha, "files": files}).encode())
+            write_atomic(os.path.join(d, MANIFEST), dumps({"sha256": sha, "files": files}).encode())
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(d, UPLOAD))  # the upload is over: model.json says what is here
             return {"complete": True}
         return {"complete": False}
 
     def model_path(self, sha: str) -> str:
         """The model's main file, for a request that runs it; its last use is now (eviction keeps recent ones)."""
         sha = check_sha(sha)
-        d = self.model_dir(sha)
-        manifest = os.path.join(d, "model.json")
-        try:
-            with open(manifest) as f:
-                files = json.load(f)["files"]
-        except (OSError, ValueError, KeyError, TypeError):
-            raise RequestError(f"model {sha[:12]}: not on this board (upload it first)", "no-model") from None
+        manifest = os.path.join(self.model_dir(sha), MANIFEST)
+        files = _read_files(manifest)
+        if not files:
+            raise RequestError(f"model {sha[:12]}: not on this board (upload it first)", "no-model")
         os.utime(manifest)
-        return os.path.join(d, check_name(files[0]["name"]))
+        return os.path.join(self.model_dir(sha), files[0]["name"])
 
     def _check_files(self, files: object) -> list[dict]:
         if not isinstance(files, list) or not files or len(files) > 8:
@@ -253,8 +296,8 @@ class StateDir:
             if not isinstance(size, int) or isinstance(size, bool) or not 0 < size <= self.max_store:
                 raise RequestError(f"size {size!r}: must be 1 to {self.max_store:,} bytes", "too-large")
             name = check_name(f.get("name"), "file name")
-            if name.lower() in names or name == "model.json":
-                raise RequestError(f"file name {name!r}: given twice or reserved")
+            if name.lower() in names:
+                raise RequestError(f"file name {name!r}: given twice")
             names.add(name.lower())
             out.append({"name": name, "sha256": check_sha(f.get("sha256")), "size": size})
         return out
@@ -269,20 +312,33 @@ class StateDir:
                     pass
         return total
 
-    def _make_room(self, need: int, keep: str) -> None:
-        """Evict the models used longest ago (and abandoned uploads) until `need` more bytes fit."""
+    def _make_room(self, need: int, keep: set[str]) -> None:
+        """Evict the models used longest ago (and abandoned uploads) until `need` more bytes fit; never one in
+        `keep` (the one being uploaded, those queued or running). Stray files in models/ are removed first."""
         models = self.path("models")
         while self.store_bytes() + need > self.max_store:
             victims = []
-            for sha in os.listdir(models):
-                if sha == keep:
+            for entry in os.scandir(models):
+                if entry.name in keep:
                     continue
-                d = os.path.join(models, sha)
-                m = os.path.join(d, "model.json")
-                victims.append((os.path.getmtime(m if os.path.exists(m) else d), d))
+                if not entry.is_dir(follow_symlinks=False):
+                    victims.append((0.0, entry.path))
+                    continue
+                m = os.path.join(entry.path, MANIFEST)
+                try:
+                    victims.append((os.path.getmtime(m if os.path.exists(m) else entry.path), entry.path))
+                except OSError:
+                    continue
             if not victims:
                 return
-            shutil.rmtree(min(victims)[1], ignore_errors=True)
+            path = min(victims)[1]
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+            if os.path.lexists(path):  # could not be removed: stop rather than spin
+                return
 
     # ------------------------------------------------------------------------------------------------ outbox
     def answer(self, rid: str) -> dict | None:

@@ -73,7 +73,11 @@ def run(args) -> int:
     sock = listen_tcp(ep) if ep.kind == "tcp" else None
     if ep.kind == "serial":
         open_serial(ep).close()
-    agent = Agent(state, token=token, max_payload=args.max_frame, log=log)
+    # A serial line's rate sizes the link's window and timers (10 bits a byte: start, 8 data, stop).
+    rate = (
+        ep.baud / 10 if ep.kind == "serial" and not ep.url.startswith(("socket://", "loop://", "rfc2217://")) else None
+    )
+    agent = Agent(state, token=token, max_payload=args.max_frame, log=log, line_rate=rate)
     agent.learn_identity()
     log(
         f"board {agent.identity.get('board') or 'unknown'}, state {state.root}, "

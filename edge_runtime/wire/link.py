@@ -37,6 +37,7 @@ from edge_runtime.wire.frame import (
     FLAG_MORE,
     MAX_PAYLOAD,
     MIN_PAYLOAD,
+    OVERHEAD,
     VERSION,
     Frame,
     FrameDecoder,
@@ -123,6 +124,7 @@ class _Sent:
     first: float
     last: float
     resent: bool = False
+    ahead: float = 0.0  # seconds the line needs for what was in flight before this frame (0 without a line rate)
 
     @property
     def end(self) -> int:
@@ -138,6 +140,7 @@ class Link:
     max_payload: int = DEFAULT_MAX_PAYLOAD
     window: int = 16
     window_bytes: int = 256 * 1024
+    line_rate: float | None = None  # bytes/s of a serial line: the window, the frames and the timers fit it
     max_message: int = MAX_MESSAGE
     keepalive: float = 1.0
     dead_after: float = 10.0
@@ -147,9 +150,18 @@ class Link:
     def __post_init__(self) -> None:
         if not MIN_PAYLOAD <= self.max_payload <= MAX_PAYLOAD:
             raise ValueError(f"max_payload {self.max_payload}: must be {MIN_PAYLOAD} to {MAX_PAYLOAD}")
-        self.decoder = FrameDecoder(max_payload=self.max_payload)
+        self.max_rto, self.min_rto = MAX_RTO, MIN_RTO
+        if self.line_rate:
+            # In flight at most ~half a second of the line, frames of at most ~0.1 s, and a timer that waits out a
+            # full window: otherwise a 115200-baud line times out on frames still queued, not lost.
+            rate = max(float(self.line_rate), 10.0)
+            self.window_bytes = max(4 * MIN_PAYLOAD, min(self.window_bytes, int(rate * 0.5)))
+            self.max_payload = max(MIN_PAYLOAD, min(self.max_payload, int(rate * 0.1)))
+            self.max_rto = max(MAX_RTO, 4 * (self.window_bytes + self.max_payload) / rate)
+        self.decoder = FrameDecoder(max_payload=max(self.max_payload, DEFAULT_MAX_PAYLOAD))
         self.link = 0
         self.nonce = ""
+        self._refused_at = -1.0
         self.state = "idle"  # idle | connecting | open | refused | down
         self.agreed_payload = self.max_payload
         self._out = bytearray()
@@ -226,7 +238,7 @@ class Link:
     def poll(self, now: float) -> None:
         """Timers: resend on timeout, repeat CONNECT, ping when idle, notice a silent peer."""
         if self.state == "connecting" and now - self._connect_sent >= self._connect_rto:
-            self._connect_rto = min(self._connect_rto * 2, MAX_RTO)
+            self._connect_rto = min(self._connect_rto * 2, self.max_rto)
             self._send_connect(now)
         if self.state in ("connecting", "open") and now - self._last_heard > self.dead_after:
             self.state = "down"
@@ -234,13 +246,28 @@ class Link:
             return
         if not self.is_open:
             return
-        if self._unacked and now - self._unacked[0].last >= self._rto:
+        if self._unacked and now - self._unacked[0].last >= self._rto + self._unacked[0].ahead:
             self.stats.timeouts += 1
-            self._rto = min(self._rto * 2, MAX_RTO)
+            self._rto = min(self._rto * 2, self.max_rto)
             self._shrink()
             self._resend_all(now)
         elif self.role == "host" and now - self._last_sent >= self.keepalive:
             self._emit(Frame(Kind.PING, self.link, self._expected, stamp=self._next_stamp(now)), now)
+
+    def end_session(self) -> None:
+        """Agent: end this connection; frames that still come on it are answered with REFUSE."""
+        if self.state in ("open", "connecting"):
+            self.state = "down"
+        self._queue.clear()
+        self._resend.clear()
+        self._unacked.clear()
+        self._inflight_bytes = 0
+
+    @property
+    def backlog(self) -> int:
+        """Bytes of messages not yet acknowledged (queued, to resend, in flight)."""
+        queued = sum(len(m) - off for m, off in self._queue)
+        return queued + sum(len(x.payload) for x in self._resend) + self._inflight_bytes
 
     def outgoing(self) -> bytes:
         out, self._out = bytes(self._out), bytearray()
@@ -263,7 +290,7 @@ class Link:
         """Seconds until `poll` has something to do (the I/O loop's wait)."""
         waits = [self.keepalive if self.role == "host" else 1.0]
         if self._unacked:
-            waits.append(self._unacked[0].last + self._rto - now)
+            waits.append(self._unacked[0].last + self._rto + self._unacked[0].ahead - now)
         if self.state == "connecting":
             waits.append(self._connect_sent + self._connect_rto - now)
         return max(0.0, min(waits))
@@ -277,6 +304,13 @@ class Link:
             f = Frame(f.kind, self.link, f.seq, f.payload)  # refused before the agent read our CONNECT (busy)
         if f.link != self.link or self.link == 0:
             self.stats.stale += 1
+            return
+        if self.role == "agent" and self.state != "open":
+            # This side ended the session (silence, the host never proved its token, a stream error) while the host
+            # may still think it open: tell it, so it connects again instead of waiting for answers that never come.
+            if f.kind != Kind.REFUSE and now - self._refused_at >= 0.5:
+                self._refused_at = now
+                self._emit(Frame(Kind.REFUSE, self.link, 0, b"session ended: connect again"), now)
             return
         self._last_heard = now
         if f.kind == Kind.ACCEPT:
@@ -295,7 +329,7 @@ class Link:
         elif f.kind in (Kind.ACK, Kind.NAK):
             sent = self._stamps.pop(f.stamp, None)
             if sent is not None:
-                self._rtt_sample(now - sent)
+                self._rtt_sample(max(now - sent, 1e-4))  # sent: when the frame left the line (see _queue_delay)
             self._on_ack(f.seq, now, nak=f.kind == Kind.NAK)
         elif f.kind == Kind.DATA and self.is_open:
             self._on_data(f, now)
@@ -394,7 +428,7 @@ class Link:
             return
         while self._resend and len(self._unacked) < self.window and self._inflight_bytes < self.window_bytes:
             s = self._resend.popleft()
-            s.last = now
+            s.last, s.ahead = now, self._queue_delay(len(s.payload))
             self._unacked.append(s)
             self._inflight_bytes += len(s.payload)
             self.stats.retransmissions += 1
@@ -412,14 +446,19 @@ class Link:
             more = item[1] < len(msg)
             if not more:
                 self._queue.popleft()
-            s = _Sent(self._next_off, piece, more, now, now)
+            s = _Sent(self._next_off, piece, more, now, now, ahead=self._queue_delay(len(piece)))
             self._unacked.append(s)
             self._inflight_bytes += len(piece)
             self._next_off += len(piece)
             self._write(self._data_frame(s), now)
 
+    def _queue_delay(self, size: int) -> float:
+        """On a line of known rate, how long a new frame of `size` bytes takes to leave behind what is already in
+        flight: its timer and its round-trip sample leave that out (a slow line is not a lossy one)."""
+        return (self._inflight_bytes + size + OVERHEAD) / self.line_rate if self.line_rate else 0.0
+
     def _data_frame(self, s: _Sent) -> bytes:
-        stamp = self._next_stamp(s.last)
+        stamp = self._next_stamp(s.last + s.ahead)
         return encode_frame(Frame(Kind.DATA, self.link, s.off, s.payload, FLAG_MORE if s.more else 0, stamp))
 
     def _next_stamp(self, now: float) -> int:
@@ -459,7 +498,7 @@ class Link:
     def _computed_rto(self) -> float:
         if self._srtt is None:
             return INITIAL_RTO
-        return min(max(self._srtt + 4 * self._rttvar, MIN_RTO), MAX_RTO)
+        return min(max(self._srtt + 4 * self._rttvar, self.min_rto), self.max_rto)
 
     def _send_connect(self, now: float) -> None:
         params = {"version": VERSION, "max_payload": self.max_payload, **self.hello}
@@ -478,9 +517,11 @@ class Link:
 
 
 def _params(payload: bytes) -> dict:
+    if len(payload) > 4096:  # CONNECT/ACCEPT parameters are a few numbers
+        return {}
     try:
         d = json.loads(payload.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return {}
     return d if isinstance(d, dict) else {}
 

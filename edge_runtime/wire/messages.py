@@ -21,7 +21,7 @@ from typing import Any
 
 PROTOCOL_VERSION = 1
 _LEN = struct.Struct("!I")
-MAX_HEADER = 32 << 20
+MAX_HEADER = 32 << 20  # a result with a long thermal timeline; the agent takes far smaller requests
 REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 TYPES = ("request", "response", "progress", "error")
 

@@ -295,3 +295,39 @@ def test_the_codec_runs_over_pyserial_loop_url():
         if got:
             break
     assert got[0].fields == {"id": "r1", "op": "hello", "ok": True, "result": {"echo": "hello"}}
+
+
+class Line:
+    """A serial line at `rate` bytes/s: bytes leave in order, no faster than the line carries them."""
+
+    def __init__(self, rate: float):
+        self.rate, self.buf, self.credit = rate, bytearray(), 0.0
+
+    def __call__(self, data: bytes, dt: float = 0.001) -> bytes:
+        self.buf += data
+        self.credit = min(self.credit + self.rate * dt, self.rate)
+        n = min(len(self.buf), int(self.credit))
+        self.credit -= n
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        return out
+
+
+def test_a_slow_serial_line_is_not_mistaken_for_a_lossy_one():
+    rate = 115200 / 10
+    h, a = Link(role="host", line_rate=rate), Link(role="agent", line_rate=rate, max_payload=65536)
+    h.connect(0.0)
+    up, down = Line(rate), Line(rate)
+    run_links(h, a, up, down, 500)
+    assert h.is_open and h.agreed_payload <= rate * 0.1 + 1
+    result = bytes(range(256)) * 1200  # a 300 kB answer, as a result with a long thermal timeline
+    a.send(result, 0.5)
+
+    def got(he, ae):
+        return any(isinstance(e, Message) for e in he)
+
+    he, _, now = run_links(h, a, up, down, 60_000, 0.5, got)
+    assert [e.data for e in he if isinstance(e, Message)] == [result]
+    ideal = len(result) / rate
+    assert now - 0.5 < 1.3 * ideal, (now, ideal)  # close to what the line can carry
+    assert a.stats.retransmissions < 0.02 * a.stats.frames_out  # and nothing resent for being slow
