@@ -285,6 +285,22 @@ class AgentTarget:
             pass
         self._asked.pop(rid, None)
 
+    def load_check(self, request) -> dict:
+        """Load the request's model on the board (its backend, device, delegate, threads, CPUs) and run it once, in
+        a child there: inputs, outputs and what ran (backend, device, fallback). The answer is acknowledged."""
+        request.validate()
+        sha, name = self.upload(request.model)
+        wire = replace(request, model=name, model_sha256=sha).to_dict()
+        rid = new_request_id("load-")
+        try:
+            result = self.call("load_check", {"request": wire}, rid=rid)
+        finally:
+            try:
+                self.ack([rid])
+            except TargetError:
+                pass  # the answer waits in the outbox; collect() takes it later
+        return result
+
     def cancel(self, rid: str) -> bool:
         """Ask the board to stop request `rid`: a bench ends at its next chunk and answers with what it measured
         (marked aborted, kind interrupted). True when it was queued or running there."""

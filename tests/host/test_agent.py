@@ -52,6 +52,8 @@ def test_tcp_upload_bench_and_the_result_is_a_local_bench_of_the_same_request(tm
         ident = t.connect()
         assert ident["protocol"] == 1 and ident["backends"]["onnxruntime"]
         assert ident["cpus"]["online"] == sorted(psutil.Process().cpu_affinity()) or ident["cpus"]["online"]
+        checked = t.load_check(req)
+        assert checked["backend"]["name"] == "onnxruntime" and checked["inputs"][0]["dtype"]
         got = t.bench(req)
         stats = t.link_stats()
         again = t.bench(req)  # the model is on the board now: nothing is uploaded the second time
