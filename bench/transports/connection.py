@@ -257,13 +257,11 @@ class Connection:
 
 
 def _line_rate(url: str) -> float | None:
-    """Bytes per second of a serial line named by the URL (its baud / 10), or None (TCP, sockets, ptys at no rate)."""
+    """Bytes per second of a serial line named by the URL, or None (see edge_runtime.agent.endpoint.line_rate)."""
     from bench.transports import parse_endpoint
+    from edge_runtime.agent.endpoint import line_rate
 
     try:
-        ep = parse_endpoint(url, "target", listen=False)
+        return line_rate(parse_endpoint(url, "target", listen=False))
     except Exception:  # noqa: BLE001 - a bad URL is reported when the stream opens
         return None
-    if ep.kind != "serial" or ep.url.startswith(("socket://", "loop://", "rfc2217://")):
-        return None
-    return ep.baud / 10

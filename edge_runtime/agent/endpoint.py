@@ -77,6 +77,20 @@ def parse_endpoint(text: str, what: str = "ENDPOINT", listen: bool = True) -> En
     )
 
 
+def line_rate(ep: Endpoint) -> float | None:
+    """Bytes per second a serial endpoint carries (baud / 10: start, 8 data, stop bits), or None where the baud rate
+    means nothing: TCP, pyserial's network and loop URLs, and pseudo-terminals (Unix98 pty slaves, major 136-143),
+    which move bytes at memory speed whatever baud they are told."""
+    if ep.kind != "serial" or "://" in ep.url:
+        return None
+    try:
+        if 136 <= os.major(os.stat(ep.url).st_rdev) <= 143:
+            return None
+    except OSError:
+        pass
+    return ep.baud / 10
+
+
 def open_serial(ep: Endpoint, timeout: float = TICK_S):
     try:
         import serial

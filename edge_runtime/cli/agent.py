@@ -50,7 +50,15 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from edge_runtime.agent.endpoint import listen_tcp, open_serial, parse_endpoint, read_token, serve_serial, serve_tcp
+    from edge_runtime.agent.endpoint import (
+        line_rate,
+        listen_tcp,
+        open_serial,
+        parse_endpoint,
+        read_token,
+        serve_serial,
+        serve_tcp,
+    )
     from edge_runtime.agent.server import Agent
     from edge_runtime.agent.state import StateDir
     from edge_runtime.system.tuning import state_dir
@@ -73,11 +81,8 @@ def run(args) -> int:
     sock = listen_tcp(ep) if ep.kind == "tcp" else None
     if ep.kind == "serial":
         open_serial(ep).close()
-    # A serial line's rate sizes the link's window and timers (10 bits a byte: start, 8 data, stop).
-    rate = (
-        ep.baud / 10 if ep.kind == "serial" and not ep.url.startswith(("socket://", "loop://", "rfc2217://")) else None
-    )
-    agent = Agent(state, token=token, max_payload=args.max_frame, log=log, line_rate=rate)
+    # A serial line's rate sizes the link's window and timers.
+    agent = Agent(state, token=token, max_payload=args.max_frame, log=log, line_rate=line_rate(ep))
     agent.learn_identity()
     log(
         f"board {agent.identity.get('board') or 'unknown'}, state {state.root}, "

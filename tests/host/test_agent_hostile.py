@@ -179,3 +179,21 @@ def test_a_job_that_prints_garbage_or_floods_stderr_is_still_answered():
     finally:
         jobs.CANCEL_GRACE_S = saved
     assert answer["error"]["kind"] == "cancelled" and time.monotonic() - t0 < 10  # ignored SIGINT: killed
+
+
+def test_only_a_real_serial_line_has_a_rate():
+    import os
+
+    from edge_runtime.agent.endpoint import line_rate, parse_endpoint
+
+    master, slave = os.openpty()
+    try:
+        pty = os.ttyname(slave)
+        assert line_rate(parse_endpoint(f"serial://{pty}?baud=115200")) is None  # a pty moves bytes at memory speed
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert line_rate(parse_endpoint("serial:///dev/ttyUSB7?baud=115200")) == 11520.0
+    assert line_rate(parse_endpoint("/dev/ttyAMA0")) == 11520.0  # the default 115200 baud
+    assert line_rate(parse_endpoint("socket://127.0.0.1:7000")) is None
+    assert line_rate(parse_endpoint("tcp://127.0.0.1:7000")) is None
