@@ -44,7 +44,20 @@ def main() -> int:
             code = subprocess.call(show([host, "targets", cable.host_url]), cwd=ROOT)
             code |= subprocess.call(
                 show(
-                    [host, "run", "--target", cable.host_url, "--model", MODEL, "--cpus", "1", "--iterations", "3000"]
+                    [
+                        host,
+                        "run",
+                        "--target",
+                        cable.host_url,
+                        "--model",
+                        MODEL,
+                        "--cpus",
+                        "1",
+                        "--iterations",
+                        "3000",
+                        "--store",
+                        f"{state}/edge-bench.sqlite",
+                    ]
                 ),
                 cwd=ROOT,
             )

@@ -8,12 +8,12 @@ import re
 import sys
 
 from bench import __version__
-from bench.cli import run, targets
+from bench.cli import baseline, compare, run, targets
 from edge_runtime.cli.common import Parser, UsageError
 from edge_runtime.errors import EdgeRuntimeError
 
 PROG = "edge-bench"
-COMMANDS = {"run": run, "targets": targets}
+COMMANDS = {"run": run, "targets": targets, "compare": compare, "baseline": baseline}
 
 
 class _Parser(Parser):

@@ -49,3 +49,22 @@ def progress_printer():
             print("\r\033[K", end="", file=sys.stderr)
 
     return say, done
+
+
+def add_store(p) -> None:
+    from bench.store import DEFAULT_STORE, ENV
+
+    p.add_argument(
+        "--store",
+        type=path_arg,
+        metavar="FILE",
+        default=None,
+        help=f"the results store (default ${ENV}, else ./{DEFAULT_STORE})",
+    )
+
+
+def open_store(args):
+    from bench.store import Store, default_path
+
+    args.store = args.store or default_path()
+    return Store(args.store)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from bench.cli.common import add_target_options, check_reconnect, progress_printer, token
+from bench.cli.common import add_store, add_target_options, check_reconnect, open_store, progress_printer, token
 from edge_runtime.cli.common import Parser, UsageError, path_arg
 
 HELP = "run a bench on a target: --target URL --model PATH [edge-runtime bench options]"
@@ -21,6 +21,7 @@ def add_arguments(p) -> None:
     p.add_argument("--target", metavar="URL", help="tcp://HOST:PORT, serial:///dev/ttyUSB0?baud=921600, socket://...")
     p.add_argument("--model", type=path_arg, metavar="PATH", help="the model file on this host (uploaded by hash)")
     add_target_options(p)
+    add_store(p)
     p.epilog = "Every other flag is edge-runtime bench's (--cpus, --iterations, --duration, --stress, --json ...)."
 
 
@@ -37,7 +38,7 @@ def parse(argv: list[str]):
 
 
 def run(args) -> int:
-    from bench.targets.agent import AgentTarget, TargetError
+    from bench.targets import TargetError, target_for
     from bench.transports.connection import new_request_id
     from edge_runtime.cli import bench as bench_cmd
     from edge_runtime.cli.common import plan_outputs
@@ -58,16 +59,20 @@ def run(args) -> int:
         raise UsageError("--sysroot: a board reads its own system; the option has no meaning for a target")
     if bargs.cpus == "board":
         raise UsageError("--cpus board: name the CPUs (see the board's profile in `edge-bench targets URL`)")
-    outs = plan_outputs([("--json", bargs.json), ("--prom", bargs.prom)], bench_cmd.input_paths(bargs))
+    store = open_store(args)  # a store that cannot be used is an error before the run, not after it
+    outs = plan_outputs(
+        [("--json", bargs.json), ("--prom", bargs.prom)], [*bench_cmd.input_paths(bargs), ("the store", args.store)]
+    )
     request = bench_cmd.request_from_args(bargs)
     say, done = progress_printer()
-    target = AgentTarget(args.target, token=token(args), reconnect_for=args.reconnect_for, log=say)
+    target = target_for(args.target, token=token(args), reconnect_for=args.reconnect_for, log=say)
     rid = new_request_id("bench-")
     stopped_by = None
 
     def keep(got) -> None:
-        """The outputs are written before the board is told it may forget the result."""
+        """The store and the outputs are written before the board is told it may forget the result."""
         doc = got.record()
+        got.store_id = store.add_run(doc, target=args.target, target_url=args.target, request_id=got.request_id)
         if "--prom" in outs:
             from edge_runtime.system.prom import textfile
 
@@ -82,12 +87,15 @@ def run(args) -> int:
             except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: the board stops and sends what it measured
                 stopped_by = getattr(err, "signum", None) or 2
                 done()
-                if rid not in target._asked:
+                if rid not in getattr(target, "_asked", {rid: None}):
                     print("edge-bench: interrupted before the run started on the board", file=sys.stderr)
                     return 128 + stopped_by
                 print("edge-bench: interrupted: asking the board to stop and send what it measured", file=sys.stderr)
-                target.cancel(rid)
-                got = target.answer_of(rid, sink=keep)
+                if hasattr(target, "answer_of"):  # a board: it stops and sends what it measured
+                    target.cancel(rid)
+                    got = target.answer_of(rid, sink=keep)
+                else:
+                    raise
             finally:
                 done()
     except TargetError as err:
@@ -97,13 +105,18 @@ def run(args) -> int:
         code = 2 if err.kind in ("user-error", "bad-path", "no-model", "hash-mismatch", "too-large", "auth") else 1
         print(f"edge-bench: error: {err}", file=sys.stderr)
         return code
+    store.close()
     doc = got.record()
     for w in got.warnings:
         print(f"edge-bench: warning: {w}", file=sys.stderr)
+    print(f"edge-bench: stored as run {got.store_id} in {args.store}", file=sys.stderr)
     on_stdout = "--json" in outs and outs["--json"].is_stdout
     if not on_stdout:
         sys.stdout.write(bench_cmd.format_report(doc))
-        sys.stdout.write(format_link(args.target, got.link, got.rerun_after_restart))
+        if got.link:
+            sys.stdout.write(format_link(args.target, got.link, got.rerun_after_restart))
+    if got.stopped_by is not None:
+        return 128 + got.stopped_by
     if stopped_by is not None:
         return 128 + stopped_by
     return 1 if doc.get("aborted") else 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from bench.cli.common import add_target_options, check_reconnect, token
+from bench.cli.common import add_store, add_target_options, check_reconnect, token
 from edge_runtime.cli.common import add_json, plan_outputs
 
 HELP = "reachable? what board, CPUs, backends and versions, link quality; exit 1 if any is not reachable"
@@ -15,6 +15,7 @@ def add_arguments(p) -> None:
     p.add_argument("urls", nargs="+", metavar="URL", help="tcp://HOST:PORT, serial:///dev/ttyUSB0?baud=N, socket://...")
     add_target_options(p)
     p.set_defaults(reconnect_for=0.0)
+    add_store(p)  # accepted as by every edge-bench command; targets keeps nothing
     add_json(p)
 
 

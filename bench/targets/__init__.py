@@ -1,8 +1,21 @@
-"""Targets by URL scheme: the agent (a board over serial or TCP) now; local, KServe v2 and the others plug in here."""
+"""Targets by URL scheme: `local:` (this machine) and the agent (a board over serial or TCP: tcp://, serial://, a device
+path, pyserial's socket:// rfc2217:// loop://). Server targets (KServe v2) plug in here by scheme."""
 
 from __future__ import annotations
 
 from bench.targets.agent import SCHEMES as AGENT_SCHEMES
 from bench.targets.agent import AgentTarget, TargetError
 
-__all__ = ["AGENT_SCHEMES", "AgentTarget", "TargetError"]
+__all__ = ["AGENT_SCHEMES", "AgentTarget", "TargetError", "target_for"]
+
+
+def target_for(url: str, **options):
+    """The target a URL names: LocalTarget for local:, AgentTarget for a board; a one-line error for anything else."""
+    if url == "local:" or url.startswith("local:?"):
+        from bench.targets.local import LocalTarget
+
+        return LocalTarget(url, **options)
+    from bench.transports import parse_endpoint
+
+    parse_endpoint(url, "target", listen=False)  # a URL that names nothing is refused here, before any work
+    return AgentTarget(url, **options)

@@ -40,10 +40,12 @@ class AgentResult:
     warnings: list[str] = field(default_factory=list)
     rerun_after_restart: bool = False
     link: dict = field(default_factory=dict)
+    store_id: int | None = None  # set by a caller that kept it in a results store
+    stopped_by: int | None = None  # the signal that stopped the run (its result is partial)
 
     def record(self) -> dict:
         """The result with the link's statistics beside the board's sections (`link`, a key of schema 1.1)."""
-        return {**self.result, "link": self.link}
+        return {**self.result, "link": self.link} if self.link else dict(self.result)
 
 
 def file_sha256(path: str, also=None) -> str:

@@ -159,7 +159,7 @@ def test_a_job_that_prints_garbage_or_floods_stderr_is_still_answered():
     hang = (  # a child stuck where SIGINT does nothing (a native call)
         "import signal, time\n"
         "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-        "print('{\"progress\": \"up\"}', flush=True)\n"
+        'print(\'{"progress": "up"}\', flush=True)\n'
         "time.sleep(600)\n"
     )
     job = Job("j3", "bench", {"request": {}})

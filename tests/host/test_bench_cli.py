@@ -17,9 +17,22 @@ pytest.importorskip("serial")
 DIGITS = MODELS / "digits_cnn" / "digits_cnn_int8.tflite"
 
 
+STORE_ENV: dict[str, str] = {}  # every edge-bench call here keeps its runs in the test's store, not in the checkout
+
+
+@pytest.fixture(autouse=True)
+def _store(tmp_path_factory):
+    STORE_ENV["EDGE_BENCH_STORE"] = str(tmp_path_factory.getbasetemp() / "edge-bench.sqlite")
+
+
 def edge_bench(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "bench.cli", *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout
+        [sys.executable, "-m", "bench.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=timeout,
+        env={**os.environ, **STORE_ENV},
     )
 
 
@@ -123,6 +136,7 @@ def test_ctrl_c_stops_the_boards_run_and_keeps_what_it_measured(agent):
             "--json",
             "-",
         ],
+        env={**os.environ, **STORE_ENV},
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -148,3 +162,16 @@ def test_ctrl_c_stops_the_boards_run_and_keeps_what_it_measured(agent):
 
     with AgentTarget(agent.url) as t:
         assert t.pending() == []  # the partial result was acknowledged, not left behind
+
+
+def test_the_local_target_runs_the_same_engine_here(tmp_path):
+    need("tflite")
+    proc = edge_bench("run", "--target", "local:?cpus=1&threads=1", "--model", str(DIGITS), "--iterations", "300",
+                      "--json", "-")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["config"]["cpus"] == [1] and doc["config"]["threads"] == 1 and doc["pinning"]["all_threads_pinned"]
+    assert "link" not in doc and doc["latency_us"]["count"] == 300
+    for url, needle in (("local:?cpus=x", "cpus"), ("local:?turbo=1", "unknown option 'turbo'"),
+                        ("local://host", "expected local:")):  # fmt: skip
+        one_line(edge_bench("run", "--target", url, "--model", str(DIGITS)), 2, needle)

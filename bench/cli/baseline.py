@@ -1,0 +1,48 @@
+"""`edge-bench baseline set NAME RUN | list | show NAME`: named runs to compare against."""
+
+from __future__ import annotations
+
+import sys
+
+from bench.cli.common import add_store, open_store
+from edge_runtime.cli.common import UsageError, add_json, plan_outputs
+
+HELP = "name a run as a baseline (set NAME RUN), list them, or show one"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("action", choices=["set", "list", "show"], help="set NAME RUN | list | show NAME")
+    p.add_argument("args", nargs="*", metavar="ARG")
+    add_store(p)
+    add_json(p)
+
+
+def run(args) -> int:
+    from edge_runtime.system.outputs import write_json
+
+    want = {"set": 2, "list": 0, "show": 1}[args.action]
+    if len(args.args) != want:
+        usage = {"set": "set NAME RUN", "list": "list", "show": "show NAME"}[args.action]
+        raise UsageError(f"baseline {args.action}: expected `baseline {usage}`")
+    outs = plan_outputs([("--json", args.json)], [("the store", args.store)])
+    with open_store(args) as store:
+        if args.action == "set":
+            r = store.set_baseline(args.args[0], args.args[1])
+            doc = {"baseline": args.args[0], "run": r.summary()}
+            text = f"baseline {args.args[0]} = run {r.id} ({r.target}, {r.model_name}, {r.scenario})\n"
+        elif args.action == "list":
+            doc = {"baselines": store.baselines()}
+            text = "".join(f"{b['name']:<24} run {b['run']}\n" for b in doc["baselines"]) or "no baselines yet\n"
+        else:
+            r = store.baseline(args.args[0])
+            doc = {"baseline": args.args[0], "run": r.summary()}
+            s = r.summary()
+            text = (
+                f"baseline {args.args[0]}: run {r.id}, {r.target}, {r.model_name}, {r.scenario}, p50 {s['p50_us']} us, "
+                f"p99 {s['p99_us']} us, {s['count']:,} samples\n"
+            )
+    if "--json" in outs:
+        write_json(doc, outs["--json"])
+    if not ("--json" in outs and outs["--json"].is_stdout):
+        sys.stdout.write(text)
+    return 0

@@ -1,0 +1,141 @@
+"""Is a change real? Two runs' latency distributions compared percentile by percentile, with a bootstrap confidence
+interval for each change, and a threshold for what counts as a regression.
+
+The test: for p50, p99, p99.9 and the mean (throughput is its inverse), resample each run's histogram (`histogram_us`,
+1 us buckets, every sample of the run) with replacement RESAMPLES times (multinomial on the bucket counts, the run's
+own sample size), take the statistic of each resample, and the relative change B/A - 1 of each pair. The interval is
+the (alpha/2, 1 - alpha/2) quantiles of those changes, alpha = 5% shared across the four metrics (Bonferroni: each at
+98.75%), so two runs of the same work are called different in about 5% of comparisons, not 20%. A change is
+significant when its interval excludes 0, and a regression when it is significant, slower, and beyond the threshold.
+
+What this cannot see: a difference between two runs that no resampling of one run shows (the machine drifting between
+them). Interleave runs, repeat them, and let the threshold absorb what the board's own noise is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from edge_runtime.errors import UserError
+
+RESAMPLES = 2000
+ALPHA = 0.05
+METRICS = (("p50", 0.50), ("p99", 0.99), ("p999", 0.999), ("mean", None))
+METHOD = (
+    f"bootstrap ({RESAMPLES} resamples of each run's histogram), {100 * (1 - ALPHA / len(METRICS)):.2f}% percentile "
+    f"intervals (Bonferroni over {len(METRICS)} metrics)"
+)
+
+
+@dataclass(frozen=True)
+class Distribution:
+    values_us: np.ndarray  # bucket values, ascending
+    counts: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return int(self.counts.sum())
+
+    @classmethod
+    def of(cls, result: dict, what: str = "run") -> Distribution:
+        hist = result.get("histogram_us") or []
+        if not hist:
+            raise UserError(f"{what}: no latency histogram in its result (histogram_us): nothing to compare")
+        arr = np.asarray(hist, dtype=np.float64)
+        order = np.argsort(arr[:, 0])
+        return cls(arr[order, 0], arr[order, 1].astype(np.int64))
+
+
+def _statistics(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """p50, p99, p99.9 (nearest rank, as every result here) and mean of each row of `counts` (R x buckets)."""
+    counts = np.atleast_2d(counts)
+    n = counts.sum(axis=1)
+    cum = np.cumsum(counts, axis=1)
+    out = []
+    for _, q in METRICS:
+        if q is None:
+            out.append((counts * values).sum(axis=1) / n)
+        else:
+            rank = np.maximum(np.ceil(q * n).astype(np.int64), 1)
+            idx = (cum < rank[:, None]).sum(axis=1)  # the first bucket whose cumulative count reaches the rank
+            out.append(values[idx])
+    return np.stack(out, axis=1)
+
+
+def compare(a: dict, b: dict, threshold_pct: float = 5.0, seed: int = 0, resamples: int = RESAMPLES) -> dict:
+    """B against A (A is the reference: a baseline, the earlier run). Per metric: A, B, change (B/A - 1, as %), its
+    interval, significant, verdict; overall verdict: "regression" (exit 1), "improvement", "no significant change",
+    "within threshold"."""
+    da, db = Distribution.of(a, "run A"), Distribution.of(b, "run B")
+    rng = np.random.default_rng(seed)
+    sa = _statistics(da.values_us, rng.multinomial(da.n, da.counts / da.n, size=resamples))
+    sb = _statistics(db.values_us, rng.multinomial(db.n, db.counts / db.n, size=resamples))
+    point_a, point_b = _statistics(da.values_us, da.counts)[0], _statistics(db.values_us, db.counts)[0]
+    changes = sb / sa - 1.0
+    lo_q, hi_q = ALPHA / len(METRICS) / 2, 1 - ALPHA / len(METRICS) / 2
+    metrics = {}
+    for k, (name, _) in enumerate(METRICS):
+        lo, hi = np.quantile(changes[:, k], [lo_q, hi_q])
+        change = point_b[k] / point_a[k] - 1.0
+        significant = bool(lo > 0 or hi < 0)
+        if not significant:
+            verdict = "not significant"
+        elif change > threshold_pct / 100:
+            verdict = "regression"
+        elif change < -threshold_pct / 100:
+            verdict = "improvement"
+        else:
+            verdict = "within threshold"
+        metrics[name] = {
+            "a": round(float(point_a[k]), 3),
+            "b": round(float(point_b[k]), 3),
+            "change_pct": round(100 * change, 2),
+            "interval_pct": [round(100 * float(lo), 2), round(100 * float(hi), 2)],
+            "significant": significant,
+            "verdict": verdict,
+        }
+    mean = metrics.pop("mean")
+    metrics["throughput"] = {  # inferences/s is 1/mean latency: its change is the mean's, inverted
+        "a": round(1e6 / mean["a"], 1),
+        "b": round(1e6 / mean["b"], 1),
+        "change_pct": round(100 * (mean["a"] / mean["b"] - 1), 2),
+        "interval_pct": [round(100 * (1 / (1 + x / 100) - 1), 2) for x in reversed(mean["interval_pct"])],
+        "significant": mean["significant"],
+        "verdict": mean["verdict"],
+    }
+    verdicts = {m["verdict"] for m in metrics.values()}
+    overall = (
+        "regression"
+        if "regression" in verdicts
+        else "improvement"
+        if "improvement" in verdicts
+        else "within threshold"
+        if "within threshold" in verdicts
+        else "no significant change"
+    )
+    return {
+        "method": METHOD,
+        "threshold_pct": threshold_pct,
+        "samples": {"a": da.n, "b": db.n},
+        "metrics": metrics,
+        "verdict": overall,
+    }
+
+
+def comparable(a: dict, b: dict) -> list[str]:
+    """Why two results should not be compared (different models, boards, backends or devices): one line each."""
+    why = []
+    ma, mb = a.get("model") or {}, b.get("model") or {}
+    if ma.get("sha256") != mb.get("sha256"):
+        why.append(f"different models ({str(ma.get('sha256'))[:12]} vs {str(mb.get('sha256'))[:12]})")
+    ea, eb = a.get("environment") or {}, b.get("environment") or {}
+    for key, what in (("board", "boards"), ("cpu_model", "CPUs")):
+        if ea.get(key) != eb.get(key):
+            why.append(f"different {what} ({ea.get(key)!r} vs {eb.get(key)!r})")
+    ba, bb = a.get("backend") or {}, b.get("backend") or {}
+    for key in ("name", "device"):
+        if ba.get(key) != bb.get(key):
+            why.append(f"different backend {key} ({ba.get(key)!r} vs {bb.get(key)!r})")
+    return why

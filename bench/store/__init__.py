@@ -1,0 +1,270 @@
+"""The results store: one SQLite file (WAL) that keeps every run with what explains it, and the baselines.
+
+A run is one result record (`edge-runtime/bench/1`, or a later scenario record) with where it came from: campaign,
+target, scenario, model (name and sha256), repetition, the host's request id (a result delivered twice is stored once),
+the environment snapshot, the latency histogram (HdrHistogram, encoded, when the hdr extra is installed) and the
+thermal timeline. Each run is written in one transaction: a process killed mid-write leaves the store as it was.
+The schema is versioned with `PRAGMA user_version`; MIGRATIONS takes an older file forward, a newer one is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import stat
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from edge_runtime.errors import UserError
+
+DEFAULT_STORE = "edge-bench.sqlite"
+ENV = "EDGE_BENCH_STORE"
+SCHEMA_VERSION = 1
+MIGRATIONS: dict[int, list[str]] = {
+    1: [
+        """CREATE TABLE runs (
+            id INTEGER PRIMARY KEY,
+            created_at REAL NOT NULL,
+            campaign TEXT,
+            target TEXT NOT NULL,
+            target_url TEXT,
+            scenario TEXT NOT NULL,
+            model_name TEXT,
+            model_sha256 TEXT,
+            repetition INTEGER NOT NULL DEFAULT 0,
+            request_id TEXT UNIQUE,
+            board TEXT,
+            result TEXT NOT NULL,
+            environment TEXT,
+            hdr TEXT,
+            timeline TEXT
+        )""",
+        "CREATE INDEX runs_model ON runs (model_sha256)",
+        """CREATE TABLE baselines (
+            name TEXT PRIMARY KEY,
+            run_id INTEGER NOT NULL REFERENCES runs (id),
+            created_at REAL NOT NULL
+        )""",
+    ],
+}
+
+
+def default_path() -> str:
+    return os.environ.get(ENV) or DEFAULT_STORE
+
+
+@dataclass(frozen=True)
+class Run:
+    id: int
+    created_at: float
+    campaign: str | None
+    target: str
+    target_url: str | None
+    scenario: str
+    model_name: str | None
+    model_sha256: str | None
+    repetition: int
+    request_id: str | None
+    board: str | None
+    result: dict
+    environment: dict | None
+    hdr: str | None
+    timeline: list | None
+
+    def summary(self) -> dict:
+        lat = self.result.get("latency_us") or {}
+        return {
+            "id": self.id,
+            "campaign": self.campaign,
+            "target": self.target,
+            "scenario": self.scenario,
+            "model": self.model_name,
+            "repetition": self.repetition,
+            "p50_us": lat.get("p50"),
+            "p99_us": lat.get("p99"),
+            "count": lat.get("count"),
+        }
+
+
+class Store:
+    """`Store(path)` opens or creates the file; a file that is not SQLite, or one written by a newer edge-bench, is
+    a one-line error."""
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = str(path)
+        where = f"--store {self.path!r}"
+        try:
+            st = os.stat(self.path)
+            if not stat.S_ISREG(st.st_mode):
+                raise UserError(f"{where}: not a regular file")
+        except FileNotFoundError:
+            parent = os.path.dirname(os.path.abspath(self.path))
+            if not os.path.isdir(parent):
+                raise UserError(f"{where}: no directory {parent!r} to create it in") from None
+        try:
+            self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA foreign_keys=ON")
+            version = self.db.execute("PRAGMA user_version").fetchone()[0]
+        except sqlite3.DatabaseError as err:
+            raise UserError(f"{where}: not an edge-bench store ({err})") from None
+        if version > SCHEMA_VERSION:
+            raise UserError(
+                f"{where}: written by a newer edge-bench (store schema {version}; this one reads up to "
+                f"{SCHEMA_VERSION})",
+                hint="upgrade edge-bench",
+            )
+        if version == 0 and self._tables() - {"sqlite_sequence"}:
+            raise UserError(f"{where}: an SQLite file, but not an edge-bench store (it has other tables)")
+        self._migrate(version)
+
+    def _tables(self) -> set[str]:
+        return {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
+    def _migrate(self, version: int) -> None:
+        for v in range(version + 1, SCHEMA_VERSION + 1):
+            with self._transaction():
+                for ddl in MIGRATIONS[v]:
+                    self.db.execute(ddl)
+                self.db.execute(f"PRAGMA user_version={v}")
+
+    def _transaction(self):
+        db = self.db
+
+        class _Tx:
+            def __enter__(self):
+                db.execute("BEGIN IMMEDIATE")
+
+            def __exit__(self, exc_type, *rest):
+                db.execute("ROLLBACK" if exc_type else "COMMIT")
+                return False
+
+        return _Tx()
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------------------------------------ runs
+    def add_run(
+        self,
+        result: dict,
+        *,
+        target: str,
+        scenario: str = "single-stream",
+        campaign: str | None = None,
+        target_url: str | None = None,
+        model_name: str | None = None,
+        repetition: int = 0,
+        request_id: str | None = None,
+    ) -> int:
+        """Keep one run; its id. The same request id twice (a result delivered again) gives the first run's id."""
+        model = result.get("model") or {}
+        env = result.get("environment") or None
+        timeline = (result.get("thermal") or {}).get("timeline")
+        row = (
+            time.time(),
+            campaign,
+            target,
+            target_url,
+            scenario,
+            model_name or os.path.basename(str(model.get("path") or "")) or None,
+            model.get("sha256"),
+            repetition,
+            request_id,
+            (env or {}).get("board"),
+            _dumps(result),
+            _dumps(env) if env is not None else None,
+            encode_histogram(result.get("histogram_us") or []),
+            _dumps(timeline) if timeline is not None else None,
+        )
+        with self._transaction():
+            if request_id is not None:
+                found = self.db.execute("SELECT id FROM runs WHERE request_id = ?", (request_id,)).fetchone()
+                if found:
+                    return int(found[0])
+            cur = self.db.execute(
+                "INSERT INTO runs (created_at, campaign, target, target_url, scenario, model_name, model_sha256, "
+                "repetition, request_id, board, result, environment, hdr, timeline) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                row,
+            )
+            return int(cur.lastrowid)
+
+    def run(self, ref: str | int) -> Run:
+        """A run by id (`17`) or by baseline name (`baseline:NAME` or a name that is not a number)."""
+        text = str(ref)
+        if text.isdigit():
+            row = self.db.execute(f"SELECT {_COLUMNS} FROM runs WHERE id = ?", (int(text),)).fetchone()
+            if row is None:
+                raise UserError(f"run {text}: no such run in {self.path}", hint="edge-bench report lists them")
+            return _run(row)
+        return self.baseline(text.removeprefix("baseline:"))
+
+    def runs(self, limit: int | None = None) -> list[Run]:
+        q = f"SELECT {_COLUMNS} FROM runs ORDER BY id DESC" + (" LIMIT ?" if limit else "")
+        return [_run(r) for r in self.db.execute(q, (limit,) if limit else ())]
+
+    # ------------------------------------------------------------------------------------------------ baselines
+    def set_baseline(self, name: str, run_ref: str | int) -> Run:
+        if not name or not all(c.isalnum() or c in "._-" for c in name) or name.isdigit() or len(name) > 64:
+            raise UserError(f"baseline name {name!r}: letters, digits, . _ - (not a number: runs are numbers)")
+        run = self.run(run_ref)
+        with self._transaction():
+            self.db.execute(
+                "INSERT INTO baselines (name, run_id, created_at) VALUES (?, ?, ?) "
+                "ON CONFLICT(name) DO UPDATE SET run_id = excluded.run_id, created_at = excluded.created_at",
+                (name, run.id, time.time()),
+            )
+        return run
+
+    def baselines(self) -> list[dict]:
+        rows = self.db.execute("SELECT name, run_id, created_at FROM baselines ORDER BY name").fetchall()
+        return [{"name": n, "run": r, "created_at": t} for n, r, t in rows]
+
+    def baseline(self, name: str) -> Run:
+        row = self.db.execute("SELECT run_id FROM baselines WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            known = ", ".join(b["name"] for b in self.baselines()) or "none yet"
+            raise UserError(f"baseline {name!r}: no such baseline in {self.path} (there are: {known})")
+        return self.run(int(row[0]))
+
+
+_COLUMNS = (
+    "id, created_at, campaign, target, target_url, scenario, model_name, model_sha256, repetition, request_id, "
+    "board, result, environment, hdr, timeline"
+)
+
+
+def _run(row) -> Run:
+    (rid, created, campaign, target, url, scenario, name, sha, rep, req, board, result, env, hdr, timeline) = row
+    return Run(rid, created, campaign, target, url, scenario, name, sha, rep, req, board, json.loads(result),
+               json.loads(env) if env else None, hdr, json.loads(timeline) if timeline else None)  # fmt: skip
+
+
+def _dumps(doc: Any) -> str:
+    from edge_runtime.system.outputs import dumps
+
+    return dumps(doc)
+
+
+def encode_histogram(histogram_us: list) -> str | None:
+    """The run's latency distribution as an HdrHistogram (1 us to 1 h, 3 significant digits), base64-encoded as
+    HdrHistogram's own tools read it; None without the hdr extra or without a histogram."""
+    if not histogram_us:
+        return None
+    try:
+        from hdrh.histogram import HdrHistogram
+    except ImportError:
+        return None
+    h = HdrHistogram(1, 3_600_000_000, 3)
+    for us, count in histogram_us:
+        h.record_value(max(1, int(us)), int(count))
+    return h.encode().decode("ascii")

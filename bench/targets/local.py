@@ -1,0 +1,121 @@
+"""The local target (`local:`, `local:?backend=openvino&cpus=1&threads=1&device=CPU`): this machine, measured by
+the same engine and the same child process the agent uses for a board (`edge_runtime.agent.child`), so a local
+result and a board's mean the same thing. The URL's options fill what the bench request leaves unset."""
+
+from __future__ import annotations
+
+import threading
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import replace
+
+from bench.targets.agent import AgentResult, TargetError
+from bench.transports.connection import new_request_id
+from edge_runtime.errors import UserError
+
+OPTIONS = {"backend", "device", "cpus", "threads"}
+
+
+def parse_local(url: str) -> dict:
+    u = urllib.parse.urlsplit(url)
+    if u.scheme != "local" or u.netloc or u.path not in ("", "/"):
+        raise UserError(f"target {url!r}: expected local: or local:?backend=NAME&cpus=LIST")
+    opts = {}
+    for key, values in urllib.parse.parse_qs(u.query, keep_blank_values=True).items():
+        if key not in OPTIONS:
+            raise UserError(f"target {url!r}: unknown option {key!r} (known: {', '.join(sorted(OPTIONS))})")
+        opts[key] = values[-1]
+    if "cpus" in opts:
+        from edge_runtime.system.cpulist import parse_cpu_list
+
+        try:
+            opts["cpus"] = tuple(parse_cpu_list(opts["cpus"]))
+        except ValueError as err:
+            raise UserError(f"target {url!r}: cpus {opts['cpus']!r}: {err}") from None
+    if "threads" in opts:
+        if not opts["threads"].isdigit() or not 1 <= int(opts["threads"]) <= 1024:
+            raise UserError(f"target {url!r}: threads {opts['threads']!r}: a whole number 1 to 1024")
+        opts["threads"] = int(opts["threads"])
+    return opts
+
+
+class LocalTarget:
+    def __init__(self, url: str = "local:", log: Callable[[str], None] | None = None, **_ignored):
+        self.url = url
+        self.options = parse_local(url)
+        self.identity: dict = {}
+        self._running = None
+
+    def connect(self) -> dict:
+        from edge_runtime.agent.jobs import board_identity, run_command
+        from edge_runtime.agent.state import RequestError
+
+        try:
+            self.identity = board_identity(run_command("info", {}))
+        except RequestError as err:
+            raise TargetError(f"{self.url}: {err.one_line()}", "internal") from None
+        return self.identity
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> LocalTarget:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def link_stats(self) -> dict:
+        return {}
+
+    def bench(self, request, *, progress=None, rid: str | None = None, sink=None) -> AgentResult:
+        """Run `request` here, with the URL's options where the request leaves them unset, in a child process."""
+        from edge_runtime.agent.jobs import Job, run_child
+        from edge_runtime.wire import messages as wm
+
+        fill = {k: v for k, v in self.options.items() if getattr(request, k) is None}
+        request = replace(request, **fill).validate()
+        rid = rid or new_request_id("local-")
+        job = Job(rid, "bench", {"request": request.to_dict()})
+        self._running = job
+
+        def send(msg: wm.Msg) -> None:
+            if progress is not None and msg.type == "progress":
+                progress(str(msg.get("text", "")))
+
+        box: dict = {}
+        worker = threading.Thread(target=lambda: box.update(answer=run_child(job, threading.Lock(), send)), daemon=True)
+        worker.start()
+        stopped_by = None
+        try:
+            while worker.is_alive():
+                try:
+                    worker.join(0.2)
+                except KeyboardInterrupt as err:  # Ctrl-C, SIGTERM: the run stops and keeps what it measured
+                    stopped_by = getattr(err, "signum", None) or 2
+                    job.cancelled = True
+                    from edge_runtime.agent.jobs import cancel
+
+                    cancel(job)
+        finally:
+            self._running = None
+        answer = box.get("answer") or {"ok": False, "error": {"kind": "internal", "message": "no answer"}}
+        if not answer.get("ok"):
+            err = answer.get("error") or {}
+            if stopped_by is not None:
+                raise KeyboardInterrupt(stopped_by)
+            raise TargetError(f"{self.url}: bench: {err.get('message', 'failed')}", err.get("kind", "internal"))
+        got = AgentResult(rid, answer["result"], warnings=list(answer.get("warnings") or []), stopped_by=stopped_by)
+        if sink is not None:
+            sink(got)
+        return got
+
+    def cancel(self, rid: str) -> bool:
+        from edge_runtime.agent.jobs import cancel
+
+        job = self._running
+        if job is None or job.rid != rid:
+            return False
+        job.cancelled = True
+        cancel(job)
+        return True

@@ -1,0 +1,154 @@
+"""The results store, comparisons and baselines: a real SQLite file, results from real runs through an agent, the
+significance test on seeded distributions, a writer killed mid-transaction, and the one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from agentkit import AgentProcess
+from conftest import MODELS, ROOT, need
+
+from bench.compare import compare
+from bench.store import SCHEMA_VERSION, Store
+from edge_runtime.errors import UserError
+
+pytest.importorskip("serial")
+DIGITS = MODELS / "digits_cnn" / "digits_cnn_int8.tflite"
+RESNET = MODELS / "resnet8" / "resnet8_int8.tflite"
+
+
+def result(samples, sha: str = "a" * 64, board: str = "board") -> dict:
+    us = np.round(samples).astype(int)
+    v, c = np.unique(us, return_counts=True)
+    return {
+        "schema": "edge-runtime/bench/1",
+        "model": {"path": "/m/model.tflite", "sha256": sha},
+        "backend": {"name": "tflite", "device": "cpu"},
+        "environment": {"board": board, "cpu_model": "cpu"},
+        "latency_us": {"p50": float(np.percentile(us, 50)), "p99": float(np.percentile(us, 99)), "count": len(us)},
+        "histogram_us": [[int(a), int(b)] for a, b in zip(v, c, strict=True)],
+    }
+
+
+def test_compare_tells_a_10pct_slowdown_from_noise_in_nine_of_ten_seeded_trials():
+    slow = same = 0
+    for seed in range(10):
+        rng = np.random.default_rng(100 + seed)
+
+        def work(n, rng=rng):  # like a model's latency: a lognormal body and a tail of interruptions
+            return rng.lognormal(np.log(180), 0.2, n) + rng.exponential(15, n)
+
+        a = result(work(6000))
+        slow += compare(a, result(work(2500) * 1.10), seed=seed)["verdict"] == "regression"  # a different size
+        same += compare(a, result(work(2500)), seed=seed)["verdict"] == "no significant change"
+    assert slow >= 9 and same >= 9, (slow, same)
+
+
+def test_the_store_keeps_runs_once_and_survives_a_writer_killed_mid_write(tmp_path):
+    path = tmp_path / "s.sqlite"
+    with Store(path) as st:
+        r = result(np.full(100, 150.0))
+        first = st.add_run(r, target="local:", request_id="req-1")
+        assert st.add_run(r, target="local:", request_id="req-1") == first  # delivered twice, kept once
+        assert st.run(first).result == json.loads(json.dumps(r))
+        st.set_baseline("main", first)
+        assert st.baseline("main").id == first
+    writer = (
+        "import sys, numpy as np\n"
+        "from bench.store import Store\n"
+        "st = Store(sys.argv[1])\n"
+        "big = {'schema': 'edge-runtime/bench/1', 'model': {'sha256': 'b' * 64}, 'pad': 'x' * 2_000_000,\n"
+        "       'histogram_us': [[i, 1] for i in range(1, 5000)]}\n"
+        "print('ready', flush=True)\n"
+        "for i in range(100000):\n"
+        "    st.add_run(big, target='t', request_id=f'w{i}')\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", writer, str(path)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    with Store(path) as st:
+        assert st.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        rows = st.db.execute("SELECT request_id, length(result) FROM runs WHERE target = 't'").fetchall()
+        assert rows and all(n > 2_000_000 for _, n in rows)  # each run whole, or not there at all
+        assert st.baseline("main").id == first
+
+
+def test_a_store_that_is_not_ours_is_one_line(tmp_path):
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"not a database at all" * 100)
+    with pytest.raises(UserError, match="not an edge-bench store"):
+        Store(junk)
+    other = tmp_path / "other.sqlite"
+    sqlite3.connect(other).execute("CREATE TABLE t (x)").connection.commit()
+    with pytest.raises(UserError, match="not an edge-bench store"):
+        Store(other)
+    newer = tmp_path / "newer.sqlite"
+    Store(newer).close()
+    db = sqlite3.connect(newer)
+    db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+    db.commit()
+    db.close()
+    with pytest.raises(UserError, match="newer edge-bench"):
+        Store(newer)
+    with pytest.raises(UserError, match="not a regular file"):
+        Store(tmp_path)
+    with pytest.raises(UserError, match="no directory"):
+        Store(tmp_path / "missing" / "s.sqlite")
+
+
+def edge_bench(*args: str, store) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bench.cli", *args, "--store", str(store)], capture_output=True,
+                          text=True, cwd=ROOT, timeout=300)  # fmt: skip
+
+
+def test_runs_are_stored_compared_and_named_as_baselines(tmp_path):
+    need("tflite")
+    store = tmp_path / "runs.sqlite"
+    with AgentProcess("tcp://127.0.0.1:0", tmp_path / "state") as agent:
+        ids = []
+        for model in (DIGITS, DIGITS, RESNET):
+            proc = edge_bench("run", "--target", agent.url, "--model", str(model), "--iterations", "3000", store=store)
+            assert proc.returncode == 0, proc.stderr
+            ids.append(int(proc.stderr.strip().splitlines()[-1].split("stored as run ")[1].split()[0]))
+    assert len(set(ids)) == 3
+    proc = edge_bench("baseline", "set", "digits-main", str(ids[0]), store=store)
+    assert proc.returncode == 0 and f"run {ids[0]}" in proc.stdout, proc.stderr
+    assert "digits-main" in edge_bench("baseline", "list", store=store).stdout
+    proc = edge_bench("compare", "--baseline", "digits-main", str(ids[1]), "--threshold", "50", "--json", "-",
+                      store=store)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr  # the same model twice: at most noise, and far inside 50%
+    doc = json.loads(proc.stdout)
+    assert set(doc["metrics"]) == {"p50", "p99", "p999", "throughput"} and "bootstrap" in doc["method"]
+    assert doc["verdict"] != "regression"
+    proc = edge_bench("compare", str(ids[0]), str(ids[2]), store=store)  # digits against resnet8
+    assert proc.returncode == 2 and "different models" in proc.stderr and len(proc.stderr.splitlines()) == 1
+    proc = edge_bench("compare", str(ids[0]), str(ids[2]), "--force", store=store)
+    assert proc.returncode == 1 and "REGRESSION" in proc.stdout  # resnet8 is much slower than digits
+    for args, needle in (
+        (("compare", "999", str(ids[0])), "run 999: no such run"),
+        (("compare", "--baseline", "nope", str(ids[0])), "baseline 'nope'"),
+        (("compare", str(ids[0])), "two runs"),
+        (("baseline", "set", "123", str(ids[0])), "not a number"),
+        (("baseline", "show"), "show NAME"),
+        (("compare", str(ids[0]), str(ids[1]), "--threshold", "nan"), "threshold"),
+    ):
+        proc = edge_bench(*args, store=store)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and needle in lines[0], (args, proc.stderr)
+    bad = tmp_path / "bad.sqlite"
+    bad.write_text("hello")
+    proc = edge_bench("baseline", "list", store=bad)
+    assert proc.returncode == 2 and "not an edge-bench store" in proc.stderr
+    os.mkfifo(tmp_path / "fifo")
+    proc = edge_bench("baseline", "list", store=tmp_path / "fifo")
+    assert proc.returncode == 2 and "not a regular file" in proc.stderr
