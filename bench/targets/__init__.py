@@ -11,7 +11,7 @@ __all__ = ["AGENT_SCHEMES", "AgentTarget", "TargetError", "target_for"]
 
 def target_for(url: str, **options):
     """The target a URL names: LocalTarget for local:, AgentTarget for a board; a one-line error for anything else."""
-    if url == "local:" or url.startswith("local:?"):
+    if url.startswith("local:"):
         from bench.targets.local import LocalTarget
 
         return LocalTarget(url, **options)
