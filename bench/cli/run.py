@@ -1,5 +1,6 @@
-"""`edge-bench run --target URL --model PATH [bench options]`: one bench on a board through its agent, printed as
-`edge-runtime bench` prints it, with the link it crossed. (Campaign files come with the harness.)"""
+"""`edge-bench run CAMPAIGN.toml [--store F] [--json F] [--md F] [--csv F] [--junit F]`: a campaign, interleaved, every
+run stored and checked against its SLOs (exit 1 on a miss). `edge-bench run --target URL --model PATH [bench options]`:
+one bench on a target, printed as `edge-runtime bench` prints it, with the link it crossed."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 from bench.cli.common import add_store, add_target_options, check_reconnect, open_store, progress_printer, token
 from edge_runtime.cli.common import Parser, UsageError, path_arg
 
-HELP = "run a bench on a target: --target URL --model PATH [edge-runtime bench options]"
+HELP = "run a campaign (CAMPAIGN.toml), or one bench on a target: --target URL --model PATH [bench options]"
 # Flags of `edge-runtime bench` that name files or facts of the machine that runs the command, not of the board.
 NOT_REMOTE = {
     "input": "--input files are not sent to boards yet (the board uses seeded random inputs)",
@@ -45,7 +46,7 @@ def run(args) -> int:
     from edge_runtime.system.outputs import write_json, write_output
 
     if args.campaign is not None:
-        raise UsageError(f"{args.campaign}: campaign files are not built yet", hint="give --target URL --model PATH")
+        return run_campaign(args)
     if not args.target or not args.model:
         raise UsageError("give --target URL and --model PATH")
     check_reconnect(args.reconnect_for)
@@ -133,3 +134,76 @@ def format_link(url: str, link: dict, rerun: bool) -> str:
     if rerun:
         text += "\n             the agent restarted during the run: this result is from running it again"
     return text + "\n"
+
+
+CAMPAIGN_OUTPUTS = ("--json", "--md", "--csv", "--junit")
+
+
+def run_campaign(args) -> int:
+    from bench import report
+    from bench.campaign import load
+    from bench.campaign.runner import run as run_plan
+    from edge_runtime.cli.common import plan_outputs
+    from edge_runtime.system.outputs import write_json, write_output
+
+    if args.target or args.model:
+        raise UsageError("a campaign names its targets and models: --target/--model go with the one-off form")
+    flags = _campaign_flags(args.rest)
+    campaign = load(args.campaign)
+    store = open_store(args)
+    outs = plan_outputs([(f, v) for f, v in flags.items()], [("the campaign", args.campaign), ("the store", args.store),
+                        *[("a model", m.path) for m in campaign.models]])  # fmt: skip
+    say, done = progress_printer()
+    plan = campaign.plan()
+    print(f"edge-bench: campaign {campaign.name}: {len(plan)} runs ({len(campaign.targets)} targets x "
+          f"{len(campaign.models)} models x {len(campaign.scenarios)} scenarios x {campaign.repetitions})",
+          file=sys.stderr)  # fmt: skip
+    try:
+        result = run_plan(campaign, store, say)
+    finally:
+        done()
+        store.close()
+    rows = [o.row() for o in result.outcomes]
+    cases = report.slo_cases(result.outcomes)
+    docs = {
+        "--json": lambda: None,
+        "--md": lambda: report.markdown(f"Campaign {campaign.name}", rows, cases),
+        "--csv": lambda: report.csv_text(rows),
+        "--junit": lambda: report.junit(campaign.name, cases, result.seconds),
+    }
+    for flag, out in outs.items():
+        if flag == "--json":
+            write_json({"schema": "edge-bench/campaign/1", "campaign": campaign.name, "store": args.store,
+                        "runs": [{**r, "slo_detail": o.slo, "result": o.result} for r, o in
+                                 zip(rows, result.outcomes, strict=True)]}, out)  # fmt: skip
+        else:
+            write_output(out, docs[flag]())
+    if not any(o.is_stdout for o in outs.values()):
+        sys.stdout.write(report.table(rows))
+        failed = [c for c in cases if not c["pass"]]
+        verdict = (
+            f"SLO missed: {len(failed)} of {len(cases)} checks"
+            if failed
+            else (f"all {len(cases)} SLO checks pass" if cases else "no SLOs given")
+        )
+        sys.stdout.write(f"{verdict}; stored in {args.store}\n")
+    if result.stopped_by is not None:
+        print(f"edge-bench: interrupted: {len(rows)} of {len(plan)} runs kept", file=sys.stderr)
+        return 128 + result.stopped_by
+    return 1 if result.slo_failed else 0
+
+
+def _campaign_flags(rest: list[str]) -> dict[str, str]:
+    """--json/--md/--csv/--junit FILE (--json alone: stdout). Anything else is a mistake, named."""
+    flags, i = {}, 0
+    while i < len(rest):
+        flag = rest[i]
+        if flag not in CAMPAIGN_OUTPUTS:
+            raise UsageError(f"{flag!r}: a campaign takes {', '.join(CAMPAIGN_OUTPUTS)} FILE (bench options belong "
+                             "in the campaign file)")  # fmt: skip
+        value = rest[i + 1] if i + 1 < len(rest) and not rest[i + 1].startswith("--") else None
+        if value is None and flag != "--json":
+            raise UsageError(f"{flag}: a FILE is needed")
+        flags[flag] = value or "-"
+        i += 2 if value is not None else 1
+    return flags

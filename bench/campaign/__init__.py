@@ -1,0 +1,258 @@
+"""Campaign files (TOML) as typed records: which targets, models and scenarios, how many repetitions, which SLOs.
+
+    [campaign]   name, repetitions
+    [[target]]   name, url, and for the board: cpus, threads, backend, device, token_file; [target.slo] overrides
+    [[model]]    name, path
+    [[scenario]] kind, duration_s | iterations, warmup_s | warmup
+    [slo]        p50_ms, p90_ms, p99_ms, p999_ms, max_ms, error_budget
+
+A key that is close to a known one (a typo) is an error naming the file, the table, the key and what it may be; a key
+that resembles nothing known is a warning (a newer file read by an older edge-bench). Paths are relative to the file.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import warnings
+from dataclasses import dataclass, field
+
+from edge_runtime.errors import UserError
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+SCENARIOS_BUILT = ("single-stream",)
+SCENARIOS_LATER = ("multi-stream", "server", "offline", "burst", "replay")
+SLO_KEYS = {"p50_ms": 0.50, "p90_ms": 0.90, "p99_ms": 0.99, "p999_ms": 0.999, "max_ms": 1.0}
+KEYS = {
+    "campaign": {"name", "repetitions", "description"},
+    "target": {"name", "url", "cpus", "threads", "backend", "device", "token_file", "slo"},
+    "model": {"name", "path"},
+    "scenario": {"kind", "duration_s", "iterations", "warmup_s", "warmup", "rate_qps"},
+    "slo": {*SLO_KEYS, "error_budget"},
+}
+TOP = {"campaign", "target", "model", "scenario", "slo"}
+MAX_REPETITIONS = 1000
+
+
+class CampaignWarning(UserWarning):
+    """A key this version does not know (a newer file?): ignored, said once."""
+
+
+@dataclass(frozen=True)
+class SLO:
+    bounds_ms: dict[str, float] = field(default_factory=dict)  # "p99_ms" -> 10.0
+    error_budget: float | None = None
+
+    def merged(self, other: SLO | None) -> SLO:
+        if other is None:
+            return self
+        budget = other.error_budget if other.error_budget is not None else self.error_budget
+        return SLO({**self.bounds_ms, **other.bounds_ms}, budget)
+
+    def __bool__(self) -> bool:
+        return bool(self.bounds_ms) or self.error_budget is not None
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    url: str
+    cpus: str | None = None
+    threads: int | None = None
+    backend: str | None = None
+    device: str | None = None
+    token_file: str | None = None
+    slo: SLO | None = None
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    path: str
+
+
+@dataclass(frozen=True)
+class Scenario:
+    kind: str
+    duration_s: float | None = None
+    iterations: int | None = None
+    warmup_s: float | None = None
+    warmup: int | None = None
+
+    @property
+    def label(self) -> str:
+        return self.kind
+
+
+@dataclass(frozen=True)
+class Campaign:
+    name: str
+    path: str
+    repetitions: int
+    targets: tuple[Target, ...]
+    models: tuple[Model, ...]
+    scenarios: tuple[Scenario, ...]
+    slo: SLO
+
+    def plan(self) -> list[tuple[int, Scenario, Model, Target]]:
+        """Every run, in the order they run: repetitions outermost, targets innermost, so whatever drifts (heat, a
+        neighbour's load) falls on every target alike."""
+        return [(r, s, m, t) for r in range(self.repetitions) for s in self.scenarios for m in self.models
+                for t in self.targets]  # fmt: skip
+
+
+def load(path: str) -> Campaign:
+    from edge_runtime.system.files import open_input
+
+    where = f"campaign {path!r}"
+    with open_input(path, "campaign", max_bytes=16 << 20) as f:
+        raw = f.read()
+    try:
+        doc = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise UserError(f"{where}: not TOML ({' '.join(str(err).split())[:160]})") from None
+    _keys(where, "the top level", doc, TOP)
+    base = os.path.dirname(os.path.abspath(path))
+    camp = _table(where, doc, "campaign")
+    name = _str(where, "[campaign] name", camp.get("name", os.path.splitext(os.path.basename(path))[0]))
+    reps = _int(where, "[campaign] repetitions", camp.get("repetitions", 1), 1, MAX_REPETITIONS)
+    targets = tuple(_target(where, i, t, base) for i, t in enumerate(_array(where, doc, "target")))
+    models = tuple(_model(where, i, m, base) for i, m in enumerate(_array(where, doc, "model")))
+    scenarios = tuple(_scenario(where, i, s) for i, s in enumerate(_array(where, doc, "scenario", required=False)))
+    for what, items in (("target", targets), ("model", models)):
+        names = [x.name for x in items]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise UserError(f"{where}: [[{what}]] name {sorted(dup)[0]!r} is given twice")
+    slo = _slo(where, "[slo]", doc.get("slo", {}))
+    return Campaign(name, path, reps, targets, models, scenarios or (Scenario("single-stream", iterations=1000),), slo)
+
+
+# ----------------------------------------------------------------------------------------------------- checks
+def _keys(where: str, table: str, d: dict, known: set[str]) -> None:
+    for key in d:
+        if key in known:
+            continue
+        close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.75)
+        if close:
+            raise UserError(f"{where}: {table}: unknown key {key!r} (did you mean {close[0]!r}? known: "
+                            f"{', '.join(sorted(known))})")  # fmt: skip
+        warnings.warn(f"{where}: {table}: unknown key {key!r} ignored", CampaignWarning, stacklevel=3)
+
+
+def _table(where: str, doc: dict, name: str) -> dict:
+    t = doc.get(name, {})
+    if not isinstance(t, dict):
+        raise UserError(f"{where}: [{name}] must be a table")
+    _keys(where, f"[{name}]", t, KEYS[name])
+    return t
+
+
+def _array(where: str, doc: dict, name: str, required: bool = True) -> list[dict]:
+    items = doc.get(name, [])
+    if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
+        raise UserError(f"{where}: [[{name}]] must be an array of tables")
+    if required and not items:
+        raise UserError(f"{where}: no [[{name}]]: a campaign needs at least one")
+    return items
+
+
+def _str(where: str, key: str, v) -> str:
+    if not isinstance(v, str) or not v.strip():
+        raise UserError(f"{where}: {key} {v!r}: a non-empty string is needed")
+    return v
+
+
+def _int(where: str, key: str, v, low: int, high: int) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or not low <= v <= high:
+        raise UserError(f"{where}: {key} {v!r}: a whole number from {low} to {high:,}")
+    return v
+
+
+def _real(where: str, key: str, v, low: float, high: float) -> float:
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or not low < v <= high:
+        raise UserError(f"{where}: {key} {v!r}: a number above {low:g} and at most {high:g}")
+    return float(v)
+
+
+def _target(where: str, i: int, t: dict, base: str) -> Target:
+    table = f"[[target]] #{i + 1}"
+    _keys(where, table, t, KEYS["target"])
+    name = _str(where, f"{table} name", t.get("name", f"target{i + 1}"))
+    url = _str(where, f"[[target]] {name!r} url", t.get("url"))
+    from bench.targets import target_for
+
+    try:
+        target_for(url)  # a scheme that names nothing is refused now, not when its turn comes
+    except UserError as err:
+        raise UserError(f"{where}: [[target]] {name!r}: {err.one_line()}") from None
+    threads = t.get("threads")
+    if threads is not None:
+        threads = _int(where, f"[[target]] {name!r} threads", threads, 1, 1024)
+    token = t.get("token_file")
+    if token is not None:
+        token = os.path.join(base, _str(where, f"[[target]] {name!r} token_file", token))
+    cpus = t.get("cpus")
+    if cpus is not None:
+        cpus = str(cpus)
+        from edge_runtime.system.cpulist import parse_cpu_list
+
+        try:
+            parse_cpu_list(cpus)
+        except ValueError as err:
+            raise UserError(f"{where}: [[target]] {name!r} cpus {cpus!r}: {err}") from None
+    slo = _slo(where, f"[target.slo] of {name!r}", t["slo"]) if "slo" in t else None
+    return Target(name, url, cpus, threads, t.get("backend"), t.get("device"), token, slo)
+
+
+def _model(where: str, i: int, m: dict, base: str) -> Model:
+    table = f"[[model]] #{i + 1}"
+    _keys(where, table, m, KEYS["model"])
+    path = _str(where, f"{table} path", m.get("path"))
+    full = path if os.path.isabs(path) else os.path.join(base, path)
+    if not os.path.exists(full) and os.path.exists(path):
+        full = path  # relative to where edge-bench runs (a campaign at the top of a checkout)
+    from edge_runtime.system.files import check_input
+
+    check_input(full, f"{where}: {table} path")
+    name = _str(where, f"{table} name", m.get("name", os.path.splitext(os.path.basename(path))[0]))
+    return Model(name, full)
+
+
+def _scenario(where: str, i: int, s: dict) -> Scenario:
+    table = f"[[scenario]] #{i + 1}"
+    _keys(where, table, s, KEYS["scenario"])
+    kind = s.get("kind", "single-stream")
+    if kind in SCENARIOS_LATER:
+        raise UserError(f"{where}: {table} kind {kind!r}: not available yet in this version (it runs "
+                        f"{', '.join(SCENARIOS_BUILT)})")  # fmt: skip
+    if kind not in SCENARIOS_BUILT:
+        known = ", ".join(SCENARIOS_BUILT + SCENARIOS_LATER)
+        raise UserError(f"{where}: {table} kind {kind!r}: unknown scenario (scenarios: {known})")
+    if "duration_s" in s and "iterations" in s:
+        raise UserError(f"{where}: {table}: give duration_s or iterations, not both")
+    duration = _real(where, f"{table} duration_s", s["duration_s"], 0, 7 * 86400) if "duration_s" in s else None
+    iters = _int(where, f"{table} iterations", s["iterations"], 1, 50_000_000) if "iterations" in s else None
+    warm_s = _real(where, f"{table} warmup_s", s["warmup_s"], -1e-9, 3600) if "warmup_s" in s else None
+    warm = _int(where, f"{table} warmup", s["warmup"], 0, 50_000_000) if "warmup" in s else None
+    if duration is None and iters is None:
+        iters = 1000
+    return Scenario(kind, duration, iters, warm_s, warm)
+
+
+def _slo(where: str, table: str, d) -> SLO:
+    if not isinstance(d, dict):
+        raise UserError(f"{where}: {table} must be a table")
+    _keys(where, table, d, KEYS["slo"])
+    bounds = {k: _real(where, f"{table} {k}", v, 0, 3.6e6) for k, v in d.items() if k in SLO_KEYS}
+    budget = d.get("error_budget")
+    if budget is not None:
+        if not isinstance(budget, (int, float)) or isinstance(budget, bool) or not 0 <= budget < 1:
+            raise UserError(f"{where}: {table} error_budget {budget!r}: a share from 0 to below 1 (0.001 = 0.1%)")
+        budget = float(budget)
+    return SLO(bounds, budget)

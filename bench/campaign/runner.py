@@ -1,0 +1,130 @@
+"""A campaign, run: every (repetition, scenario, model, target) in the campaign's interleaved order, each result kept
+in the store as it arrives and checked against its SLOs. Ctrl-C (or SIGTERM) stops after asking the target in use to
+stop; what finished is kept and reported."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from bench.campaign import Campaign, Target
+from bench.slo import evaluate
+
+
+@dataclass
+class RunOutcome:
+    repetition: int
+    scenario: str
+    model: str
+    target: str
+    url: str
+    store_id: int | None = None
+    result: dict | None = None
+    error: str | None = None
+    slo: dict | None = None
+
+    def row(self) -> dict:
+        lat = (self.result or {}).get("latency_us") or {}
+        return {
+            "run": self.store_id,
+            "target": self.target,
+            "model": self.model,
+            "scenario": self.scenario,
+            "repetition": self.repetition,
+            "count": lat.get("count"),
+            "p50_us": lat.get("p50"),
+            "p99_us": lat.get("p99"),
+            "p999_us": lat.get("p999"),
+            "max_us": lat.get("max"),
+            "throughput_ips": (self.result or {}).get("throughput_ips"),
+            "slo": None if self.slo is None else ("pass" if self.slo["pass"] else "FAIL"),
+            "error": self.error,
+        }
+
+
+@dataclass
+class CampaignRun:
+    campaign: Campaign
+    outcomes: list[RunOutcome] = field(default_factory=list)
+    stopped_by: int | None = None
+    seconds: float = 0.0
+
+    @property
+    def slo_failed(self) -> bool:
+        return any(o.slo is not None and not o.slo["pass"] for o in self.outcomes) or any(
+            o.error for o in self.outcomes
+        )
+
+
+def request_for(campaign: Campaign, scenario, model, target: Target):
+    from edge_runtime.measure.request import BenchRequest
+    from edge_runtime.system.cpulist import parse_cpu_list
+
+    kw = {}
+    if scenario.warmup is not None:
+        kw["warmup"] = scenario.warmup
+    return BenchRequest(
+        model=model.path,
+        backend=target.backend,
+        device=target.device,
+        threads=target.threads,
+        cpus=tuple(parse_cpu_list(target.cpus)) if target.cpus else None,
+        iterations=scenario.iterations,
+        duration_s=scenario.duration_s,
+        warmup_s=scenario.warmup_s,
+        **kw,
+    ).validate()
+
+
+def run(campaign: Campaign, store, say: Callable[[str], None]) -> CampaignRun:
+    from bench.targets import TargetError, target_for
+
+    out = CampaignRun(campaign)
+    plan = campaign.plan()
+    targets: dict[str, object] = {}
+    t0 = time.monotonic()
+    try:
+        for k, (rep, scenario, model, target) in enumerate(plan, 1):
+            eta = (time.monotonic() - t0) / (k - 1) * (len(plan) - k + 1) if k > 1 else None
+            head = f"[{k}/{len(plan)}] {target.name} {model.name} {scenario.label} rep {rep + 1}" + (
+                f" (ETA {eta:.0f} s)" if eta is not None else ""
+            )
+            say(head)
+            o = RunOutcome(rep, scenario.label, model.name, target.name, target.url)
+            out.outcomes.append(o)
+            try:
+                t = targets.get(target.name)
+                if t is None:
+                    token = None
+                    if target.token_file:
+                        from edge_runtime.agent.endpoint import read_token
+
+                        token = read_token(target.token_file)
+                    t = targets[target.name] = target_for(target.url, token=token, reconnect_for=60.0, log=say)
+                req = request_for(campaign, scenario, model, target)
+
+                def keep(got, o=o, rep=rep, model=model, target=target, scenario=scenario):
+                    doc = got.record()
+                    o.result = doc
+                    o.store_id = store.add_run(doc, target=target.name, target_url=target.url, campaign=campaign.name,
+                                               scenario=scenario.label, model_name=model.name, repetition=rep,
+                                               request_id=got.request_id)  # fmt: skip
+
+                t.bench(req, progress=lambda m, head=head: say(f"{head}: {m}"), sink=keep)
+                o.slo = evaluate(o.result, campaign.slo.merged(target.slo))
+            except TargetError as err:
+                o.error = str(err)
+                say(f"{head}: {err}")
+    except KeyboardInterrupt as err:
+        out.stopped_by = getattr(err, "signum", None) or 2
+        if out.outcomes and out.outcomes[-1].result is None and out.outcomes[-1].error is None:
+            out.outcomes.pop()  # the run under way: not finished, not reported
+    finally:
+        for t in targets.values():
+            try:
+                t.close()
+            except Exception:  # noqa: BLE001 - closing a broken link: nothing left to do
+                pass
+        out.seconds = time.monotonic() - t0
+    return out

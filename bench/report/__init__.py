@@ -1,0 +1,91 @@
+"""Reports of runs, for people and for tools: a terminal table, Markdown, CSV (one row per run), JSON (the rows and the
+result records) and JUnit XML (one test case per SLO and run, so a CI shows which target missed what)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import xml.etree.ElementTree as ET
+
+COLUMNS = ["run", "target", "model", "scenario", "repetition", "count", "p50_us", "p99_us", "p999_us", "max_us",
+           "throughput_ips", "slo", "error"]  # fmt: skip
+
+
+def _cell(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.1f}"
+    return str(v)
+
+
+def table(rows: list[dict]) -> str:
+    shown = [c for c in COLUMNS if c != "error"]
+    cells = [[_cell(r.get(c)) for c in shown] for r in rows]
+    widths = [max(len(c), *(len(x[i]) for x in cells)) if cells else len(c) for i, c in enumerate(shown)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(shown, widths, strict=True))]
+    lines += ["  ".join(x.ljust(w) for x, w in zip(cell, widths, strict=True)) for cell in cells]
+    lines += [f"  run {r.get('run') or '-'} {r['target']}: {r['error']}" for r in rows if r.get("error")]
+    return "\n".join(lines) + "\n"
+
+
+def markdown(title: str, rows: list[dict], slos: list[dict]) -> str:
+    shown = [c for c in COLUMNS if c != "error"]
+    out = [f"# {title}", "", "| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
+    out += ["| " + " | ".join(_cell(r.get(c)) for c in shown) + " |" for r in rows]
+    errors = [r for r in rows if r.get("error")]
+    if errors:
+        out += ["", "## Errors", ""] + [f"- {r['target']} / {r['model']}: {r['error']}" for r in errors]
+    if slos:
+        out += [
+            "",
+            "## SLOs",
+            "",
+            "| target | model | scenario | rep | SLO | measured | verdict |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for s in slos:
+            out.append(f"| {s['target']} | {s['model']} | {s['scenario']} | {s['repetition']} | {s['slo']} | "
+                       f"{s['measured']} | {'pass' if s['pass'] else '**FAIL**'} |")  # fmt: skip
+    return "\n".join(out) + "\n"
+
+
+def csv_text(rows: list[dict]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow(r)
+    return buf.getvalue()
+
+
+def slo_cases(outcomes) -> list[dict]:
+    """One entry per SLO check of every run: what JUnit and the Markdown SLO table show."""
+    cases = []
+    for o in outcomes:
+        base = {"target": o.target, "model": o.model, "scenario": o.scenario, "repetition": o.repetition}
+        if o.error:
+            cases.append({**base, "slo": "run completes", "measured": o.error, "pass": False})
+            continue
+        if o.slo is None:
+            continue
+        for c in o.slo["checks"]:
+            cases.append({**base, "slo": c["slo"], "measured": f"{c['measured_ms']} ms", "pass": c["pass"]})
+        b = o.slo.get("error_budget")
+        if b:
+            spent = f"{b['share']:.4%} ({b['spent_pct']}% of the budget)" if b["spent_pct"] is not None else "all"
+            cases.append({**base, "slo": b["slo"], "measured": spent, "pass": b["pass"]})
+        if o.slo.get("cut_short"):
+            cases.append({**base, "slo": "run not cut short", "measured": o.slo["cut_short"], "pass": False})
+    return cases
+
+
+def junit(name: str, cases: list[dict], seconds: float) -> bytes:
+    suite = ET.Element("testsuite", name=name, tests=str(len(cases)),
+                       failures=str(sum(not c["pass"] for c in cases)), time=f"{seconds:.1f}")  # fmt: skip
+    for c in cases:
+        case = ET.SubElement(suite, "testcase", classname=f"{name}.{c['target']}",
+                             name=f"{c['model']} {c['scenario']} rep {c['repetition']}: {c['slo']}")  # fmt: skip
+        if not c["pass"]:
+            ET.SubElement(case, "failure", message=f"{c['slo']}: measured {c['measured']}")
+    return ET.tostring(ET.ElementTree(suite).getroot(), encoding="utf-8", xml_declaration=True)

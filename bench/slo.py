@@ -1,0 +1,37 @@
+"""SLO verdicts with an error budget. A latency bound (`p99_ms = 10`) holds when the run's percentile is at or under it;
+the error budget (`error_budget = 0.001`) is the share of queries allowed over the tightest bound or failed, and the
+run says how much of it it spent. A run that was cut short (thermal limit, a signal) fails: its numbers are partial."""
+
+from __future__ import annotations
+
+from bench.campaign import SLO, SLO_KEYS
+
+KEY_OF = {"p50_ms": "p50", "p90_ms": "p90", "p99_ms": "p99", "p999_ms": "p999", "max_ms": "max"}
+
+
+def evaluate(result: dict, slo: SLO) -> dict | None:
+    if not slo:
+        return None
+    lat = result.get("latency_us") or {}
+    checks = []
+    for key, bound in sorted(slo.bounds_ms.items(), key=lambda kv: SLO_KEYS[kv[0]]):
+        measured = lat.get(KEY_OF[key])
+        ok = measured is not None and measured / 1000 <= bound
+        checks.append({"slo": f"{KEY_OF[key]} <= {bound:g} ms", "key": key, "bound_ms": bound,
+                       "measured_ms": None if measured is None else round(measured / 1000, 4), "pass": ok})  # fmt: skip
+    budget = None
+    if slo.error_budget is not None:
+        bound_ms = min(slo.bounds_ms.values()) if slo.bounds_ms else None
+        total = sum(c for _, c in result.get("histogram_us") or []) or (lat.get("count") or 0)
+        over = sum(c for v, c in result.get("histogram_us") or [] if bound_ms is not None and v > bound_ms * 1000)
+        failed = int(result.get("failed_queries") or 0)
+        share = (over + failed) / total if total else 1.0
+        spent = share / slo.error_budget if slo.error_budget else (0.0 if share == 0 else float("inf"))
+        budget = {"slo": f"at most {slo.error_budget:.3%} over {bound_ms:g} ms or failed" if bound_ms is not None
+                  else f"at most {slo.error_budget:.3%} failed", "budget": slo.error_budget,
+                  "share": round(share, 6), "spent_pct": round(100 * spent, 1) if spent != float("inf") else None,
+                  "pass": share <= slo.error_budget}  # fmt: skip
+    aborted = result.get("aborted")
+    ok = all(c["pass"] for c in checks) and (budget is None or budget["pass"]) and not aborted
+    return {"pass": ok, "checks": checks, "error_budget": budget,
+            "cut_short": (aborted or {}).get("reason") if aborted else None}  # fmt: skip

@@ -1,0 +1,132 @@
+"""Campaign files: typed and checked, run end to end (two local targets on different backends and a board's agent
+over a pty) into a store, with SLO verdicts, JUnit XML, Markdown, CSV and JSON; the mistakes a user makes in one."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import warnings
+import xml.etree.ElementTree as ET
+
+import pytest
+from agentkit import AgentProcess, Cable
+from conftest import MODELS, ROOT, need
+
+from bench.campaign import CampaignWarning, load
+from bench.store import Store
+from edge_runtime.errors import UserError
+
+pytest.importorskip("serial")
+DIGITS = MODELS / "digits_cnn" / "digits_cnn_int8.onnx"
+
+
+def write(tmp_path, text: str):
+    p = tmp_path / "c.toml"
+    p.write_text(text)
+    return p
+
+
+def edge_bench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bench.cli", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=600)  # fmt: skip
+
+
+def test_a_campaign_of_two_local_targets_and_a_board_runs_into_the_store(tmp_path):
+    need("onnxruntime")
+    need("openvino")
+    cable = Cable()
+    try:
+        with AgentProcess(cable.agent_url, tmp_path / "state"):
+            camp = write(
+                tmp_path,
+                f"""
+[campaign]
+name = "three-targets"
+repetitions = 2
+[[target]]
+name = "ort"
+url = "local:"
+cpus = "1"
+backend = "onnxruntime"
+[[target]]
+name = "ov"
+url = "local:"
+cpus = "1"
+backend = "openvino"
+[[target]]
+name = "board"
+url = "{cable.host_url}"
+cpus = "1"
+[target.slo]
+p99_ms = 0.001
+[[model]]
+name = "digits"
+path = "{DIGITS}"
+[[scenario]]
+kind = "single-stream"
+iterations = 300
+[slo]
+p99_ms = 50
+error_budget = 0.05
+""",
+            )
+            out = {k: tmp_path / f"r.{k}" for k in ("json", "md", "csv", "xml")}
+            proc = edge_bench("run", str(camp), "--store", str(tmp_path / "s.sqlite"), "--json", str(out["json"]),
+                              "--md", str(out["md"]), "--csv", str(out["csv"]), "--junit", str(out["xml"]))  # fmt: skip
+    finally:
+        cable.close()
+    assert proc.returncode == 1, proc.stderr  # the board's own SLO (p99 <= 1 us) cannot be met
+    doc = json.loads(out["json"].read_text())
+    runs = doc["runs"]
+    assert [(r["target"], r["repetition"]) for r in runs] == [
+        (t, rep) for rep in (0, 1) for t in ("ort", "ov", "board")
+    ]  # interleaved: every target in each repetition
+    assert {r["result"]["backend"]["name"] for r in runs} == {"onnxruntime", "openvino"}
+    assert all(r["result"]["latency_us"]["count"] == 300 and r["run"] for r in runs)
+    assert [r["slo"] for r in runs] == ["pass", "pass", "FAIL"] * 2
+    assert "link" in runs[2]["result"] and "link" not in runs[0]["result"]
+    suite = ET.parse(out["xml"]).getroot()
+    # p99 and the error budget for 6 runs; the board misses both twice (every query is over its 1 us bound)
+    assert suite.get("tests") == "12" and suite.get("failures") == "4"
+    failed = [c.get("name") for c in suite.iter("testcase") if c.find("failure") is not None]
+    assert all("0.001 ms" in n and "board" not in n for n in failed) and len(failed) == 4
+    assert {c.get("classname") for c in suite.iter("testcase") if c.find("failure") is not None} == {
+        "three-targets.board"
+    }
+    assert out["csv"].read_text().count("\n") == 7 and "| board | digits |" in out["md"].read_text()
+    with Store(tmp_path / "s.sqlite") as st:
+        stored = st.runs()
+        assert len(stored) == 6 and {r.campaign for r in stored} == {"three-targets"}
+        assert {r.target for r in stored} == {"ort", "ov", "board"}
+
+
+def test_campaign_mistakes_are_one_line_and_name_the_key(tmp_path):
+    base = f'[campaign]\nname = "c"\n[[target]]\nurl = "local:"\n[[model]]\npath = "{DIGITS}"\n'
+    cases = [
+        ("[campaign]\nrepetitons = 2\n" + base.split("\n", 2)[2], "did you mean 'repetitions'"),
+        (base + '[[scenario]]\nkind = "single-streem"\n', "unknown scenario"),
+        (base + '[[scenario]]\nkind = "server"\nrate_qps = 100\n', "not available yet"),
+        (base.replace("local:", "http://x"), "unknown scheme"),
+        (base + "[slo]\np99ms = 3\n", "did you mean 'p99_ms'"),
+        (base + "[slo]\np99_ms = -1\n", "p99_ms"),
+        (base + "[slo]\nerror_budget = 2\n", "error_budget"),
+        (base.replace(str(DIGITS), "/nope.onnx"), "/nope.onnx"),
+        ("this is = not [ toml", "not TOML"),
+        ('[campaign]\nname = "c"\n', "no [[target]]"),
+    ]
+    for text, needle in cases:
+        p = write(tmp_path, text)
+        with pytest.raises(UserError, match=None) as err:
+            load(str(p))
+        assert needle in err.value.one_line(), (text, err.value.one_line())
+        proc = edge_bench("run", str(p), "--store", str(tmp_path / "s.sqlite"))
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and needle in lines[0], (text, proc.stderr)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        camp = load(str(write(tmp_path, base + "colour = 'blue'\n")))  # resembles nothing known: a warning
+    assert camp.targets[0].url == "local:"
+    assert any(issubclass(w.category, CampaignWarning) and "colour" in str(w.message) for w in caught)
+    proc = edge_bench("run", str(write(tmp_path, base)), "--store", str(tmp_path / "s.sqlite"), "--bogus")
+    assert proc.returncode == 2 and "--bogus" in proc.stderr
