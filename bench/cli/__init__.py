@@ -8,12 +8,12 @@ import re
 import sys
 
 from bench import __version__
-from bench.cli import baseline, compare, run, targets
+from bench.cli import baseline, compare, report, run, targets
 from edge_runtime.cli.common import Parser, UsageError
 from edge_runtime.errors import EdgeRuntimeError
 
 PROG = "edge-bench"
-COMMANDS = {"run": run, "targets": targets, "compare": compare, "baseline": baseline}
+COMMANDS = {"run": run, "targets": targets, "compare": compare, "report": report, "baseline": baseline}
 
 
 class _Parser(Parser):
@@ -30,8 +30,8 @@ class _Parser(Parser):
 def build_parser() -> Parser:
     ap = _Parser(
         prog=PROG,
-        description="Host harness: drive boards (the agent over serial or TCP) through benches and collect every "
-        "result. Campaigns, stores, comparisons, reports and server targets come with their issues.",
+        description="Host harness: drive boards (the agent over serial or TCP) and this machine (local:) through "
+        "campaigns, keep every run in a store, check SLOs, compare runs and baselines, and report.",
     )
     ap.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     ap.add_argument("--debug", action="store_true", help="show tracebacks")
