@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 from bench.campaign import Campaign, Target
 from bench.slo import evaluate
+from bench.transports.connection import new_request_id
+from edge_runtime.errors import Interrupted
 
 
 @dataclass
@@ -111,13 +113,25 @@ def run(campaign: Campaign, store, say: Callable[[str], None]) -> CampaignRun:
                                                scenario=scenario.label, model_name=model.name, repetition=rep,
                                                request_id=got.request_id)  # fmt: skip
 
-                t.bench(req, progress=lambda m, head=head: say(f"{head}: {m}"), sink=keep)
+                rid = new_request_id("camp-")
+                try:
+                    got = t.bench(req, progress=lambda m, head=head: say(f"{head}: {m}"), sink=keep, rid=rid)
+                except KeyboardInterrupt:
+                    if hasattr(t, "answer_of"):  # a board: stop its run too (its partial answer is not kept)
+                        try:
+                            t.cancel(rid)
+                        except TargetError:
+                            pass
+                    raise
                 o.slo = evaluate(o.result, campaign.slo.merged(target.slo))
+                if got.stopped_by is not None:  # the local run kept what it measured: stored, then the campaign stops
+                    raise Interrupted(got.stopped_by)
             except TargetError as err:
                 o.error = str(err)
                 say(f"{head}: {err}")
     except KeyboardInterrupt as err:
-        out.stopped_by = getattr(err, "signum", None) or 2
+        out.stopped_by = getattr(err, "signum", None) or (err.args[0] if err.args and isinstance(err.args[0], int)
+                                                           else 2)  # fmt: skip
         if out.outcomes and out.outcomes[-1].result is None and out.outcomes[-1].error is None:
             out.outcomes.pop()  # the run under way: not finished, not reported
     finally:

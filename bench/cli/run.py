@@ -198,6 +198,9 @@ def _campaign_flags(rest: list[str]) -> dict[str, str]:
     flags, i = {}, 0
     while i < len(rest):
         flag = rest[i]
+        if flag == "--debug":
+            i += 1
+            continue
         if flag not in CAMPAIGN_OUTPUTS:
             raise UsageError(f"{flag!r}: a campaign takes {', '.join(CAMPAIGN_OUTPUTS)} FILE (bench options belong "
                              "in the campaign file)")  # fmt: skip

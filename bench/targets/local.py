@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from bench.targets.agent import AgentResult, TargetError
 from bench.transports.connection import new_request_id
-from edge_runtime.errors import UserError
+from edge_runtime.errors import Interrupted, UserError
 
 OPTIONS = {"backend", "device", "cpus", "threads"}
 
@@ -84,13 +84,21 @@ class LocalTarget:
                 progress(str(msg.get("text", "")))
 
         box: dict = {}
-        worker = threading.Thread(target=lambda: box.update(answer=run_child(job, threading.Lock(), send)), daemon=True)
-        worker.start()
+        finished = threading.Event()
+
+        def work() -> None:
+            try:
+                box["answer"] = run_child(job, threading.Lock(), send)
+            finally:
+                finished.set()
+
+        threading.Thread(target=work, daemon=True).start()
         stopped_by = None
         try:
-            while worker.is_alive():
+            # An Event, not Thread.join: a join interrupted by Ctrl-C can leave the thread looking finished (3.11).
+            while not finished.is_set():
                 try:
-                    worker.join(0.2)
+                    finished.wait(0.2)
                 except KeyboardInterrupt as err:  # Ctrl-C, SIGTERM: the run stops and keeps what it measured
                     stopped_by = getattr(err, "signum", None) or 2
                     job.cancelled = True
@@ -103,7 +111,7 @@ class LocalTarget:
         if not answer.get("ok"):
             err = answer.get("error") or {}
             if stopped_by is not None:
-                raise KeyboardInterrupt(stopped_by)
+                raise Interrupted(stopped_by)
             raise TargetError(f"{self.url}: bench: {err.get('message', 'failed')}", err.get("kind", "internal"))
         got = AgentResult(rid, answer["result"], warnings=list(answer.get("warnings") or []), stopped_by=stopped_by)
         if sink is not None:

@@ -130,3 +130,43 @@ def test_campaign_mistakes_are_one_line_and_name_the_key(tmp_path):
     assert any(issubclass(w.category, CampaignWarning) and "colour" in str(w.message) for w in caught)
     proc = edge_bench("run", str(write(tmp_path, base)), "--store", str(tmp_path / "s.sqlite"), "--bogus")
     assert proc.returncode == 2 and "--bogus" in proc.stderr
+
+
+def test_ctrl_c_stops_a_campaign_and_keeps_what_finished(tmp_path):
+    need("onnxruntime")
+    import signal
+    import time
+
+    camp = write(
+        tmp_path,
+        f"""
+[campaign]
+name = "long"
+repetitions = 3
+[[target]]
+url = "local:"
+cpus = "1"
+[[model]]
+path = "{DIGITS}"
+[[scenario]]
+duration_s = 3
+""",
+    )
+    store = tmp_path / "s.sqlite"
+    proc = subprocess.Popen([sys.executable, "-m", "bench.cli", "run", str(camp), "--store", str(store), "--json",
+                             str(tmp_path / "r.json")], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if line.startswith("[2/3]"):
+            break
+    time.sleep(1.5)  # the second run is measuring
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, [*lines, err]
+    assert "interrupted: 2 of 3 runs kept" in err
+    runs = json.loads((tmp_path / "r.json").read_text())["runs"]
+    assert [r["slo"] for r in runs] == [None, None] and runs[1]["result"]["aborted"]["kind"] == "interrupted"
+    with Store(store) as st:
+        assert len(st.runs()) == 2  # the finished run and the partial one, both whole
