@@ -370,6 +370,8 @@ class BenchResult(Record):
     aborted: Aborted | None = field(default=None, metadata=OMIT_NONE)
     # A run driven by a host over the agent's link: frames, bytes, retransmissions, CRC errors, resyncs, round trip.
     link: Mapping[str, Any] | None = field(default=None, metadata=OMIT_NONE)
+    # An open-loop (server) run: the rate asked and achieved, the schedule's own error, latency from the actual send.
+    scenario: Mapping[str, Any] | None = field(default=None, metadata=OMIT_NONE)
     # [latency in whole microseconds, count] for every value seen: the distribution, small enough to keep.
     histogram_us: tuple[tuple[int, int], ...] = ()
 

@@ -73,3 +73,30 @@ def test_open_loop_latency_carries_the_queue_behind_a_stall_and_a_closed_loop_do
     assert np.percentile(closed, 99) / 1e6 < 5  # 3 stalls among ~2,000 queries: under p99
     assert np.median(run.send_error_ns) / 1e3 < 500  # the issuer kept to its plan when the target was free
 
+
+
+def test_edge_runtime_bench_runs_the_server_scenario():
+    import json
+
+    from conftest import MODELS, need
+    from helpers import assert_one_line_error, run_cli
+
+    need("tflite")
+    model = str(MODELS / "digits_cnn" / "digits_cnn_int8.tflite")
+    proc = run_cli("bench", model, "--cpus", "1", "--scenario", "server", "--rate", "400", "--duration", "2", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    sc, lat = doc["scenario"], doc["latency_us"]
+    assert sc["kind"] == "server" and sc["rate_qps"] == 400 and sc["queries"] == lat["count"]
+    assert abs(sc["queries"] / 2 - 400) < 400 * 0.15  # a Poisson count over 2 s (sd ~3.5%)
+    assert abs(sc["achieved_qps"] / (sc["queries"] / 2) - 1) < 0.1
+    assert lat["p50"] >= sc["service_us"]["p50"]  # from the intended send: never shorter than from the actual one
+    assert sc["send_error_us"]["p50"] < 1000
+    for args, needle in (
+        (["--scenario", "server", "--duration", "1"], "rate_qps"),
+        (["--rate", "100", "--duration", "1"], "rate_qps goes with the server scenario"),
+        (["--scenario", "server", "--rate", "nan"], "--rate"),
+        (["--scenario", "server", "--rate", "0"], "--rate"),
+        (["--scenario", "offline"], "--scenario"),
+    ):
+        assert_one_line_error(run_cli("bench", model, *args), needle)

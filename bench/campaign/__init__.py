@@ -25,8 +25,8 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-SCENARIOS_BUILT = ("single-stream",)
-SCENARIOS_LATER = ("multi-stream", "server", "offline", "burst", "replay")
+SCENARIOS_BUILT = ("single-stream", "server")
+SCENARIOS_LATER = ("multi-stream", "offline", "burst", "replay")
 SLO_KEYS = {"p50_ms": 0.50, "p90_ms": 0.90, "p99_ms": 0.99, "p999_ms": 0.999, "max_ms": 1.0}
 KEYS = {
     "campaign": {"name", "repetitions", "description"},
@@ -83,10 +83,11 @@ class Scenario:
     iterations: int | None = None
     warmup_s: float | None = None
     warmup: int | None = None
+    rate_qps: float | None = None
 
     @property
     def label(self) -> str:
-        return self.kind
+        return f"server@{self.rate_qps:g}qps" if self.kind == "server" else self.kind
 
 
 @dataclass(frozen=True)
@@ -242,7 +243,10 @@ def _scenario(where: str, i: int, s: dict) -> Scenario:
     warm = _int(where, f"{table} warmup", s["warmup"], 0, 50_000_000) if "warmup" in s else None
     if duration is None and iters is None:
         iters = 1000
-    return Scenario(kind, duration, iters, warm_s, warm)
+    rate = _real(where, f"{table} rate_qps", s["rate_qps"], 0, 1e6) if "rate_qps" in s else None
+    if (kind == "server") != (rate is not None):
+        raise UserError(f'{where}: {table}: rate_qps goes with kind = "server" (and the server scenario needs it)')
+    return Scenario(kind, duration, iters, warm_s, warm, rate)
 
 
 def _slo(where: str, table: str, d) -> SLO:

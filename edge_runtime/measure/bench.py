@@ -34,6 +34,7 @@ from edge_runtime.measure.interference import competing_tasks, counters, interru
 from edge_runtime.measure.loop import Measurement, StopRequest, hdr_log_text, measure
 from edge_runtime.measure.prepare import Prepared, prepare
 from edge_runtime.measure.request import BenchRequest
+from edge_runtime.measure.schedule import scenario_section
 from edge_runtime.measure.sections import power_section, precision, thermal_section
 from edge_runtime.measure.stats import PERCENTILE_METHOD, histogram_us, jitter, stability, summarize
 from edge_runtime.results import (
@@ -94,6 +95,7 @@ class _Measured:
     stress: list[dict]
     stress_ended_early: bool
     extra_packages: list[str] = field(default_factory=list)
+    open_loop: object = None  # the server scenario's OpenLoopRun
 
 
 def run_bench(
@@ -211,19 +213,38 @@ def _measure(
 
         if stop is not None:
             stop.armed = True
+        open_loop = None
         try:
-            m = measure(
-                session.runner(),
-                iterations=iterations,
-                duration_s=duration_s,
-                warmup=request.warmup,
-                warmup_s=request.warmup_s,
-                progress=tick,
-                should_stop=should_stop,
-                chunk_s=min(0.5, request.sample_interval_s),
-                on_start=on_start,
-                on_end=on_end,
-            )
+            if request.scenario == "server":
+                from edge_runtime.measure.schedule import measure_open_loop
+
+                m, open_loop = measure_open_loop(
+                    session.runner(),
+                    rate_qps=request.rate_qps,
+                    duration_s=duration_s,
+                    queries=iterations,
+                    seed=request.seed,
+                    warmup=request.warmup,
+                    warmup_s=request.warmup_s,
+                    progress=tick,
+                    should_stop=should_stop,
+                    chunk_s=min(0.5, request.sample_interval_s),
+                    on_start=on_start,
+                    on_end=on_end,
+                )
+            else:
+                m = measure(
+                    session.runner(),
+                    iterations=iterations,
+                    duration_s=duration_s,
+                    warmup=request.warmup,
+                    warmup_s=request.warmup_s,
+                    progress=tick,
+                    should_stop=should_stop,
+                    chunk_s=min(0.5, request.sample_interval_s),
+                    on_start=on_start,
+                    on_end=on_end,
+                )
         finally:
             if stop is not None:
                 stop.armed = False
@@ -233,7 +254,9 @@ def _measure(
         threads = [t for t in own_threads() if t.tid != sampler.tid]
         model, backend = session.model, session.backend
         dists = session.distributions
-    return _Measured(m, marks, threads, model, backend, sampler, corunner.describe(), corunner.ended_early, dists)
+    got = _Measured(m, marks, threads, model, backend, sampler, corunner.describe(), corunner.ended_early, dists)
+    got.open_loop = open_loop
+    return got
 
 
 # ------------------------------------------------------------------------------------------------- 3. the record
@@ -354,6 +377,7 @@ def _build(request: BenchRequest, root: SystemRoot, prep: Prepared, got: _Measur
         started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(m.start_ns / 1e9)),
         wall_s=m.wall_s,
         aborted=aborted,
+        scenario=scenario_section(request.rate_qps, got.open_loop) if request.scenario == "server" else None,
         histogram_us=histogram_us(m.samples_ns),
     )
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from edge_runtime.errors import UserError
 from edge_runtime.measure.corunners import StressSpec
-from edge_runtime.results import Record
+from edge_runtime.results import OMIT_NONE, Record
 from edge_runtime.runtime.load import MAX_THREADS  # one bound, the one load() enforces
 from edge_runtime.system.cpulist import MAX_CPUS
 
@@ -32,6 +32,7 @@ MAX_COOLDOWN_TIMEOUT_S = 86400.0
 PLATFORM_LATENCY_S = (1.0, 3600.0)  # cyclictest runs whole seconds
 MAX_SEED = 2**64 - 1
 DEFAULT_ITERATIONS = 1000
+MAX_RATE_QPS = 1_000_000.0
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,11 @@ class BenchRequest(Record):
     cooldown_to_c: float | None = None
     cooldown_timeout_s: float = 600.0
     sample_interval_s: float = 0.25
+    # The load: None (single-stream: the next query when the last completes) or "server" (open loop: seeded Poisson
+    # arrivals at rate_qps, latency from each query's intended send time). Left out of the JSON when None, so an
+    # agent that predates scenarios still reads a single-stream request.
+    scenario: str | None = field(default=None, metadata=OMIT_NONE)
+    rate_qps: float | None = field(default=None, metadata=OMIT_NONE)
     schema: str = REQUEST_SCHEMA
 
     def load_kwargs(self) -> dict[str, Any]:
@@ -129,6 +135,14 @@ class BenchRequest(Record):
                 raise UserError(f"bench request: stress {s!r}: kind cpu|memory on at least one CPU")
             if not all(_cpu(c) for c in s.cpus):
                 raise UserError(f"bench request: stress {s.to_dict()!r}: CPU numbers are 0 to {MAX_CPUS - 1}")
+        if self.scenario not in (None, "single-stream", "server"):
+            raise UserError(f"bench request: scenario {self.scenario!r}: single-stream or server")
+        if self.scenario == "server":
+            if self.rate_qps is None:
+                raise UserError("bench request: the server scenario needs rate_qps (queries per second)")
+            _real("rate_qps", self.rate_qps, 0.0, MAX_RATE_QPS, low_open=True)
+        elif self.rate_qps is not None:
+            raise UserError("bench request: rate_qps goes with the server scenario (single-stream has no rate)")
         if self.delegate_options and not self.delegate:
             raise UserError("bench request: delegate_options without a delegate: they would be ignored")
         if (

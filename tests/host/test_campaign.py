@@ -106,7 +106,9 @@ def test_campaign_mistakes_are_one_line_and_name_the_key(tmp_path):
     cases = [
         ("[campaign]\nrepetitons = 2\n" + base.split("\n", 2)[2], "did you mean 'repetitions'"),
         (base + '[[scenario]]\nkind = "single-streem"\n', "unknown scenario"),
-        (base + '[[scenario]]\nkind = "server"\nrate_qps = 100\n', "not available yet"),
+        (base + '[[scenario]]\nkind = "offline"\n', "not available yet"),
+        (base + '[[scenario]]\nkind = "server"\n', "rate_qps goes with"),
+        (base + '[[scenario]]\nkind = "server"\nrate_qps = nan\n', "rate_qps"),
         (base.replace("local:", "http://x"), "unknown scheme"),
         (base + "[slo]\np99ms = 3\n", "did you mean 'p99_ms'"),
         (base + "[slo]\np99_ms = -1\n", "p99_ms"),
