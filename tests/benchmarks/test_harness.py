@@ -1,0 +1,60 @@
+"""The harness against the engine it drives, and the open-loop schedule against its plan, in the same run.
+
+1. Single-stream through the harness (`edge-bench run --target local:`) against `edge-runtime bench` directly, same
+   model, same CPU, interleaved: ratio of their p50 (goal at most 1.02). Both run the model in a child process; the
+   harness adds only what happens before and after the measured loop.
+2. The server scenario at 500 queries/s for 10 s (digits INT8 on TFLite, pinned): achieved rate against the rate the
+   seeded schedule asked for (goal within 1%), and the send-time error p50/p99 (reported).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from conftest import MODELS, ROOT, need
+
+from .conftest import report_ratio
+
+ROUNDS = 5
+MODEL = str(MODELS / "digits_cnn" / "digits_cnn_int8.tflite")
+
+
+def _json(cmd: list[str]) -> dict:
+    store = os.path.join(tempfile.gettempdir(), "edge-bench-benchmarks.sqlite")
+    env = {**os.environ, "EDGE_BENCH_STORE": store}
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_single_stream_through_the_harness_against_edge_runtime_bench(benchmark):
+    need("tflite")
+    flags = ["--cpus", "1", "--iterations", "20000", "--warmup", "500"]
+    ref, cand, per = [], [], []
+    for _ in range(ROUNDS):
+        direct = _json([sys.executable, "-m", "edge_runtime.cli", "bench", MODEL, *flags, "--json"])
+        harness = _json([sys.executable, "-m", "bench.cli", "run", "--target", "local:", "--model", MODEL, *flags,
+                         "--json", "-"])  # fmt: skip
+        ref.append(direct["latency_us"]["p50"])
+        cand.append(harness["latency_us"]["p50"])
+        per.append(cand[-1] / ref[-1])
+    benchmark.pedantic(lambda: None, rounds=1)
+    report_ratio(benchmark, "harness local: / edge-runtime bench, p50 (digits tflite)", ref, cand, goal=1.02,
+                 per_round=per)  # fmt: skip
+
+
+def test_the_server_scenario_keeps_its_rate(benchmark):
+    need("tflite")
+    doc = _json([sys.executable, "-m", "edge_runtime.cli", "bench", MODEL, "--cpus", "1", "--scenario", "server",
+                 "--rate", "500", "--duration", "10", "--json"])  # fmt: skip
+    sc = doc["scenario"]
+    asked = sc["queries"] / 10.0  # the seeded schedule's own rate over the run
+    benchmark.pedantic(lambda: None, rounds=1)
+    report_ratio(benchmark, "server scenario: achieved / scheduled rate (qps, not us)", [asked], [sc["achieved_qps"]],
+                 goal=1.01, goal_low=0.99)  # fmt: skip
+    print(f"\nserver 500 qps x 10 s: {sc['queries']} queries scheduled ({asked:.1f}/s), {sc['achieved_qps']:.1f}/s "
+          f"achieved; send error p50 {sc['send_error_us']['p50']} us, p99 {sc['send_error_us']['p99']} us")  # fmt: skip
