@@ -1,8 +1,8 @@
 """The harness against the engine it drives, and the open-loop schedule against its plan, in the same run.
 
 1. Single-stream through the harness (`edge-bench run --target local:`) against `edge-runtime bench` directly, same
-   model, same CPU, interleaved: ratio of their p50 (goal at most 1.02). Both run the model in a child process; the
-   harness adds only what happens before and after the measured loop.
+   model (resnet8 INT8, TFLite), same CPU, interleaved: ratio of their p50 (goal at most 1.02). Both run the model in
+   a child process; the harness adds only what happens before and after the measured loop.
 2. The server scenario at 500 queries/s for 10 s (digits INT8 on TFLite, pinned): achieved rate against the rate the
    seeded schedule asked for (goal within 1%), and the send-time error p50/p99 (reported).
 """
@@ -19,8 +19,11 @@ from conftest import MODELS, ROOT, need
 
 from .conftest import report_ratio
 
-ROUNDS = 5
+ROUNDS = 7
 MODEL = str(MODELS / "digits_cnn" / "digits_cnn_int8.tflite")
+# digits runs in ~2-3 us, and on this VM each process lands in one of two modes (2.2 or 2.9 us) whoever starts it:
+# the harness comparison uses resnet8 (~100 us), where a few us of process luck is not the harness.
+SINGLE_STREAM_MODEL = str(MODELS / "resnet8" / "resnet8_int8.tflite")
 
 
 def _json(cmd: list[str]) -> dict:
@@ -33,17 +36,17 @@ def _json(cmd: list[str]) -> dict:
 
 def test_single_stream_through_the_harness_against_edge_runtime_bench(benchmark):
     need("tflite")
-    flags = ["--cpus", "1", "--iterations", "20000", "--warmup", "500"]
+    flags = ["--cpus", "1", "--iterations", "5000", "--warmup", "200"]
     ref, cand, per = [], [], []
     for _ in range(ROUNDS):
-        direct = _json([sys.executable, "-m", "edge_runtime.cli", "bench", MODEL, *flags, "--json"])
-        harness = _json([sys.executable, "-m", "bench.cli", "run", "--target", "local:", "--model", MODEL, *flags,
-                         "--json", "-"])  # fmt: skip
+        direct = _json([sys.executable, "-m", "edge_runtime.cli", "bench", SINGLE_STREAM_MODEL, *flags, "--json"])
+        via = ["run", "--target", "local:", "--model", SINGLE_STREAM_MODEL, *flags, "--json", "-"]
+        harness = _json([sys.executable, "-m", "bench.cli", *via])
         ref.append(direct["latency_us"]["p50"])
         cand.append(harness["latency_us"]["p50"])
         per.append(cand[-1] / ref[-1])
     benchmark.pedantic(lambda: None, rounds=1)
-    report_ratio(benchmark, "harness local: / edge-runtime bench, p50 (digits tflite)", ref, cand, goal=1.02,
+    report_ratio(benchmark, "harness local: / edge-runtime bench, p50 (resnet8 tflite)", ref, cand, goal=1.02,
                  per_round=per)  # fmt: skip
 
 
