@@ -35,3 +35,18 @@ def evaluate(result: dict, slo: SLO) -> dict | None:
     ok = all(c["pass"] for c in checks) and (budget is None or budget["pass"]) and not aborted
     return {"pass": ok, "checks": checks, "error_budget": budget,
             "cut_short": (aborted or {}).get("reason") if aborted else None}  # fmt: skip
+
+
+def run_rules(result: dict, scenario) -> dict | None:
+    """LoadGen's run rules for one run: long enough, enough queries, not cut short. None when the scenario sets none."""
+    lat = result.get("latency_us") or {}
+    why = []
+    if scenario.min_duration_s is not None and (result.get("wall_s") or 0) < scenario.min_duration_s:
+        why.append(f"ran {result.get('wall_s') or 0:.2f} s, under min_duration_s {scenario.min_duration_s:g}")
+    if scenario.min_queries is not None and (lat.get("count") or 0) < scenario.min_queries:
+        why.append(f"{lat.get('count') or 0:,} queries, under min_queries {scenario.min_queries:,}")
+    if scenario.min_duration_s is None and scenario.min_queries is None:
+        return None
+    if result.get("aborted"):
+        why.append(f"cut short: {result['aborted'].get('reason')}")
+    return {"valid": not why, "why": why}

@@ -32,7 +32,7 @@ KEYS = {
     "campaign": {"name", "repetitions", "description"},
     "target": {"name", "url", "cpus", "threads", "backend", "device", "token_file", "slo"},
     "model": {"name", "path"},
-    "scenario": {"kind", "duration_s", "iterations", "warmup_s", "warmup", "rate_qps"},
+    "scenario": {"kind", "duration_s", "iterations", "warmup_s", "warmup", "rate_qps", "min_duration_s", "min_queries"},
     "slo": {*SLO_KEYS, "error_budget"},
 }
 TOP = {"campaign", "target", "model", "scenario", "slo"}
@@ -84,6 +84,8 @@ class Scenario:
     warmup_s: float | None = None
     warmup: int | None = None
     rate_qps: float | None = None
+    min_duration_s: float | None = None  # run rules (LoadGen's): a run shorter than this, or with fewer queries,
+    min_queries: int | None = None  # is not a valid result, whatever its numbers
 
     @property
     def label(self) -> str:
@@ -246,7 +248,17 @@ def _scenario(where: str, i: int, s: dict) -> Scenario:
     rate = _real(where, f"{table} rate_qps", s["rate_qps"], 0, 1e6) if "rate_qps" in s else None
     if (kind == "server") != (rate is not None):
         raise UserError(f'{where}: {table}: rate_qps goes with kind = "server" (and the server scenario needs it)')
-    return Scenario(kind, duration, iters, warm_s, warm, rate)
+    min_d = (
+        _real(where, f"{table} min_duration_s", s["min_duration_s"], 0, 7 * 86400) if "min_duration_s" in s else None
+    )
+    min_q = _int(where, f"{table} min_queries", s["min_queries"], 1, 50_000_000) if "min_queries" in s else None
+    if min_d is not None and duration is not None and duration < min_d:
+        raise UserError(
+            f"{where}: {table}: duration_s {duration:g} is under min_duration_s {min_d:g}: no run could pass"
+        )
+    if min_q is not None and iters is not None and iters < min_q:
+        raise UserError(f"{where}: {table}: iterations {iters} is under min_queries {min_q}: no run could pass")
+    return Scenario(kind, duration, iters, warm_s, warm, rate, min_d, min_q)
 
 
 def _slo(where: str, table: str, d) -> SLO:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bench.campaign import Campaign, Target
-from bench.slo import evaluate
+from bench.slo import evaluate, run_rules
 from bench.transports.connection import new_request_id
 from edge_runtime.errors import Interrupted
 
@@ -25,6 +25,7 @@ class RunOutcome:
     result: dict | None = None
     error: str | None = None
     slo: dict | None = None
+    rules: dict | None = None  # run rules: {"valid", "why"}
 
     def row(self) -> dict:
         lat = (self.result or {}).get("latency_us") or {}
@@ -41,6 +42,7 @@ class RunOutcome:
             "max_us": lat.get("max"),
             "throughput_ips": (self.result or {}).get("throughput_ips"),
             "slo": None if self.slo is None else ("pass" if self.slo["pass"] else "FAIL"),
+            "valid": None if self.rules is None else ("yes" if self.rules["valid"] else "NO"),
             "error": self.error,
         }
 
@@ -54,9 +56,9 @@ class CampaignRun:
 
     @property
     def slo_failed(self) -> bool:
-        return any(o.slo is not None and not o.slo["pass"] for o in self.outcomes) or any(
-            o.error for o in self.outcomes
-        )
+        missed = any(o.slo is not None and not o.slo["pass"] for o in self.outcomes)
+        invalid = any(o.rules is not None and not o.rules["valid"] for o in self.outcomes)
+        return missed or invalid or any(o.error for o in self.outcomes)
 
 
 def request_for(campaign: Campaign, scenario, model, target: Target):
@@ -126,6 +128,7 @@ def run(campaign: Campaign, store, say: Callable[[str], None]) -> CampaignRun:
                             pass
                     raise
                 o.slo = evaluate(o.result, campaign.slo.merged(target.slo))
+                o.rules = run_rules(o.result, scenario)
                 if got.stopped_by is not None:  # the local run kept what it measured: stored, then the campaign stops
                     raise Interrupted(got.stopped_by)
             except TargetError as err:

@@ -8,7 +8,7 @@ import io
 import xml.etree.ElementTree as ET
 
 COLUMNS = ["run", "target", "model", "scenario", "repetition", "count", "p50_us", "p99_us", "p999_us", "max_us",
-           "throughput_ips", "slo", "error"]  # fmt: skip
+           "throughput_ips", "slo", "valid", "error"]  # fmt: skip
 
 
 def _cell(v) -> str:
@@ -67,6 +67,9 @@ def slo_cases(outcomes) -> list[dict]:
         if o.error:
             cases.append({**base, "slo": "run completes", "measured": o.error, "pass": False})
             continue
+        if o.rules is not None:
+            cases.append({**base, "slo": "run rules (minimum duration and queries, not cut short)",
+                          "measured": "; ".join(o.rules["why"]) or "met", "pass": o.rules["valid"]})  # fmt: skip
         if o.slo is None:
             continue
         for c in o.slo["checks"]:

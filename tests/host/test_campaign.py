@@ -172,3 +172,41 @@ duration_s = 3
     assert [r["slo"] for r in runs] == [None, None] and runs[1]["result"]["aborted"]["kind"] == "interrupted"
     with Store(store) as st:
         assert len(st.runs()) == 2  # the finished run and the partial one, both whole
+
+
+def test_run_rules_and_the_server_scenario_in_a_campaign(tmp_path):
+    need("onnxruntime")
+    camp = write(tmp_path, f"""
+[campaign]
+name = "rules"
+[[target]]
+url = "local:"
+cpus = "1"
+[[model]]
+path = "{DIGITS}"
+[[scenario]]
+kind = "server"
+rate_qps = 200
+duration_s = 1.5
+min_duration_s = 1.0
+[[scenario]]
+kind = "server"
+rate_qps = 100
+duration_s = 1.0
+min_queries = 5000
+""")
+    out = tmp_path / "r.json"
+    xml = tmp_path / "j.xml"
+    proc = edge_bench("run", str(camp), "--store", str(tmp_path / "s.sqlite"), "--json", str(out), "--junit", str(xml))
+    assert proc.returncode == 1, proc.stderr  # the second scenario cannot reach 5,000 queries in 1 s at 100/s
+    runs = json.loads(out.read_text())["runs"]
+    assert [r["scenario"] for r in runs] == ["server@200qps", "server@100qps"]
+    assert [r["valid"] for r in runs] == ["yes", "NO"]
+    first = runs[0]["result"]["scenario"]
+    assert first["kind"] == "server" and first["rate_qps"] == 200 and abs(first["queries"] / 1.5 - 200) < 60
+    failed = [c for c in ET.parse(xml).getroot().iter("testcase") if c.find("failure") is not None]
+    assert len(failed) == 1 and "run rules" in failed[0].get("name")
+    assert "under min_queries 5,000" in failed[0].find("failure").get("message")
+    bad = write(tmp_path, camp.read_text().replace("min_duration_s = 1.0", "min_duration_s = 2.0"))
+    with pytest.raises(UserError, match="under min_duration_s"):
+        load(str(bad))
