@@ -4,12 +4,11 @@ one place that turns errors into one line and an exit code (0 ok, 1 failed check
 
 from __future__ import annotations
 
-import re
 import sys
 
 from bench import __version__
 from bench.cli import baseline, compare, report, run, targets
-from edge_runtime.cli.common import Parser, UsageError
+from edge_runtime.cli.common import Parser
 from edge_runtime.errors import EdgeRuntimeError
 
 PROG = "edge-bench"
@@ -19,12 +18,7 @@ COMMANDS = {"run": run, "targets": targets, "compare": compare, "report": report
 class _Parser(Parser):
     """edge-runtime's parser (one line, exit 2), naming the subcommand of edge-bench."""
 
-    def error(self, message: str):  # type: ignore[override]
-        m = re.match(r"argument ([^:]+?)(?:/[^:]*)?: (.*)$", message)
-        if m and not m.group(2).startswith(("invalid", "expected", "not allowed", "one of")):
-            message = f"{m.group(1)} {m.group(2)}"
-        where = self.prog.removeprefix(PROG).strip()
-        raise UsageError(f"{where}: {message}" if where else message, hint=f"see '{self.prog} --help'")
+    program = PROG
 
 
 def build_parser() -> Parser:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 
 from bench.cli.common import add_store, add_target_options, check_reconnect, open_store, progress_printer, token
-from edge_runtime.cli.common import Parser, UsageError, path_arg
+from edge_runtime.cli.common import UsageError, path_arg
 
 HELP = "run a campaign (CAMPAIGN.toml), or one bench on a target: --target URL --model PATH [bench options]"
 # Flags of `edge-runtime bench` that name files or facts of the machine that runs the command, not of the board.
@@ -50,7 +50,9 @@ def run(args) -> int:
     if not args.target or not args.model:
         raise UsageError("give --target URL and --model PATH")
     check_reconnect(args.reconnect_for)
-    bp = Parser(prog="edge-bench run")
+    from bench.cli import _Parser
+
+    bp = _Parser(prog="edge-bench run")
     bench_cmd.add_arguments(bp)
     bargs = bp.parse_args([args.model, *args.rest])
     for key, why in NOT_REMOTE.items():

@@ -28,7 +28,10 @@ class UsageError(UserError):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse that raises instead of exiting, so bad flags get the same one-line error and exit code 2."""
+    """argparse that raises instead of exiting, so bad flags get the same one-line error and exit code 2. `program`:
+    the command whose name already starts the line (edge-bench sets its own)."""
+
+    program = PROG
 
     def error(self, message: str):  # type: ignore[override]
         # "argument --threads: 0: must be at least 1" -> "--threads 0: must be at least 1": flag, value, what is wrong
@@ -36,7 +39,7 @@ class Parser(argparse.ArgumentParser):
         if m and not m.group(2).startswith(("invalid", "expected", "not allowed", "one of")):
             message = f"{m.group(1)} {m.group(2)}"
         # The subcommand names itself ("bench: ..."); the program name is already the line's prefix.
-        where = self.prog.removeprefix(PROG).strip()
+        where = self.prog.removeprefix(self.program).strip()
         raise UsageError(f"{where}: {message}" if where else message, hint=f"see '{self.prog} --help'")
 
 
