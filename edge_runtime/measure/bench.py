@@ -214,6 +214,15 @@ def _measure(
         if stop is not None:
             stop.armed = True
         open_loop = None
+        common = dict(  # the warm-up, progress, stop checks and counter marks both loops share
+            warmup=request.warmup,
+            warmup_s=request.warmup_s,
+            progress=tick,
+            should_stop=should_stop,
+            chunk_s=min(0.5, request.sample_interval_s),
+            on_start=on_start,
+            on_end=on_end,
+        )
         try:
             if request.scenario == "server":
                 from edge_runtime.measure.schedule import measure_open_loop
@@ -224,27 +233,10 @@ def _measure(
                     duration_s=duration_s,
                     queries=iterations,
                     seed=request.seed,
-                    warmup=request.warmup,
-                    warmup_s=request.warmup_s,
-                    progress=tick,
-                    should_stop=should_stop,
-                    chunk_s=min(0.5, request.sample_interval_s),
-                    on_start=on_start,
-                    on_end=on_end,
+                    **common,
                 )
             else:
-                m = measure(
-                    session.runner(),
-                    iterations=iterations,
-                    duration_s=duration_s,
-                    warmup=request.warmup,
-                    warmup_s=request.warmup_s,
-                    progress=tick,
-                    should_stop=should_stop,
-                    chunk_s=min(0.5, request.sample_interval_s),
-                    on_start=on_start,
-                    on_end=on_end,
-                )
+                m = measure(session.runner(), iterations=iterations, duration_s=duration_s, **common)
         finally:
             if stop is not None:
                 stop.armed = False

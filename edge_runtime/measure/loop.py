@@ -85,6 +85,22 @@ def timer_overhead_ns(n: int = 20_000) -> int:
     return int(np.median(buf))
 
 
+def warm_up(
+    fn: Callable[[], object], warmup: int, warmup_s: float | None, should_stop: Callable[[], bool] | None
+) -> tuple[int, int]:
+    """Untimed calls before a measured part: `warmup` of them, or for `warmup_s` seconds; stops early when
+    `should_stop()` says so (checked every 64 calls). Returns (calls made, ns per call; 0 when none)."""
+    calls = 0
+    t_end = time.perf_counter_ns() + int(warmup_s * 1e9) if warmup_s else None
+    t0 = time.perf_counter_ns()
+    while (calls < warmup) if t_end is None else (time.perf_counter_ns() < t_end):
+        fn()
+        calls += 1
+        if should_stop is not None and calls % 64 == 0 and should_stop():
+            break
+    return calls, (time.perf_counter_ns() - t0) // calls if calls else 0
+
+
 def measure(
     fn: Callable[[], object],
     *,
@@ -111,20 +127,13 @@ def measure(
         raise UserError(f"iterations {iterations}: must be 1 to {max_samples():,} (what fits in memory here)")
     overhead = timer_overhead_ns()
     # Warm-up: also gives the per-call time used to size chunks and the buffer of a --duration run.
-    warm_calls = 0
-    t_end = time.perf_counter_ns() + int(warmup_s * 1e9) if warmup_s else None
-    t0 = time.perf_counter_ns()
-    while (warm_calls < warmup) if t_end is None else (time.perf_counter_ns() < t_end):
-        fn()
-        warm_calls += 1
-        if should_stop is not None and warm_calls % 64 == 0 and should_stop():
-            break
+    warm_calls, per_call = warm_up(fn, warmup, warmup_s, should_stop)
     if should_stop is not None and should_stop():
         # Stopped during warm-up (a signal, the thermal limit): nothing was measured.
         return Measurement(
             np.empty(0, dtype=np.int64), time.time_ns(), 0.0, warm_calls, overhead, stopped=True, per_call_ns=0
         )
-    per_call_ns = max(1, (time.perf_counter_ns() - t0) // max(warm_calls, 1))
+    per_call_ns = max(1, per_call)
     if warm_calls == 0:  # no warm-up asked: one untimed probe call for sizing
         t0 = time.perf_counter_ns()
         fn()

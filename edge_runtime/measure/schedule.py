@@ -109,18 +109,14 @@ def measure_open_loop(
     samples are latencies from the intended send times, OpenLoopRun)."""
     import gc
 
-    from edge_runtime.measure.loop import Measurement, timer_overhead_ns
+    from edge_runtime.measure.loop import Measurement, timer_overhead_ns, warm_up
 
     length_s = duration_s if duration_s is not None else (queries or 1) / rate_qps * 1.5 + 1.0
     sched = poisson_schedule(rate_qps, length_s, seed)
     if queries is not None:
         sched = sched[:queries]
     overhead = timer_overhead_ns()
-    warm = 0
-    t_end = time.perf_counter_ns() + int(warmup_s * 1e9) if warmup_s else None
-    while (warm < warmup) if t_end is None else (time.perf_counter_ns() < t_end):
-        fn()
-        warm += 1
+    warm, _ = warm_up(fn, warmup, warmup_s, should_stop)
     if should_stop is not None and should_stop():
         empty = np.empty(0, np.int64)
         return Measurement(empty, time.time_ns(), 0.0, warm, overhead, stopped=True), OpenLoopRun(empty, empty, empty)
