@@ -20,6 +20,25 @@ import tty
 BACKLOG = 1 << 20
 
 
+def damage(data: bytes, rng: random.Random, p: float) -> tuple[bytes, int]:
+    """`data` as a bad line delivers it: each 64-byte block, with probability `p`, gets a bit flipped or 1-11 bytes
+    dropped. Returns (the bytes, faults made)."""
+    if not p:
+        return data, 0
+    out, faults = bytearray(), 0
+    for i in range(0, len(data), 64):
+        block = bytearray(data[i : i + 64])
+        if rng.random() < p:
+            faults += 1
+            j = rng.randrange(len(block))
+            if rng.random() < 0.5:
+                block[j] ^= 1 << rng.randrange(8)
+            else:
+                del block[j : j + rng.randrange(1, 12)]
+        out += block
+    return bytes(out), faults
+
+
 class NullModem:
     def __init__(self, p: float = 0.0, seed: int = 0):
         self.p = p
@@ -59,20 +78,9 @@ class NullModem:
         threading.Thread(target=unplug, daemon=True).start()
 
     def _hit(self, data: bytes) -> bytes:
-        if not self.p:
-            return data
-        out = bytearray()
-        for i in range(0, len(data), 64):
-            block = bytearray(data[i : i + 64])
-            if self.rng.random() < self.p:
-                self.faults += 1
-                j = self.rng.randrange(len(block))
-                if self.rng.random() < 0.5:
-                    block[j] ^= 1 << self.rng.randrange(8)
-                else:
-                    del block[j : j + self.rng.randrange(1, 12)]
-            out += block
-        return bytes(out)
+        out, n = damage(data, self.rng, self.p)
+        self.faults += n
+        return out
 
     def _run(self) -> None:
         other = {self.m_agent: self.m_host, self.m_host: self.m_agent}

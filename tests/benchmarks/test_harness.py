@@ -42,6 +42,8 @@ def test_single_stream_through_the_harness_against_edge_runtime_bench(benchmark)
         direct = _json([sys.executable, "-m", "edge_runtime.cli", "bench", SINGLE_STREAM_MODEL, *flags, "--json"])
         via = ["run", "--target", "local:", "--model", SINGLE_STREAM_MODEL, *flags, "--json", "-"]
         harness = _json([sys.executable, "-m", "bench.cli", *via])
+        # the same run both ways, or the ratio compares different work
+        assert harness["config"] == direct["config"] and harness["model"]["sha256"] == direct["model"]["sha256"]
         ref.append(direct["latency_us"]["p50"])
         cand.append(harness["latency_us"]["p50"])
         per.append(cand[-1] / ref[-1])
@@ -55,6 +57,7 @@ def test_the_server_scenario_keeps_its_rate(benchmark):
     doc = _json([sys.executable, "-m", "edge_runtime.cli", "bench", MODEL, "--cpus", "1", "--scenario", "server",
                  "--rate", "500", "--duration", "10", "--json"])  # fmt: skip
     sc = doc["scenario"]
+    assert sc["kind"] == "server" and sc["rate_qps"] == 500 and sc["queries"] == doc["latency_us"]["count"] > 0
     asked = sc["queries"] / 10.0  # the seeded schedule's own rate over the run
     benchmark.pedantic(lambda: None, rounds=1)
     report_ratio(benchmark, "server scenario: achieved / scheduled rate (qps, not us)", [asked], [sc["achieved_qps"]],

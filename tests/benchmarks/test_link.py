@@ -54,21 +54,6 @@ port.write(b"k"); port.flush()
 """
 
 
-def _echo_round_trips(port: int, size: int, n: int) -> float:
-    s = socket.create_connection(("127.0.0.1", port))
-    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    msg = b"x" * size
-    t0 = time.perf_counter()
-    for _ in range(n):
-        s.sendall(msg)
-        got = 0
-        while got < size:
-            got += len(s.recv(65536))
-    dt = time.perf_counter() - t0
-    s.close()
-    return dt / n * 1e6
-
-
 def test_request_round_trip_over_tcp_against_a_bare_socket_echo(benchmark, tmp_path):
     echo = subprocess.Popen([sys.executable, "-c", ECHO], stdout=subprocess.PIPE, text=True)
     echo_port = int(echo.stdout.readline())
@@ -104,7 +89,11 @@ def test_request_round_trip_over_tcp_against_a_bare_socket_echo(benchmark, tmp_p
             cand.append(c)
             per.append(c / r)
         s.close()
+        stats = t.link_stats()
     echo.kill()
+    # Every ping was answered (the ratio below means nothing otherwise), and loopback lost nothing.
+    assert stats["messages_in"] >= ROUNDS * PINGS + 50 and stats["retransmissions"] == 0, stats
+    assert len(cand) == len(ref) == ROUNDS and min(cand) > 0 and min(ref) > 0
     benchmark.pedantic(lambda: None, rounds=1)
     r = report_ratio(benchmark, "link: ping round trip TCP / bare socket echo", ref, cand, goal=1.5, per_round=per)
     print(f"\nping {statistics.median(cand):.0f} us vs echo {statistics.median(ref):.0f} us: {r['ratio_median']:.2f}x")
@@ -155,6 +144,8 @@ def test_model_upload_over_a_pty_against_raw_writes(benchmark, tmp_path):
                 per.append((size / c) / (size / r))
         finally:
             agent.stop()
+    assert len(per) == 3 and all(x > 0 for x in cand + ref)
+    assert len(list((tmp_path / "state" / "models").iterdir())) == 1  # the last upload kept: one model, complete
     benchmark.pedantic(lambda: None, rounds=1)
     res = report_ratio(benchmark, "link: upload MB/s over a pty / raw writes (MB/s, not us)", ref, cand,
                        goal=float("inf"), goal_low=0.8, per_round=per)  # fmt: skip

@@ -13,6 +13,8 @@ from agentkit import AgentProcess, free_port
 from conftest import MODELS, ROOT, need
 from helpers import run_cli
 
+from bench.targets.agent import AgentTarget
+
 pytest.importorskip("serial")
 DIGITS = MODELS / "digits_cnn" / "digits_cnn_int8.tflite"
 
@@ -100,6 +102,9 @@ def test_user_mistakes_are_one_line(agent, tmp_path):
     dead = f"tcp://127.0.0.1:{free_port()}"
     one_line(edge_bench("run", "--target", dead, "--model", str(DIGITS), "--reconnect-for", "0"), 1, "refused")
     one_line(edge_bench("run", "--target", dead, "--model", str(DIGITS), "--reconnect-for", "1e12"), 2, "reconnect")
+    # None of those mistakes cost the board anything: it ran no bench and holds no answer for anyone.
+    with AgentTarget(agent.url) as t:
+        assert t.pending() == [] and t.call("results")["active"] == []
 
 
 def test_the_agents_own_mistakes_are_one_line(tmp_path):

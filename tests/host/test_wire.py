@@ -11,6 +11,7 @@ import zlib
 
 import pytest
 
+from bench.transports.nullmodem import damage
 from edge_runtime.wire import cobs
 from edge_runtime.wire import messages as wm
 from edge_runtime.wire.frame import HEADER, VERSION, Frame, FrameDecoder, Kind, encode_frame
@@ -129,19 +130,7 @@ class Channel:
         self.rng, self.p, self.pulled = rng, p, False
 
     def __call__(self, data: bytes) -> bytes:
-        if self.pulled:
-            return b""
-        out = bytearray()
-        for i in range(0, len(data), 64):
-            block = bytearray(data[i : i + 64])
-            if self.rng.random() < self.p:
-                j = self.rng.randrange(len(block))
-                if self.rng.random() < 0.5:
-                    block[j] ^= 1 << self.rng.randrange(8)
-                else:
-                    del block[j : j + self.rng.randrange(1, 12)]
-            out += block
-        return bytes(out)
+        return b"" if self.pulled else damage(data, self.rng, self.p)[0]
 
 
 def pair(**kw) -> tuple[Link, Link]:
