@@ -372,6 +372,9 @@ class BenchResult(Record):
     link: Mapping[str, Any] | None = field(default=None, metadata=OMIT_NONE)
     # An open-loop (server) run: the rate asked and achieved, the schedule's own error, latency from the actual send.
     scenario: Mapping[str, Any] | None = field(default=None, metadata=OMIT_NONE)
+    # Latency over time: up to 200 windows of equal count in order, {t_s (end of the window, s from the start of the
+    # measured part), count, p50, p99, max (us)}: what a plot of the run against its temperature needs.
+    timeline_us: tuple[Mapping[str, Any], ...] | None = field(default=None, metadata=OMIT_NONE)
     # [latency in whole microseconds, count] for every value seen: the distribution, small enough to keep.
     histogram_us: tuple[tuple[int, int], ...] = ()
 

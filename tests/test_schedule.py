@@ -1,5 +1,6 @@
-"""The open-loop (server) schedule: a seeded Poisson process, and latency counted from the intended send time, so a
-target that stalls shows the queue behind the stall, where a closed loop does not (coordinated omission)."""
+"""The open-loop scenarios: the server schedule is a seeded Poisson process, and latency is counted from the intended
+send time, so a target that stalls shows the queue behind the stall, where a closed loop does not (coordinated
+omission); burst, multi-stream, replay and offline send what they say, and the board runs them all."""
 
 from __future__ import annotations
 
@@ -8,7 +9,20 @@ import time
 import numpy as np
 import pytest
 
-from edge_runtime.measure.schedule import poisson_schedule, run_open_loop
+from edge_runtime.errors import UserError
+from edge_runtime.measure.request import BenchRequest
+from edge_runtime.measure.schedule import (
+    Plan,
+    burst_schedule,
+    interval_schedule,
+    measure_open_loop,
+    plan_for,
+    poisson_schedule,
+    read_arrivals,
+    replay_schedule,
+    run_open_loop,
+    scenario_section,
+)
 
 
 def test_the_schedule_is_a_seeded_poisson_process_at_the_rate():
@@ -93,10 +107,169 @@ def test_edge_runtime_bench_runs_the_server_scenario():
     assert lat["p50"] >= sc["service_us"]["p50"]  # from the intended send: never shorter than from the actual one
     assert sc["send_error_us"]["p50"] < 1000
     for args, needle in (
-        (["--scenario", "server", "--duration", "1"], "rate_qps"),
-        (["--rate", "100", "--duration", "1"], "rate_qps goes with the server scenario"),
+        (["--scenario", "server", "--duration", "1"], "--scenario server needs --rate"),
+        (["--rate", "100", "--duration", "1"], "--rate goes with --scenario server or burst, not single-stream"),
         (["--scenario", "server", "--rate", "nan"], "--rate"),
         (["--scenario", "server", "--rate", "0"], "--rate"),
-        (["--scenario", "offline"], "--scenario"),
+        (["--scenario", "multi-stream", "--burst-on", "1"], "--burst-on goes with --scenario burst"),
+        (["--scenario", "replay"], "--scenario replay needs --arrivals"),
+        (["--scenario", "replay", "--arrivals", "/dev/null"], "--arrivals"),
+        (["--scenario", "offline", "--samples-per-query", "0"], "--samples-per-query"),
+        (["--scenario", "burst-mode"], "--scenario"),
     ):
         assert_one_line_error(run_cli("bench", model, *args), needle)
+
+
+def test_burst_multi_stream_and_replay_schedules_send_what_they_say():
+    b = burst_schedule(1000, on_s=0.3, off_s=0.7, duration_s=10, seed=2)
+    phase = (b / 1e9) % 1.0
+    assert np.all(phase < 0.3) and np.all(b < 10e9)  # nothing in the off part of any period
+    assert abs(len(b) / (10 * 0.3) - 1000) < 1000 * 0.06  # the rate holds inside the bursts (3,000 expected)
+    per_period = np.bincount((b // 10**9).astype(int), minlength=10)
+    assert np.all(per_period > 200)  # every one of the ten bursts happened
+    assert np.array_equal(b, burst_schedule(1000, 0.3, 0.7, 10, seed=2))
+    cut = burst_schedule(1000, 0.3, 0.7, duration_s=1.15)  # the second burst cut at 0.15 s: 450 expected
+    assert 380 < len(cut) < 520 and cut.max() < 1.15e9
+    assert 520 < len(burst_schedule(1000, 0.3, 0.7, duration_s=1.5)) < 680  # cut in its off part: 600, no more
+    m = interval_schedule(0.05, 1.0)
+    assert len(m) == 20 and np.all(np.diff(m) == 50_000_000) and m[0] == 0
+    r = replay_schedule([0, 1.5, 0, 2.25])
+    assert r.tolist() == [0, 1_500_000, 1_500_000, 3_750_000]
+    for bad in ([1, float("nan")], [-1.0], [[1, 2]]):
+        with pytest.raises(ValueError):
+            replay_schedule(bad)
+
+
+def test_arrival_files_are_read_or_refused_in_one_line(tmp_path):
+    p = tmp_path / "a.csv"
+    p.write_text("gap_ms,source\n# recorded on the line\n1.5,cam0\n\n0,cam1\n  2 ,cam0\n")
+    assert read_arrivals(str(p)) == (1.5, 0.0, 2.0)
+    cases = {
+        "": "no inter-arrival times",
+        "1\n-2\n": "line 2",
+        "1\nnan\n": "line 2",
+        "1\n1e12\n": "line 2",
+        "1\nfast\n": "'fast' is not a number",
+    }
+    for text, needle in cases.items():
+        p.write_text(text)
+        with pytest.raises(UserError) as err:
+            read_arrivals(str(p))
+        assert needle in err.value.one_line() and str(p) in err.value.one_line()
+    p.write_bytes(b"\xff\xfe1\n")
+    with pytest.raises(UserError, match="not a text file"):
+        read_arrivals(str(p))
+
+
+def test_each_scenario_takes_only_its_own_keys():
+    ok = {
+        "server": {"rate_qps": 10.0},
+        "burst": {"rate_qps": 10.0, "burst_on_s": 1.0, "burst_off_s": 0.0},
+        "multi-stream": {"samples_per_query": 8, "interval_ms": 50.0},
+        "offline": {},
+        "replay": {"arrivals_ms": (1.0, 2.0)},
+    }
+    for kind, kw in ok.items():
+        BenchRequest("m.onnx", scenario=kind, **kw).validate()
+        req = BenchRequest.from_json(BenchRequest("m.onnx", scenario=kind, **kw).to_dict())  # what the agent reads
+        assert req.scenario == kind
+    bad = [
+        ({"scenario": "multi-stream", "interval_ms": 50.0}, "needs samples_per_query"),
+        ({"scenario": "offline", "rate_qps": 5.0}, "rate_qps does not go with the offline scenario"),
+        ({"scenario": "replay", "arrivals_ms": ()}, "arrivals_ms"),
+        ({"scenario": "replay", "arrivals_ms": (1.0, float("inf"))}, "arrivals_ms[1]"),
+        ({"scenario": "replay", "arrivals_ms": (1.0, True)}, "arrivals_ms[1]"),
+        ({"scenario": "burst", "rate_qps": 1.0, "burst_on_s": 0.0, "burst_off_s": 1.0}, "burst_on_s"),
+        ({"scenario": "multi-stream", "samples_per_query": 10**6, "interval_ms": 1.0}, "samples_per_query"),
+        ({"scenario": "soak"}, "scenario 'soak'"),
+        ({"samples_per_query": 2}, "does not go with the single-stream scenario"),
+    ]
+    for kw, needle in bad:
+        with pytest.raises(UserError) as err:
+            BenchRequest("m.onnx", **kw).validate()
+        assert needle in err.value.one_line(), (kw, err.value.one_line())
+
+
+class Sleeper:
+    def __init__(self, s: float):
+        self.s, self.calls = s, 0
+
+    def __call__(self):
+        self.calls += 1
+        time.sleep(self.s)
+
+
+def test_multi_stream_queries_carry_all_their_samples_and_say_when_they_overrun():
+    req = BenchRequest("m.onnx", scenario="multi-stream", samples_per_query=4, interval_ms=20.0)
+    fn = Sleeper(0.001)
+    m, run = measure_open_loop(fn, plan_for(req, iterations=15, duration_s=None), warmup=2)
+    assert len(m.samples_ns) == 15 and fn.calls == 2 + 15 * 4  # warm-up is single samples; a query is four
+    assert np.all(m.samples_ns >= 4_000_000)  # a query's latency covers its four samples
+    assert np.all(np.diff(run.intended_ns) == 20_000_000)
+    sec = scenario_section(req, plan_for(req, 15, None), run, m.wall_s)
+    assert sec["queries_over_interval"] == 0 and sec["samples_per_query"] == 4 and sec["interval_ms"] == 20.0
+    # 4 samples of 1 ms do not fit a 3 ms interval: every query but the first waits, and the section says so
+    fast = BenchRequest("m.onnx", scenario="multi-stream", samples_per_query=4, interval_ms=3.0)
+    m, run = measure_open_loop(Sleeper(0.001), plan_for(fast, 15, None), warmup=0)
+    assert scenario_section(fast, plan_for(fast, 15, None), run, m.wall_s)["queries_over_interval"] >= 13
+    assert m.samples_ns[-1] > m.samples_ns[0] + 10_000_000  # the backlog grows: ~1 ms more per query
+
+
+def test_offline_sends_everything_at_once_and_times_each_query_from_its_start():
+    req = BenchRequest("m.onnx", scenario="offline", samples_per_query=2)
+    plan = plan_for(req, iterations=600, duration_s=None)
+    assert not plan.from_intended and np.all(plan.intended_ns == 0)
+    fn = Sleeper(0.0002)
+    m, run = measure_open_loop(fn, plan, warmup=0)
+    assert len(m.samples_ns) == 600 and fn.calls == 1200
+    assert np.all(np.diff(run.started_ns) >= 0) and run.latency_ns[-1] > 100 * m.samples_ns.max()  # queued at 0
+    assert np.median(m.samples_ns) < 5_000_000  # each from its own start: two samples, not the queue ahead
+    timed = plan_for(req, iterations=None, duration_s=0.3)
+    m, _ = measure_open_loop(Sleeper(0.0002), timed, until_s=0.3, warmup=0)
+    assert 0.3 <= m.wall_s < 1.0 and len(m.samples_ns) > 100  # by time: as many as 0.3 s allows, then it stops
+
+
+def test_a_burst_run_is_quiet_between_bursts():
+    req = BenchRequest("m.onnx", scenario="burst", rate_qps=500.0, burst_on_s=0.2, burst_off_s=0.3)
+    m, run = measure_open_loop(Sleeper(0.0001), plan_for(req, None, 1.5), warmup=0)
+    phase = (run.started_ns / 1e9) % 0.5
+    assert np.mean(phase < 0.21) > 0.98  # sent in the bursts (a late send can spill by a few us)
+    assert 200 < len(m.samples_ns) < 400  # 500/s for 3 x 0.2 s: ~300
+    sec = scenario_section(req, plan_for(req, None, 1.5), run, m.wall_s)
+    assert sec["kind"] == "burst" and sec["burst_on_s"] == 0.2
+    assert abs(sec["achieved_qps"] - len(m.samples_ns) / 1.5) < 150
+    assert isinstance(Plan("replay", np.zeros(1, np.int64)).samples_per_query, int)
+
+
+def test_edge_runtime_bench_runs_every_scenario(tmp_path):
+    import json
+
+    from conftest import MODELS, need
+    from helpers import run_cli
+
+    need("onnxruntime")
+    model = str(MODELS / "digits_cnn" / "digits_cnn_int8.onnx")
+    gaps = tmp_path / "gaps.txt"
+    gaps.write_text("\n".join(["0"] + ["2"] * 99) + "\n")  # 100 queries, one every 2 ms after the first
+    runs = {
+        "multi-stream": ["--samples-per-query", "3", "--interval", "10", "--duration", "0.5"],
+        "burst": ["--rate", "1000", "--burst-on", "0.1", "--burst-off", "0.1", "--duration", "0.6"],
+        "replay": ["--arrivals", str(gaps)],
+        "offline": ["--iterations", "400"],
+    }
+    for kind, extra in runs.items():
+        proc = run_cli("bench", model, "--cpus", "1", "--scenario", kind, *extra, "--json")
+        assert proc.returncode == 0, (kind, proc.stderr)
+        doc = json.loads(proc.stdout)
+        sc, lat = doc["scenario"], doc["latency_us"]
+        assert sc["kind"] == kind and sc["queries"] == lat["count"], kind
+        assert doc["throughput_ips"] == pytest.approx(lat["count"] * sc["samples_per_query"] / doc["wall_s"])
+        assert doc["timeline_us"] and sum(w["count"] for w in doc["timeline_us"]) == lat["count"]
+        if kind == "multi-stream":
+            assert sc["queries"] == 50 and sc["samples_per_query"] == 3 and sc["interval_ms"] == 10
+        if kind == "replay":
+            assert sc["queries"] == 100 and sc["arrivals"] == 100 and abs(doc["wall_s"] - 0.198) < 0.1
+        if kind == "offline":
+            assert sc["queries"] == 400 and sc["latency_from"].startswith("each query's own start")
+        if kind == "burst":
+            assert 100 < sc["queries"] < 420 and sc["rate_qps"] == 1000  # ~300 in three bursts of 0.1 s

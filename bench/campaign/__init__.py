@@ -3,7 +3,8 @@
     [campaign]   name, repetitions
     [[target]]   name, url, and for the board: cpus, threads, backend, device, token_file; [target.slo] overrides
     [[model]]    name, path
-    [[scenario]] kind, duration_s | iterations, warmup_s | warmup
+    [[scenario]] kind, duration_s | iterations, warmup_s | warmup, min_duration_s, min_queries, and the kind's own
+                 keys (bench/scenarios: rate_qps; samples_per_query, interval_ms; burst_on_s, burst_off_s; arrivals)
     [slo]        p50_ms, p90_ms, p99_ms, p999_ms, max_ms, error_budget
 
 A key that is close to a known one (a typo) is an error naming the file, the table, the key and what it may be; a key
@@ -18,25 +19,28 @@ import os
 import warnings
 from dataclasses import dataclass, field
 
+from bench.scenarios import ALL_KEYS, CAMPAIGN_KEY, DEFAULTS, KINDS, Scenario, keys_of
 from edge_runtime.errors import UserError
+from edge_runtime.measure.request import SCENARIO_KEYS, SCENARIO_OPTIONAL
 
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-SCENARIOS_BUILT = ("single-stream", "server")
-SCENARIOS_LATER = ("multi-stream", "offline", "burst", "replay")
 SLO_KEYS = {"p50_ms": 0.50, "p90_ms": 0.90, "p99_ms": 0.99, "p999_ms": 0.999, "max_ms": 1.0}
 KEYS = {
     "campaign": {"name", "repetitions", "description"},
     "target": {"name", "url", "cpus", "threads", "backend", "device", "token_file", "slo"},
     "model": {"name", "path"},
-    "scenario": {"kind", "duration_s", "iterations", "warmup_s", "warmup", "rate_qps", "min_duration_s", "min_queries"},
+    "scenario": {"kind", "duration_s", "iterations", "warmup_s", "warmup", "min_duration_s", "min_queries", *ALL_KEYS},
     "slo": {*SLO_KEYS, "error_budget"},
 }
 TOP = {"campaign", "target", "model", "scenario", "slo"}
 MAX_REPETITIONS = 1000
+# (above, at most) for the scenarios' numbers: the bounds BenchRequest.validate() applies
+WEEK_S = 7 * 86400
+BOUNDS = {"rate_qps": (0, 1e6), "interval_ms": (0, 3.6e6), "burst_on_s": (0, WEEK_S), "burst_off_s": (-1e-9, WEEK_S)}
 
 
 class CampaignWarning(UserWarning):
@@ -77,22 +81,6 @@ class Model:
 
 
 @dataclass(frozen=True)
-class Scenario:
-    kind: str
-    duration_s: float | None = None
-    iterations: int | None = None
-    warmup_s: float | None = None
-    warmup: int | None = None
-    rate_qps: float | None = None
-    min_duration_s: float | None = None  # run rules (LoadGen's): a run shorter than this, or with fewer queries,
-    min_queries: int | None = None  # is not a valid result, whatever its numbers
-
-    @property
-    def label(self) -> str:
-        return f"server@{self.rate_qps:g}qps" if self.kind == "server" else self.kind
-
-
-@dataclass(frozen=True)
 class Campaign:
     name: str
     path: str
@@ -126,7 +114,8 @@ def load(path: str) -> Campaign:
     reps = _int(where, "[campaign] repetitions", camp.get("repetitions", 1), 1, MAX_REPETITIONS)
     targets = tuple(_target(where, i, t, base) for i, t in enumerate(_array(where, doc, "target")))
     models = tuple(_model(where, i, m, base) for i, m in enumerate(_array(where, doc, "model")))
-    scenarios = tuple(_scenario(where, i, s) for i, s in enumerate(_array(where, doc, "scenario", required=False)))
+    scenario_tables = _array(where, doc, "scenario", required=False)
+    scenarios = tuple(_scenario(where, i, s, base) for i, s in enumerate(scenario_tables))
     for what, items in (("target", targets), ("model", models)):
         names = [x.name for x in items]
         dup = {n for n in names if names.count(n) > 1}
@@ -227,27 +216,46 @@ def _model(where: str, i: int, m: dict, base: str) -> Model:
     return Model(name, full)
 
 
-def _scenario(where: str, i: int, s: dict) -> Scenario:
+def _scenario(where: str, i: int, s: dict, base: str) -> Scenario:
     table = f"[[scenario]] #{i + 1}"
     _keys(where, table, s, KEYS["scenario"])
     kind = s.get("kind", "single-stream")
-    if kind in SCENARIOS_LATER:
-        raise UserError(f"{where}: {table} kind {kind!r}: not available yet in this version (it runs "
-                        f"{', '.join(SCENARIOS_BUILT)})")  # fmt: skip
-    if kind not in SCENARIOS_BUILT:
-        known = ", ".join(SCENARIOS_BUILT + SCENARIOS_LATER)
-        raise UserError(f"{where}: {table} kind {kind!r}: unknown scenario (scenarios: {known})")
+    if kind not in KINDS:
+        raise UserError(f"{where}: {table} kind {kind!r}: unknown scenario (scenarios: {', '.join(KINDS)})")
+    table = f"[[scenario]] #{i + 1} ({kind})"
     if "duration_s" in s and "iterations" in s:
         raise UserError(f"{where}: {table}: give duration_s or iterations, not both")
     duration = _real(where, f"{table} duration_s", s["duration_s"], 0, 7 * 86400) if "duration_s" in s else None
     iters = _int(where, f"{table} iterations", s["iterations"], 1, 50_000_000) if "iterations" in s else None
     warm_s = _real(where, f"{table} warmup_s", s["warmup_s"], -1e-9, 3600) if "warmup_s" in s else None
     warm = _int(where, f"{table} warmup", s["warmup"], 0, 50_000_000) if "warmup" in s else None
-    if duration is None and iters is None:
+    if duration is None and iters is None and kind != "replay":  # a replay runs its file once
         iters = 1000
-    rate = _real(where, f"{table} rate_qps", s["rate_qps"], 0, 1e6) if "rate_qps" in s else None
-    if (kind == "server") != (rate is not None):
-        raise UserError(f'{where}: {table}: rate_qps goes with kind = "server" (and the server scenario needs it)')
+    own: dict = {}
+    for field_name in SCENARIO_KEYS[kind]:
+        key = CAMPAIGN_KEY.get(field_name, field_name)
+        if key not in s:
+            own[field_name] = DEFAULTS.get((kind, field_name))
+            if own[field_name] is None and (kind, field_name) not in SCENARIO_OPTIONAL:
+                raise UserError(f'{where}: {table}: kind = "{kind}" needs {key}')
+            continue
+        v = s[key]
+        if key == "arrivals":
+            from edge_runtime.measure.schedule import read_arrivals
+
+            path = _str(where, f"{table} arrivals", v)
+            full = path if os.path.isabs(path) else os.path.join(base, path)
+            if not os.path.exists(full) and os.path.exists(path):
+                full = path
+            own["arrivals"], own["arrivals_ms"] = full, read_arrivals(full, f"{where}: {table} arrivals")
+        elif key == "samples_per_query":
+            own[key] = _int(where, f"{table} {key}", v, 1, 4096)
+        else:
+            own[key] = _real(where, f"{table} {key}", v, *BOUNDS[key])
+    for key in ALL_KEYS - set(keys_of(kind)):
+        if key in s:
+            goes = [k for k in KINDS if key in keys_of(k)]
+            raise UserError(f'{where}: {table}: {key} goes with kind = {" or ".join(map(repr, goes))}, not {kind!r}')
     min_d = (
         _real(where, f"{table} min_duration_s", s["min_duration_s"], 0, 7 * 86400) if "min_duration_s" in s else None
     )
@@ -258,7 +266,7 @@ def _scenario(where: str, i: int, s: dict) -> Scenario:
         )
     if min_q is not None and iters is not None and iters < min_q:
         raise UserError(f"{where}: {table}: iterations {iters} is under min_queries {min_q}: no run could pass")
-    return Scenario(kind, duration, iters, warm_s, warm, rate, min_d, min_q)
+    return Scenario(kind, duration, iters, warm_s, warm, min_duration_s=min_d, min_queries=min_q, **own)
 
 
 def _slo(where: str, table: str, d) -> SLO:

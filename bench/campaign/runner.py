@@ -77,8 +77,7 @@ def request_for(campaign: Campaign, scenario, model, target: Target):
         iterations=scenario.iterations,
         duration_s=scenario.duration_s,
         warmup_s=scenario.warmup_s,
-        scenario="server" if scenario.kind == "server" else None,
-        rate_qps=scenario.rate_qps,
+        **scenario.request_fields(),
         **kw,
     ).validate()
 

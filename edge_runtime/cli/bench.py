@@ -32,6 +32,7 @@ from edge_runtime.cli.common import (
     samples_bound,
     sysroot,
 )
+from edge_runtime.cli.scenarios import add_scenario_arguments, scenario_fields, scenario_text
 from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.measure.request import MAX_COOLDOWN_TIMEOUT_S, PLATFORM_LATENCY_S, SAMPLE_INTERVAL_S
 from edge_runtime.system.cpulist import format_cpu_list
@@ -63,19 +64,7 @@ def add_arguments(p) -> None:
         metavar="SECONDS",
         help="time calls for this long instead",
     )
-    p.add_argument(
-        "--scenario",
-        choices=["single-stream", "server"],
-        default="single-stream",
-        help="single-stream (default: the next query when the last completes) or server (open loop: Poisson "
-        "arrivals at --rate, latency from each query's intended send time)",
-    )
-    p.add_argument(
-        "--rate",
-        type=real(0.0, 1_000_000.0, "queries/s", low_open=True),
-        metavar="QPS",
-        help="the server scenario's arrival rate (queries per second)",
-    )
+    add_scenario_arguments(p)
     p.add_argument(
         "--stress",
         action="append",
@@ -150,8 +139,7 @@ def request_from_args(args):
         cooldown_to_c=args.cooldown_to,
         cooldown_timeout_s=args.cooldown_timeout,
         sample_interval_s=args.sample_interval,
-        scenario=None if args.scenario == "single-stream" else args.scenario,
-        rate_qps=args.rate,
+        **scenario_fields(args),
     )
 
 
@@ -321,13 +309,7 @@ def format_report(r: dict) -> str:
         )
     sc = r.get("scenario")
     if sc:
-        err = sc["send_error_us"]
-        lines.append(
-            f"scenario     server (open loop): {sc['queries']:,} queries at {sc['rate_qps']:g}/s asked, "
-            f"{sc['achieved_qps']:,.1f}/s achieved; latency from the intended send; from the actual send p50 "
-            f"{sc['service_us']['p50']:.1f} p99 {sc['service_us']['p99']:.1f} us; send error p50 {err['p50']} p99 "
-            f"{err['p99']} us"
-        )
+        lines.append("scenario     " + scenario_text(sc))
     if r.get("aborted"):
         lines.append(f"ABORTED      {r['aborted']['reason']} at {r['aborted']['at_s']:.1f} s: partial result")
     env = r.get("environment") or {}

@@ -222,6 +222,8 @@ def input_paths(args, session=None) -> list[tuple[str, object]]:
             found.append(("an --input file", p))
     if getattr(args, "delegate", None) and os.sep in args.delegate:
         found.append(("the --delegate library", args.delegate))
+    if getattr(args, "arrivals", None):
+        found.append(("the --arrivals file", args.arrivals))
     return found
 
 

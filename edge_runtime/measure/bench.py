@@ -34,9 +34,16 @@ from edge_runtime.measure.interference import competing_tasks, counters, interru
 from edge_runtime.measure.loop import Measurement, StopRequest, hdr_log_text, measure
 from edge_runtime.measure.prepare import Prepared, prepare
 from edge_runtime.measure.request import BenchRequest
-from edge_runtime.measure.schedule import scenario_section
+from edge_runtime.measure.schedule import OPEN_LOOP, measure_open_loop, plan_for, scenario_section
 from edge_runtime.measure.sections import power_section, precision, thermal_section
-from edge_runtime.measure.stats import PERCENTILE_METHOD, histogram_us, jitter, stability, summarize
+from edge_runtime.measure.stats import (
+    PERCENTILE_METHOD,
+    histogram_us,
+    jitter,
+    latency_timeline,
+    stability,
+    summarize,
+)
 from edge_runtime.results import (
     Aborted,
     BackendSection,
@@ -95,7 +102,8 @@ class _Measured:
     stress: list[dict]
     stress_ended_early: bool
     extra_packages: list[str] = field(default_factory=list)
-    open_loop: object = None  # the server scenario's OpenLoopRun
+    open_loop: object = None  # an open-loop scenario's OpenLoopRun
+    plan: object = None  # and its schedule.Plan
 
 
 def run_bench(
@@ -213,7 +221,7 @@ def _measure(
 
         if stop is not None:
             stop.armed = True
-        open_loop = None
+        open_loop = plan = None
         common = dict(  # the warm-up, progress, stop checks and counter marks both loops share
             warmup=request.warmup,
             warmup_s=request.warmup_s,
@@ -224,16 +232,10 @@ def _measure(
             on_end=on_end,
         )
         try:
-            if request.scenario == "server":
-                from edge_runtime.measure.schedule import measure_open_loop
-
+            if request.scenario in OPEN_LOOP:
+                plan = plan_for(request, iterations, duration_s)
                 m, open_loop = measure_open_loop(
-                    session.runner(),
-                    rate_qps=request.rate_qps,
-                    duration_s=duration_s,
-                    queries=iterations,
-                    seed=request.seed,
-                    **common,
+                    session.runner(), plan, until_s=duration_s if plan.intended_ns is None else None, **common
                 )
             else:
                 m = measure(session.runner(), iterations=iterations, duration_s=duration_s, **common)
@@ -247,7 +249,7 @@ def _measure(
         model, backend = session.model, session.backend
         dists = session.distributions
     got = _Measured(m, marks, threads, model, backend, sampler, corunner.describe(), corunner.ended_early, dists)
-    got.open_loop = open_loop
+    got.open_loop, got.plan = open_loop, plan
     return got
 
 
@@ -306,6 +308,7 @@ def _build(request: BenchRequest, root: SystemRoot, prep: Prepared, got: _Measur
     requested = set(cpus or [])
     iterations, duration_s = request.length
     model, backend = got.model, got.backend
+    spq = got.plan.samples_per_query if got.plan is not None else 1  # throughput counts inferences, not queries
     return BenchResult(
         model=ModelInfo(str(model.path), model.sha256, model.format, precision(model.path)),
         backend=BackendSection(
@@ -330,7 +333,7 @@ def _build(request: BenchRequest, root: SystemRoot, prep: Prepared, got: _Measur
         ),
         latency_us=Latency(**lat),
         jitter_us=Jitter(**jitter(lat)),
-        throughput_ips=len(m.samples_ns) / m.wall_s if m.wall_s > 0 else None,
+        throughput_ips=len(m.samples_ns) * spq / m.wall_s if m.wall_s > 0 else None,
         pinning=Pinning(
             requested=tuple(cpus) if cpus else None,
             all_threads_pinned=bool(requested) and all(set(t.cpus) <= requested for t in got.threads),
@@ -369,7 +372,8 @@ def _build(request: BenchRequest, root: SystemRoot, prep: Prepared, got: _Measur
         started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(m.start_ns / 1e9)),
         wall_s=m.wall_s,
         aborted=aborted,
-        scenario=scenario_section(request.rate_qps, got.open_loop) if request.scenario == "server" else None,
+        scenario=scenario_section(request, got.plan, got.open_loop, m.wall_s),
+        timeline_us=latency_timeline(m),
         histogram_us=histogram_us(m.samples_ns),
     )
 

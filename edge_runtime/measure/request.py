@@ -33,6 +33,25 @@ PLATFORM_LATENCY_S = (1.0, 3600.0)  # cyclictest runs whole seconds
 MAX_SEED = 2**64 - 1
 DEFAULT_ITERATIONS = 1000
 MAX_RATE_QPS = 1_000_000.0
+MAX_SAMPLES_PER_QUERY = 4096
+# What each scenario takes (a key of another scenario is refused: it would be silently ignored).
+SCENARIO_KEYS = {
+    "single-stream": (),
+    "server": ("rate_qps",),
+    "burst": ("rate_qps", "burst_on_s", "burst_off_s"),
+    "multi-stream": ("samples_per_query", "interval_ms"),
+    "offline": ("samples_per_query",),
+    "replay": ("arrivals_ms",),
+}
+SCENARIO_OPTIONAL = {("offline", "samples_per_query")}  # 1 when not given
+# Where a scenario has a natural default (LoadGen's multi-stream: 8 samples; the rest round numbers), for the CLI and
+# campaigns; a key without one (a rate, a file) must be given.
+SCENARIO_DEFAULTS = {
+    ("multi-stream", "samples_per_query"): 8,
+    ("multi-stream", "interval_ms"): 50.0,
+    ("burst", "burst_on_s"): 1.0,
+    ("burst", "burst_off_s"): 1.0,
+}
 
 
 @dataclass(frozen=True)
@@ -64,11 +83,19 @@ class BenchRequest(Record):
     cooldown_to_c: float | None = None
     cooldown_timeout_s: float = 600.0
     sample_interval_s: float = 0.25
-    # The load: None (single-stream: the next query when the last completes) or "server" (open loop: seeded Poisson
-    # arrivals at rate_qps, latency from each query's intended send time). Left out of the JSON when None, so an
-    # agent that predates scenarios still reads a single-stream request.
+    # The load (LoadGen's scenarios, measure/schedule.py): None (single-stream: the next query when the last
+    # completes) or an open loop: "server" (seeded Poisson arrivals at rate_qps), "burst" (the same during
+    # burst_on_s, silent for burst_off_s), "multi-stream" (a query of samples_per_query samples every interval_ms),
+    # "replay" (inter-arrival times arrivals_ms), "offline" (every query at once; throughput). iterations counts
+    # queries. Each key is left out of the JSON when None, so an agent that predates scenarios still reads a
+    # single-stream request.
     scenario: str | None = field(default=None, metadata=OMIT_NONE)
     rate_qps: float | None = field(default=None, metadata=OMIT_NONE)
+    samples_per_query: int | None = field(default=None, metadata=OMIT_NONE)
+    interval_ms: float | None = field(default=None, metadata=OMIT_NONE)
+    burst_on_s: float | None = field(default=None, metadata=OMIT_NONE)
+    burst_off_s: float | None = field(default=None, metadata=OMIT_NONE)
+    arrivals_ms: tuple[float, ...] | None = field(default=None, metadata=OMIT_NONE)
     schema: str = REQUEST_SCHEMA
 
     def load_kwargs(self) -> dict[str, Any]:
@@ -135,14 +162,7 @@ class BenchRequest(Record):
                 raise UserError(f"bench request: stress {s!r}: kind cpu|memory on at least one CPU")
             if not all(_cpu(c) for c in s.cpus):
                 raise UserError(f"bench request: stress {s.to_dict()!r}: CPU numbers are 0 to {MAX_CPUS - 1}")
-        if self.scenario not in (None, "single-stream", "server"):
-            raise UserError(f"bench request: scenario {self.scenario!r}: single-stream or server")
-        if self.scenario == "server":
-            if self.rate_qps is None:
-                raise UserError("bench request: the server scenario needs rate_qps (queries per second)")
-            _real("rate_qps", self.rate_qps, 0.0, MAX_RATE_QPS, low_open=True)
-        elif self.rate_qps is not None:
-            raise UserError("bench request: rate_qps goes with the server scenario (single-stream has no rate)")
+        self._check_scenario()
         if self.delegate_options and not self.delegate:
             raise UserError("bench request: delegate_options without a delegate: they would be ignored")
         if (
@@ -161,6 +181,33 @@ class BenchRequest(Record):
             ):
                 raise UserError(f"bench request: {name}: string keys and values")
         return self
+
+    def _check_scenario(self) -> None:
+        from edge_runtime.measure.schedule import KINDS, MAX_REPLAY
+
+        kind = self.scenario or "single-stream"
+        if kind not in KINDS:
+            raise UserError(f"bench request: scenario {self.scenario!r}: one of {', '.join(KINDS)}")
+        wants = SCENARIO_KEYS[kind]
+        for key in ("rate_qps", "samples_per_query", "interval_ms", "burst_on_s", "burst_off_s", "arrivals_ms"):
+            if getattr(self, key) is None:
+                if key in wants and (kind, key) not in SCENARIO_OPTIONAL:
+                    raise UserError(f"bench request: the {kind} scenario needs {key}")
+            elif key not in wants:
+                goes = ", ".join(k for k, v in SCENARIO_KEYS.items() if key in v)
+                raise UserError(f"bench request: {key} does not go with the {kind} scenario (it goes with {goes})")
+        _real("rate_qps", self.rate_qps, 0.0, MAX_RATE_QPS, low_open=True)
+        _int("samples_per_query", self.samples_per_query, 1, MAX_SAMPLES_PER_QUERY)
+        _real("interval_ms", self.interval_ms, 0.0, 3.6e6, low_open=True)
+        _real("burst_on_s", self.burst_on_s, 0.0, MAX_DURATION_S, low_open=True)
+        _real("burst_off_s", self.burst_off_s, 0.0, MAX_DURATION_S)
+        if self.arrivals_ms is not None:
+            if not 0 < len(self.arrivals_ms) <= MAX_REPLAY:
+                raise UserError(f"bench request: arrivals_ms: 1 to {MAX_REPLAY:,} inter-arrival times")
+            for i, v in enumerate(self.arrivals_ms):
+                number = isinstance(v, (int, float)) and not isinstance(v, bool)
+                if not number or not math.isfinite(v) or not 0 <= v <= 3.6e6:
+                    raise UserError(f"bench request: arrivals_ms[{i}] {v!r}: milliseconds from 0 to 3,600,000")
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> BenchRequest:

@@ -1,12 +1,21 @@
-"""Open-loop load: MLPerf LoadGen's server scenario. Queries arrive on a schedule fixed before the run (a seeded Poisson
-process at the target rate), whatever the system under test does; each query's latency is counted from its *intended*
-arrival, not from when it could actually be sent. A target that stalls cannot hide the queue that builds behind the
-stall (coordinated omission, Gil Tene's term): the queries that waited carry the wait in their latency.
+"""LoadGen's scenarios, run on the board: a schedule of intended send times fixed before the run, whatever the system
+under test does, and each query's latency counted from its *intended* send time, not from when it could actually be
+sent. A target that stalls cannot hide the queue that builds behind the stall (coordinated omission, Gil Tene's term):
+the queries that waited carry the wait in their latency.
 
-`poisson_schedule` gives the intended send times; `run_open_loop` issues one query at a time (a board runs one
-inference at a time on its pinned cores), never before its intended time, and records intended, started and finished
-times in nanoseconds. The schedule's own error (started - intended when the system was idle) says how well the
-issuer kept to the plan; the send lag of queries that queued is latency, not error.
+The schedules (intended send times in ns from the start of the measured part):
+- `server`: a seeded Poisson process at `rate_qps` (`poisson_schedule`).
+- `burst`: the same process during `on_s`, nothing during `off_s`, over and over (`burst_schedule`).
+- `multi-stream`: a query of `samples_per_query` samples every `interval_ms` (`interval_schedule`); its latency runs
+  from its intended send to the end of its last sample.
+- `replay`: inter-arrival times from a file (`replay_schedule`): the first gap counts from the start.
+- `offline`: every query at once, at time 0; the measure is throughput, so each query's latency is timed from its
+  own start (from time 0 it would only say where the query stood in the queue).
+`single-stream` (the next query when the last completes) is the closed loop of `loop.measure`.
+
+`run_open_loop` issues one query at a time (a board runs one inference at a time on its pinned cores), never before its
+intended time, and records intended, started and finished times. The schedule's own error (started - intended when the
+system was idle) says how well the issuer kept to the plan; the send lag of queries that queued is latency, not error.
 """
 
 from __future__ import annotations
@@ -18,7 +27,16 @@ from dataclasses import dataclass
 import numpy as np
 
 MAX_QUERIES = 50_000_000
+MAX_REPLAY = 1_000_000  # arrivals in one replay file
 SPIN_NS = 200_000  # the last 0.2 ms before a send are spun, not slept (sleep wakes late by ~50-100 us)
+CHUNK_QUERIES = 256  # at most this many queries between progress and stop checks (offline sends them all at once)
+OPEN_LOOP = ("server", "burst", "multi-stream", "replay", "offline")
+KINDS = ("single-stream", *OPEN_LOOP)
+
+
+def _guard(n: int, what: str) -> None:
+    if n > MAX_QUERIES:
+        raise ValueError(f"{what} is over {MAX_QUERIES:,} queries")
 
 
 def poisson_schedule(rate_qps: float, duration_s: float, seed: int = 0) -> np.ndarray:
@@ -26,11 +44,119 @@ def poisson_schedule(rate_qps: float, duration_s: float, seed: int = 0) -> np.nd
     if not rate_qps > 0 or not duration_s > 0:
         raise ValueError("rate and duration must be positive")
     n_guess = int(rate_qps * duration_s * 1.2 + 10 * np.sqrt(rate_qps * duration_s) + 10)
-    if n_guess > MAX_QUERIES:
-        raise ValueError(f"{rate_qps:g} queries/s for {duration_s:g} s is over {MAX_QUERIES:,} queries")
+    _guard(n_guess, f"{rate_qps:g} queries/s for {duration_s:g} s")
     gaps = np.random.default_rng(seed).exponential(1e9 / rate_qps, n_guess)
     times = np.cumsum(gaps)
     return times[times < duration_s * 1e9].astype(np.int64)
+
+
+def burst_schedule(rate_qps: float, on_s: float, off_s: float, duration_s: float, seed: int = 0) -> np.ndarray:
+    """Poisson arrivals at `rate_qps` during each `on_s`, none during the `off_s` after it, from 0 to `duration_s`."""
+    if not on_s > 0 or not off_s >= 0:
+        raise ValueError("a burst needs on_s > 0 and off_s >= 0")
+    period = on_s + off_s
+    cycles, rest = divmod(duration_s, period)
+    on_total = cycles * on_s + min(rest, on_s)
+    if on_total <= 0:
+        return np.empty(0, np.int64)
+    t = poisson_schedule(rate_qps, on_total, seed).astype(np.float64)  # times on the "on" clock
+    on_ns, period_ns = on_s * 1e9, period * 1e9
+    return (np.floor(t / on_ns) * period_ns + np.mod(t, on_ns)).astype(np.int64)
+
+
+def interval_schedule(interval_s: float, duration_s: float) -> np.ndarray:
+    """A query every `interval_s` from 0 while under `duration_s` (multi-stream)."""
+    if not interval_s > 0:
+        raise ValueError("the interval must be positive")
+    n = int(np.ceil(duration_s / interval_s))
+    _guard(n, f"a query every {interval_s * 1e3:g} ms for {duration_s:g} s")
+    return np.arange(n, dtype=np.int64) * round(interval_s * 1e9)
+
+
+def replay_schedule(gaps_ms) -> np.ndarray:
+    """Send times from inter-arrival gaps in ms: the first gap counts from the start."""
+    gaps = np.asarray(gaps_ms, np.float64)
+    if gaps.ndim != 1 or not np.all(np.isfinite(gaps)) or np.any(gaps < 0):
+        raise ValueError("inter-arrival times must be finite and not negative")
+    return np.round(np.cumsum(gaps) * 1e6).astype(np.int64)
+
+
+def read_arrivals(path: str, what: str = "arrivals") -> tuple[float, ...]:
+    """Inter-arrival times in milliseconds from a text file: one number per line (blank lines and `#` comments
+    skipped), or a CSV whose first column holds them (a header line is skipped). One-line UserError otherwise."""
+    from edge_runtime.errors import UserError
+    from edge_runtime.system.files import open_input
+
+    where = f"{what} {path!r}"
+    with open_input(path, what, max_bytes=64 << 20) as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"{where}: not a text file of inter-arrival times in ms") from None
+    out: list[float] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        cell = line.split("#", 1)[0].split(",", 1)[0].strip()
+        if not cell:
+            continue
+        try:
+            v = float(cell)
+        except ValueError:
+            if not out and n == 1:
+                continue  # a CSV header
+            raise UserError(f"{where} line {n}: {cell[:40]!r} is not a number of milliseconds") from None
+        if not np.isfinite(v) or v < 0 or v > 3.6e6:
+            raise UserError(f"{where} line {n}: {cell[:40]!r}: an inter-arrival time from 0 to 3,600,000 ms")
+        out.append(v)
+        if len(out) > MAX_REPLAY:
+            raise UserError(f"{where}: over {MAX_REPLAY:,} arrivals (split it into several runs)")
+    if not out:
+        raise UserError(f"{where}: no inter-arrival times in it (one number of ms per line)")
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What an open-loop run sends: the intended times (None: offline for a duration, queries made as it goes),
+    the samples per query, and where each latency is timed from."""
+
+    kind: str
+    intended_ns: np.ndarray | None
+    samples_per_query: int = 1
+    from_intended: bool = True
+
+
+def plan_for(request, iterations: int | None, duration_s: float | None) -> Plan:
+    """The schedule a BenchRequest asks for, cut to its iterations (queries) or duration."""
+    kind = request.scenario
+    spq = request.samples_per_query or 1
+    if kind == "offline":
+        if duration_s is not None:
+            return Plan(kind, None, spq, from_intended=False)
+        return Plan(kind, np.zeros(iterations or 1, np.int64), spq, from_intended=False)
+    if kind == "replay":
+        sched = replay_schedule(request.arrivals_ms)
+        if duration_s is not None:
+            sched = sched[sched < duration_s * 1e9]
+        return Plan(kind, sched[:iterations] if iterations is not None else sched, spq)
+    # for a number of queries, a schedule long enough to hold them, then cut
+    length = duration_s
+    if length is None:
+        per_s = {
+            "server": request.rate_qps,
+            "burst": (request.rate_qps or 1) * request.burst_on_s / (request.burst_on_s + request.burst_off_s)
+            if kind == "burst"
+            else 1,
+            "multi-stream": 1e3 / (request.interval_ms or 1),
+        }[kind]
+        length = (iterations or 1) / per_s * 1.5 + 1.0
+    if kind == "server":
+        sched = poisson_schedule(request.rate_qps, length, request.seed)
+    elif kind == "burst":
+        sched = burst_schedule(request.rate_qps, request.burst_on_s, request.burst_off_s, length, request.seed)
+    else:
+        sched = interval_schedule(request.interval_ms / 1e3, length)
+    return Plan(kind, sched[:iterations] if iterations is not None else sched, spq)
 
 
 @dataclass(frozen=True)
@@ -89,13 +215,37 @@ def run_open_loop(
     return OpenLoopRun(np.asarray(schedule_ns, np.int64), started, finished, t0)
 
 
+def query_of(fn: Callable[[], object], samples: int) -> Callable[[], None]:
+    """One query of `samples` inferences, back to back (multi-stream's N samples on a board that runs one at a time)."""
+    if samples == 1:
+        return fn
+
+    def query() -> None:
+        for _ in range(samples):
+            fn()
+
+    return query
+
+
+def _chunks(plan: Plan, step_ns: int):
+    """The plan in pieces of about `step_ns` of schedule time and at most CHUNK_QUERIES queries."""
+    sched = plan.intended_ns
+    if sched is None:  # offline for a duration: everything at 0, as many as time allows
+        while True:
+            yield np.zeros(CHUNK_QUERIES, np.int64)
+    done = 0
+    while done < len(sched):
+        end = int(np.searchsorted(sched, sched[done] + step_ns, side="left"))
+        end = min(max(end, done + 1), done + CHUNK_QUERIES)
+        yield sched[done:end]
+        done = end
+
+
 def measure_open_loop(
     fn: Callable[[], object],
+    plan: Plan,
     *,
-    rate_qps: float,
-    duration_s: float | None = None,
-    queries: int | None = None,
-    seed: int = 0,
+    until_s: float | None = None,
     warmup: int = 10,
     warmup_s: float | None = None,
     progress: Callable[[int, int | None, float], None] | None = None,
@@ -104,22 +254,20 @@ def measure_open_loop(
     on_start: Callable[[], None] | None = None,
     on_end: Callable[[], None] | None = None,
 ):
-    """The server scenario with the contract of `loop.measure`: warm-up (closed loop, untimed), then the schedule in
-    chunks of about `chunk_s` of schedule time, progress and stop checks between chunks. Returns (Measurement whose
-    samples are latencies from the intended send times, OpenLoopRun)."""
+    """An open-loop scenario with the contract of `loop.measure`: warm-up (closed loop, single samples, untimed),
+    then the plan in chunks, progress and stop checks between chunks; `until_s` ends an offline run by time.
+    Returns (Measurement whose samples are the query latencies, OpenLoopRun)."""
     import gc
 
     from edge_runtime.measure.loop import Measurement, timer_overhead_ns, warm_up
 
-    length_s = duration_s if duration_s is not None else (queries or 1) / rate_qps * 1.5 + 1.0
-    sched = poisson_schedule(rate_qps, length_s, seed)
-    if queries is not None:
-        sched = sched[:queries]
     overhead = timer_overhead_ns()
     warm, _ = warm_up(fn, warmup, warmup_s, should_stop)
     if should_stop is not None and should_stop():
         empty = np.empty(0, np.int64)
         return Measurement(empty, time.time_ns(), 0.0, warm, overhead, stopped=True), OpenLoopRun(empty, empty, empty)
+    call = query_of(fn, plan.samples_per_query)
+    total = None if plan.intended_ns is None else len(plan.intended_ns)
     if on_start is not None:
         on_start()
     was_enabled = gc.isenabled()
@@ -130,21 +278,19 @@ def measure_open_loop(
     parts: list[OpenLoopRun] = []
     chunks: list[tuple[int, float]] = [(0, 0.0)]
     done, stopped = 0, False
-    step_ns = int(chunk_s * 1e9)
     try:
-        while done < len(sched):
-            # the next chunk: the queries intended within the next chunk_s of the schedule
-            end = int(np.searchsorted(sched, sched[done] + step_ns, side="left"))
-            end = max(end, done + 1)
-            part = run_open_loop(fn, sched[done:end], t0=begin)
+        for piece in _chunks(plan, int(chunk_s * 1e9)):
+            part = run_open_loop(call, piece, t0=begin)
             parts.append(part)
-            done = end
+            done += len(piece)
             elapsed = (time.perf_counter_ns() - begin) / 1e9
             chunks.append((done, elapsed))
             if progress:
-                progress(done, len(sched), elapsed)
+                progress(done, total, elapsed)
             if should_stop is not None and should_stop():
                 stopped = True
+                break
+            if until_s is not None and elapsed >= until_s:
                 break
     finally:
         if was_enabled:
@@ -152,34 +298,54 @@ def measure_open_loop(
     wall_s = (time.perf_counter_ns() - begin) / 1e9
     if on_end is not None:
         on_end()
-    run = OpenLoopRun(
-        np.concatenate([p.intended_ns for p in parts]) if parts else np.empty(0, np.int64),
-        np.concatenate([p.started_ns for p in parts]) if parts else np.empty(0, np.int64),
-        np.concatenate([p.finished_ns for p in parts]) if parts else np.empty(0, np.int64),
-        begin,
-    )
-    m = Measurement(run.latency_ns.copy(), start_wall, wall_s, warm, overhead, False, stopped, chunks, begin / 1e9, 0)
+
+    def joined(name: str) -> np.ndarray:
+        return np.concatenate([getattr(p, name) for p in parts]) if parts else np.empty(0, np.int64)
+
+    run = OpenLoopRun(joined("intended_ns"), joined("started_ns"), joined("finished_ns"), begin)
+    samples = (run.latency_ns if plan.from_intended else run.service_ns).copy()
+    m = Measurement(samples, start_wall, wall_s, warm, overhead, False, stopped, chunks, begin / 1e9, 0)
     return m, run
 
 
-def scenario_section(rate_qps: float, run: OpenLoopRun | None) -> dict | None:
-    """The server scenario's own numbers for the result record: rate asked and achieved, the schedule's error when
-    the board was free, and latency timed from the actual send (what a closed loop would have said) beside the
-    record's latency_us (from the intended send)."""
-    if run is None or len(run.intended_ns) == 0:
+LATENCY_FROM = {
+    True: "intended send time (open loop; no coordinated omission)",
+    False: "each query's own start (offline sends every query at once; its measure is throughput)",
+}
+
+
+def scenario_section(request, plan: Plan | None, run: OpenLoopRun | None, wall_s: float) -> dict | None:
+    """An open-loop run's own numbers for the result record: what was asked, the rate achieved, the schedule's error
+    when the board was free, and latency timed from the actual send (what a closed loop would have said) beside the
+    record's latency_us."""
+    if plan is None or run is None or len(run.intended_ns) == 0:
         return None
     from edge_runtime.measure.stats import nearest_rank
 
     def pct(values: np.ndarray, p: float) -> float | None:
         return round(nearest_rank(np.sort(values), p) / 1e3, 3) if len(values) else None
 
-    err, service = run.send_error_ns, run.service_ns
-    return {
-        "kind": "server",
-        "rate_qps": rate_qps,
-        "achieved_qps": round(run.achieved_rate(), 2),
-        "queries": len(run.intended_ns),
-        "latency_from": "intended send time (open loop; no coordinated omission)",
-        "send_error_us": {"p50": pct(err, 50), "p99": pct(err, 99)},
-        "service_us": {"p50": pct(service, 50), "p99": pct(service, 99)},
-    }
+    out: dict = {"kind": plan.kind}
+    if plan.kind in ("server", "burst"):
+        out["rate_qps"] = request.rate_qps
+    if plan.kind == "burst":
+        out["burst_on_s"], out["burst_off_s"] = request.burst_on_s, request.burst_off_s
+    if plan.kind == "multi-stream":
+        out["interval_ms"] = request.interval_ms
+    if plan.kind == "replay":
+        out["arrivals"] = len(request.arrivals_ms)
+    n = len(run.intended_ns)
+    out.update(
+        queries=n,
+        samples_per_query=plan.samples_per_query,
+        achieved_qps=round(run.achieved_rate() if plan.from_intended else n / wall_s if wall_s > 0 else 0.0, 2),
+        latency_from=LATENCY_FROM[plan.from_intended],
+    )
+    if plan.from_intended:
+        err, service = run.send_error_ns, run.service_ns
+        out["send_error_us"] = {"p50": pct(err, 50), "p99": pct(err, 99)}
+        out["service_us"] = {"p50": pct(service, 50), "p99": pct(service, 99)}
+    if plan.kind == "multi-stream":
+        late = int(np.sum(run.latency_ns > request.interval_ms * 1e6))
+        out["queries_over_interval"] = late  # a query not done before the next was due: the board cannot keep up
+    return out

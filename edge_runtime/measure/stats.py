@@ -7,6 +7,7 @@ a latency that really happened. numpy's `percentile(..., method="inverted_cdf")`
 
 from __future__ import annotations
 
+import itertools
 import math
 from fractions import Fraction
 
@@ -76,3 +77,30 @@ def histogram_us(samples_ns: np.ndarray) -> tuple[tuple[int, int], ...]:
     """((latency in whole microseconds, how many), ...) for every value seen, smallest first."""
     values, counts = np.unique(np.asarray(samples_ns) // 1000, return_counts=True)
     return tuple((int(v), int(c)) for v, c in zip(values, counts, strict=True))
+
+
+TIMELINE_WINDOWS = 200  # a run's latency over time, in at most this many windows: enough for a plot, small to keep
+
+
+def latency_timeline(m) -> tuple[dict, ...] | None:
+    """Latency over time: the samples in order, cut into at most TIMELINE_WINDOWS windows of equal count, each with
+    the time its last sample ended (s from the start of the measured part, placed by the loop's chunk marks) and
+    its p50, p99 and max in us. None for a run without samples."""
+    samples = np.asarray(m.samples_ns)
+    n = len(samples)
+    if n == 0:
+        return None
+    chunks = m.chunks or [(0, 0.0), (n, m.wall_s)]
+    done, elapsed = np.array([c[0] for c in chunks], float), np.array([c[1] for c in chunks], float)
+    edges = np.unique(np.linspace(0, n, min(TIMELINE_WINDOWS, n) + 1).astype(np.int64))
+    out = []
+    for a, b in itertools.pairwise(edges):
+        w = np.sort(samples[a:b])
+        out.append({
+            "t_s": round(float(np.interp(b, done, elapsed)), 4),
+            "count": int(b - a),
+            "p50": nearest_rank(w, 50) / 1e3,
+            "p99": nearest_rank(w, 99) / 1e3,
+            "max": int(w[-1]) / 1e3,
+        })  # fmt: skip
+    return tuple(out)

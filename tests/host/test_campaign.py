@@ -106,8 +106,12 @@ def test_campaign_mistakes_are_one_line_and_name_the_key(tmp_path):
     cases = [
         ("[campaign]\nrepetitons = 2\n" + base.split("\n", 2)[2], "did you mean 'repetitions'"),
         (base + '[[scenario]]\nkind = "single-streem"\n', "unknown scenario"),
-        (base + '[[scenario]]\nkind = "offline"\n', "not available yet"),
-        (base + '[[scenario]]\nkind = "server"\n', "rate_qps goes with"),
+        (base + '[[scenario]]\nkind = "multi-stream"\nrate_qps = 5\n', "rate_qps goes with kind = 'server' or 'burst'"),
+        (base + '[[scenario]]\nkind = "replay"\n', 'kind = "replay" needs arrivals'),
+        (base + '[[scenario]]\nkind = "replay"\narrivals = "/nope.txt"\n', "/nope.txt"),
+        (base + '[[scenario]]\nkind = "burst"\nrate_qps = 9\nburst_on_s = 0\n', "burst_on_s"),
+        (base + '[[scenario]]\nkind = "multi-stream"\nsamples_per_query = 0\n', "samples_per_query"),
+        (base + '[[scenario]]\nkind = "server"\n', 'kind = "server" needs rate_qps'),
         (base + '[[scenario]]\nkind = "server"\nrate_qps = nan\n', "rate_qps"),
         (base.replace("local:", "http://x"), "unknown scheme"),
         (base + "[slo]\np99ms = 3\n", "did you mean 'p99_ms'"),
@@ -210,3 +214,57 @@ min_queries = 5000
     bad = write(tmp_path, camp.read_text().replace("min_duration_s = 1.0", "min_duration_s = 2.0"))
     with pytest.raises(UserError, match="under min_duration_s"):
         load(str(bad))
+
+
+def test_the_board_runs_every_scenario_of_a_campaign_itself(tmp_path):
+    """Over the pty the board's agent gets the schedule (an arrivals file's numbers included) and runs it on its own
+    cores; the host only stores what comes back, under the scenario's label."""
+    need("onnxruntime")
+    (tmp_path / "gaps.txt").write_text("# ms\n" + "1\n" * 60)
+    cable = Cable()
+    try:
+        with AgentProcess(cable.agent_url, tmp_path / "state"):
+            camp = write(tmp_path, f"""
+[campaign]
+name = "scenarios"
+[[target]]
+name = "board"
+url = "{cable.host_url}"
+cpus = "1"
+[[model]]
+name = "digits"
+path = "{DIGITS}"
+[[scenario]]
+kind = "multi-stream"
+samples_per_query = 2
+interval_ms = 20
+duration_s = 0.4
+[[scenario]]
+kind = "burst"
+rate_qps = 500
+burst_on_s = 0.1
+burst_off_s = 0.1
+duration_s = 0.6
+[[scenario]]
+kind = "replay"
+arrivals = "gaps.txt"
+[[scenario]]
+kind = "offline"
+iterations = 300
+""")
+            out = tmp_path / "r.json"
+            proc = edge_bench("run", str(camp), "--store", str(tmp_path / "s.sqlite"), "--json", str(out))
+    finally:
+        cable.close()
+    assert proc.returncode == 0, proc.stderr
+    runs = json.loads(out.read_text())["runs"]
+    assert [r["scenario"] for r in runs] == [
+        "multi-stream@2x/20ms", "burst@500qps/0.1s-on/0.1s-off", "replay:gaps.txt", "offline"
+    ]
+    secs = [r["result"]["scenario"] for r in runs]
+    assert [s["kind"] for s in secs] == ["multi-stream", "burst", "replay", "offline"]
+    assert secs[0]["queries"] == 20 and secs[0]["samples_per_query"] == 2
+    assert 60 < secs[1]["queries"] < 250 and secs[2]["queries"] == 60 and secs[3]["queries"] == 300
+    assert all("link" in r["result"] for r in runs)  # it crossed the cable
+    with Store(tmp_path / "s.sqlite") as st:
+        assert sorted(r.scenario for r in st.runs()) == sorted(r["scenario"] for r in runs)
