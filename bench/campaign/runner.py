@@ -82,20 +82,39 @@ def request_for(campaign: Campaign, scenario, model, target: Target):
     ).validate()
 
 
-def run(campaign: Campaign, store, say: Callable[[str], None]) -> CampaignRun:
+class Progress:
+    """What the runner says as it goes: `start` a run (its number and label), `say` a line about it (the board's own
+    progress, a reconnect), `end` it. The default prints one line per event; the CLI draws bars on a terminal."""
+
+    def __init__(self, say: Callable[[str], None]):
+        self._say = say
+        self.t0 = time.monotonic()
+
+    def start(self, k: int, total: int, label: str) -> None:
+        eta = (time.monotonic() - self.t0) / (k - 1) * (total - k + 1) if k > 1 else None
+        self._say(f"[{k}/{total}] {label}" + (f" (ETA {eta:.0f} s)" if eta is not None else ""))
+
+    def say(self, msg: str) -> None:
+        self._say(msg)
+
+    def end(self) -> None:
+        pass
+
+
+def run(campaign: Campaign, store, progress: Progress | Callable[[str], None]) -> CampaignRun:
     from bench.targets import TargetError, target_for
 
+    if not isinstance(progress, Progress):
+        progress = Progress(progress)
+    say = progress.say
     out = CampaignRun(campaign)
     plan = campaign.plan()
     targets: dict[str, object] = {}
     t0 = time.monotonic()
     try:
         for k, (rep, scenario, model, target) in enumerate(plan, 1):
-            eta = (time.monotonic() - t0) / (k - 1) * (len(plan) - k + 1) if k > 1 else None
-            head = f"[{k}/{len(plan)}] {target.name} {model.name} {scenario.label} rep {rep + 1}" + (
-                f" (ETA {eta:.0f} s)" if eta is not None else ""
-            )
-            say(head)
+            head = f"{target.name} {model.name} {scenario.label} rep {rep + 1}"
+            progress.start(k, len(plan), head)
             o = RunOutcome(rep, scenario.label, model.name, target.name, target.url)
             out.outcomes.append(o)
             try:
@@ -133,6 +152,7 @@ def run(campaign: Campaign, store, say: Callable[[str], None]) -> CampaignRun:
             except TargetError as err:
                 o.error = str(err)
                 say(f"{head}: {err}")
+            progress.end()
     except KeyboardInterrupt as err:
         out.stopped_by = getattr(err, "signum", None) or (err.args[0] if err.args and isinstance(err.args[0], int)
                                                            else 2)  # fmt: skip

@@ -51,6 +51,54 @@ def progress_printer():
     return say, done
 
 
+def campaign_progress(name: str, total: int):
+    """The campaign's progress on stderr: on a terminal with rich installed, a bar over the whole campaign (runs done,
+    elapsed, ETA) with the run under way (target, model, scenario, repetition) and the board's last word about it;
+    otherwise one plain line per event, as a CI log wants. Returns (Progress, close)."""
+    from bench.campaign.runner import Progress
+
+    say, done = progress_printer()
+    if sys.stderr is None or not sys.stderr.isatty():
+        return Progress(say), done
+    try:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        from rich.progress import Progress as Bars
+        from rich.table import Column
+    except ImportError:
+        return Progress(say), done
+    bars = Bars(
+        # markup off: a campaign's, a target's or a board's words are shown as they are ("[red]" included)
+        TextColumn(name[:24], markup=False, style="bold"),
+        BarColumn(bar_width=20),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        TextColumn("{task.description}", markup=False, table_column=Column(ratio=1, no_wrap=True, overflow="ellipsis")),
+        console=Console(stderr=True),
+        transient=False,
+        expand=True,
+    )
+    task = bars.add_task("", total=total)
+    bars.start()
+
+    class RichProgress(Progress):
+        def start(self, k: int, total: int, label: str) -> None:
+            self.label = label
+            bars.update(task, description=label)
+
+        def say(self, msg: str) -> None:
+            label = getattr(self, "label", "")
+            shown = msg[len(label) + 2:] if label and msg.startswith(label + ": ") else msg
+            bars.update(task, description=f"{label}: {shown}" if label else shown)
+
+        def end(self) -> None:
+            bars.advance(task)
+
+    return RichProgress(say), bars.stop
+
+
 def add_store(p) -> None:
     from bench.store import DEFAULT_STORE, ENV
 

@@ -1,5 +1,5 @@
-"""`edge-bench report RUN... [--md F] [--csv F] [--json F]`: stored runs as a table, Markdown, CSV or JSON. Without
-RUN: the latest runs in the store."""
+"""`edge-bench report RUN... [--html F] [--md F] [--csv F] [--json F]`: stored runs as a table, an HTML file with plots,
+Markdown, CSV or JSON. Without RUN: the latest runs in the store."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ import sys
 from bench.cli.common import add_store, open_store
 from edge_runtime.cli.common import add_json, integer, path_arg, plan_outputs
 
-HELP = "stored runs as a table, Markdown, CSV or JSON (the latest when no RUN is given)"
+HELP = "stored runs as a table, HTML with plots, Markdown, CSV or JSON (the latest when no RUN is given)"
 
 
 def add_arguments(p) -> None:
     p.add_argument("runs", nargs="*", metavar="RUN", help="run ids or baseline names (default: the latest runs)")
     p.add_argument("--last", type=integer(1, 100_000), default=20, metavar="N", help="without RUN: this many (20)")
+    p.add_argument("--html", type=path_arg, metavar="FILE", help="one self-contained HTML file with plots (matplotlib)")
     p.add_argument("--md", type=path_arg, metavar="FILE", help="Markdown report")
     p.add_argument("--csv", type=path_arg, metavar="FILE", help="one row per run")
     add_store(p)
@@ -22,16 +23,24 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from bench import report
+    from bench.report import html
+    from bench.store import default_path
     from edge_runtime.system.outputs import write_json, write_output
 
-    outs = plan_outputs([("--json", args.json), ("--md", args.md), ("--csv", args.csv)], [("the store", args.store)])
+    args.store = args.store or default_path()  # resolved before planning, so --html/--md/--csv cannot name it
+    outs = plan_outputs([("--json", args.json), ("--html", args.html), ("--md", args.md), ("--csv", args.csv)],
+                        [("the store", args.store)])  # fmt: skip
+    if "--html" in outs:
+        html.require()
     with open_store(args) as store:
         runs = [store.run(r) for r in args.runs] if args.runs else list(reversed(store.runs(args.last)))
-    rows = [_row(r) for r in runs]
+    rows = [report.stored_row(r) for r in runs]
     for flag, out in outs.items():
         if flag == "--json":
             write_json({"schema": "edge-bench/report/1", "runs": [{**row, "result": r.result} for row, r in
                                                                   zip(rows, runs, strict=True)]}, out)  # fmt: skip
+        elif flag == "--html":
+            write_output(out, html.render_stored("edge-bench runs", runs))
         elif flag == "--md":
             write_output(out, report.markdown("edge-bench runs", rows, []))
         else:
@@ -39,11 +48,3 @@ def run(args) -> int:
     if not any(o.is_stdout for o in outs.values()):
         sys.stdout.write(report.table(rows) if rows else f"no runs in {args.store}\n")
     return 0
-
-
-def _row(r) -> dict:
-    lat = r.result.get("latency_us") or {}
-    row = {"run": r.id, "target": r.target, "model": r.model_name, "scenario": r.scenario, "repetition": r.repetition}
-    row.update({f"{k}_us": lat.get(k) for k in ("p50", "p99", "p999", "max")})
-    row.update(count=lat.get("count"), throughput_ips=r.result.get("throughput_ips"), slo=None, error=None)
-    return row

@@ -1,12 +1,21 @@
-"""`edge-bench run CAMPAIGN.toml [--store F] [--json F] [--md F] [--csv F] [--junit F]`: a campaign, interleaved, every
-run stored and checked against its SLOs (exit 1 on a miss). `edge-bench run --target URL --model PATH [bench options]`:
-one bench on a target, printed as `edge-runtime bench` prints it, with the link it crossed."""
+"""`edge-bench run CAMPAIGN.toml [--store F] [--json F] [--html F] [--md F] [--csv F] [--junit F]`: a campaign,
+interleaved, every run stored and checked against its SLOs (exit 1 on a miss). `edge-bench run --target URL --model
+PATH [bench options] [--html F]`: one bench on a target, printed as `edge-runtime bench` prints it, with the link it
+crossed."""
 
 from __future__ import annotations
 
 import sys
 
-from bench.cli.common import add_store, add_target_options, check_reconnect, open_store, progress_printer, token
+from bench.cli.common import (
+    add_store,
+    add_target_options,
+    campaign_progress,
+    check_reconnect,
+    open_store,
+    progress_printer,
+    token,
+)
 from edge_runtime.cli.common import UsageError, path_arg
 
 HELP = "run a campaign (CAMPAIGN.toml), or one bench on a target: --target URL --model PATH [bench options]"
@@ -21,6 +30,7 @@ NOT_REMOTE = {
 def add_arguments(p) -> None:
     p.add_argument("--target", metavar="URL", help="tcp://HOST:PORT, serial:///dev/ttyUSB0?baud=921600, socket://...")
     p.add_argument("--model", type=path_arg, metavar="PATH", help="the model file on this host (uploaded by hash)")
+    p.add_argument("--html", type=path_arg, metavar="FILE", help="one self-contained HTML file with plots (matplotlib)")
     add_target_options(p)
     add_store(p)
     p.epilog = "Every other flag is edge-runtime bench's (--cpus, --iterations, --duration, --stress, --json ...)."
@@ -39,6 +49,7 @@ def parse(argv: list[str]):
 
 
 def run(args) -> int:
+    from bench.report import html
     from bench.targets import TargetError, target_for
     from bench.transports.connection import new_request_id
     from edge_runtime.cli import bench as bench_cmd
@@ -64,8 +75,11 @@ def run(args) -> int:
         raise UsageError("--cpus board: name the CPUs (see the board's profile in `edge-bench targets URL`)")
     store = open_store(args)  # a store that cannot be used is an error before the run, not after it
     outs = plan_outputs(
-        [("--json", bargs.json), ("--prom", bargs.prom)], [*bench_cmd.input_paths(bargs), ("the store", args.store)]
+        [("--json", bargs.json), ("--prom", bargs.prom), ("--html", args.html)],
+        [*bench_cmd.input_paths(bargs), ("the store", args.store)],
     )
+    if "--html" in outs:
+        html.require()
     request = bench_cmd.request_from_args(bargs)
     say, done = progress_printer()
     target = target_for(args.target, token=token(args), reconnect_for=args.reconnect_for, log=say)
@@ -108,12 +122,15 @@ def run(args) -> int:
         code = 2 if err.kind in ("user-error", "bad-path", "no-model", "hash-mismatch", "too-large", "auth") else 1
         print(f"edge-bench: error: {err}", file=sys.stderr)
         return code
+    if "--html" in outs:  # the run as `edge-bench report ID --html` shows it
+        stored = [store.run(got.store_id)]
+        write_output(outs["--html"], html.render_stored(f"edge-bench run {args.target}", stored, "a one-off run"))
     store.close()
     doc = got.record()
     for w in got.warnings:
         print(f"edge-bench: warning: {w}", file=sys.stderr)
     print(f"edge-bench: stored as run {got.store_id} in {args.store}", file=sys.stderr)
-    on_stdout = "--json" in outs and outs["--json"].is_stdout
+    on_stdout = any(outs[f].is_stdout for f in ("--json", "--html") if f in outs)
     if not on_stdout:
         sys.stdout.write(bench_cmd.format_report(doc))
         if got.link:
@@ -138,30 +155,33 @@ def format_link(url: str, link: dict, rerun: bool) -> str:
     return text + "\n"
 
 
-CAMPAIGN_OUTPUTS = ("--json", "--md", "--csv", "--junit")
+CAMPAIGN_OUTPUTS = ("--json", "--html", "--md", "--csv", "--junit")
 
 
 def run_campaign(args) -> int:
     from bench import report
     from bench.campaign import load
     from bench.campaign.runner import run as run_plan
+    from bench.report import html
     from edge_runtime.cli.common import plan_outputs
     from edge_runtime.system.outputs import write_json, write_output
 
     if args.target or args.model:
         raise UsageError("a campaign names its targets and models: --target/--model go with the one-off form")
-    flags = _campaign_flags(args.rest)
+    flags = {**_campaign_flags(args.rest), "--html": args.html}  # --html: parsed with --target (both forms take it)
     campaign = load(args.campaign)
     store = open_store(args)
     outs = plan_outputs([(f, v) for f, v in flags.items()], [("the campaign", args.campaign), ("the store", args.store),
                         *[("a model", m.path) for m in campaign.models]])  # fmt: skip
-    say, done = progress_printer()
+    if "--html" in outs:
+        html.require()
     plan = campaign.plan()
+    progress, done = campaign_progress(campaign.name, len(plan))
     print(f"edge-bench: campaign {campaign.name}: {len(plan)} runs ({len(campaign.targets)} targets x "
           f"{len(campaign.models)} models x {len(campaign.scenarios)} scenarios x {campaign.repetitions})",
           file=sys.stderr)  # fmt: skip
     try:
-        result = run_plan(campaign, store, say)
+        result = run_plan(campaign, store, progress)
     finally:
         done()
         store.close()
@@ -172,6 +192,7 @@ def run_campaign(args) -> int:
         "--md": lambda: report.markdown(f"Campaign {campaign.name}", rows, cases),
         "--csv": lambda: report.csv_text(rows),
         "--junit": lambda: report.junit(campaign.name, cases, result.seconds),
+        "--html": lambda: html.render(f"Campaign {campaign.name}", rows, [o.result for o in result.outcomes], cases),
     }
     for flag, out in outs.items():
         if flag == "--json":

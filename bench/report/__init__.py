@@ -1,5 +1,6 @@
 """Reports of runs, for people and for tools: a terminal table, Markdown, CSV (one row per run), JSON (the rows and the
-result records) and JUnit XML (one test case per SLO and run, so a CI shows which target missed what)."""
+result records), JUnit XML (one test case per SLO and run, so a CI shows which target missed what) and, in
+bench.report.html, one self-contained HTML file with plots (that module alone imports matplotlib)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,16 @@ def markdown(title: str, rows: list[dict], slos: list[dict]) -> str:
             out.append(f"| {s['target']} | {s['model']} | {s['scenario']} | {s['repetition']} | {s['slo']} | "
                        f"{s['measured']} | {'pass' if s['pass'] else '**FAIL**'} |")  # fmt: skip
     return "\n".join(out) + "\n"
+
+
+def stored_row(run) -> dict:
+    """The table row of a run kept in the store (a bench.store.Run): the store keeps no SLO verdict."""
+    lat = run.result.get("latency_us") or {}
+    row = {"run": run.id, "target": run.target, "model": run.model_name, "scenario": run.scenario,
+           "repetition": run.repetition}  # fmt: skip
+    row.update({f"{k}_us": lat.get(k) for k in ("p50", "p99", "p999", "max")})
+    row.update(count=lat.get("count"), throughput_ips=run.result.get("throughput_ips"), slo=None, error=None)
+    return row
 
 
 def csv_text(rows: list[dict]) -> str:

@@ -268,3 +268,54 @@ iterations = 300
     assert all("link" in r["result"] for r in runs)  # it crossed the cable
     with Store(tmp_path / "s.sqlite") as st:
         assert sorted(r.scenario for r in st.runs()) == sorted(r["scenario"] for r in runs)
+
+
+def test_a_terminal_gets_a_progress_bar_and_names_are_shown_as_they_are(tmp_path):
+    """On a terminal: one bar over the campaign (runs done, elapsed, ETA) and the run under way; a target named like
+    rich markup is shown literally, not taken as markup (or refused as bad markup)."""
+    need("onnxruntime")
+    import fcntl
+    import os
+    import pty
+    import re
+    import select
+    import struct
+    import termios
+
+    camp = write(tmp_path, f"""
+[campaign]
+name = "bars[/]"
+[[target]]
+name = "x[red]y"
+url = "local:"
+cpus = "1"
+[[model]]
+path = "{DIGITS}"
+[[scenario]]
+iterations = 200
+[[scenario]]
+kind = "offline"
+iterations = 200
+""")
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 120, 0, 0))
+    cmd = [sys.executable, "-m", "bench.cli", "run", str(camp), "--store", str(tmp_path / "s.sqlite")]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=follower)
+    os.close(follower)
+    seen = b""
+    while select.select([leader], [], [], 120)[0]:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the other side closed
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(leader)
+    out = proc.communicate(timeout=60)[0].decode()
+    assert proc.returncode == 0
+    screen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", seen.decode())
+    last = [line for line in screen.split("\r") if "2/2" in line]
+    assert last and "━" in last[-1] and "ETA" in last[-1] and "bars[/]" in last[-1], screen[-500:]
+    assert "x[red]y digits_cnn_int8" in screen and "1/2" in screen
+    assert "x[red]y" in out  # and the table on stdout, not drawn over
