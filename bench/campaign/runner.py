@@ -131,9 +131,12 @@ def run(campaign: Campaign, store, progress: Progress | Callable[[str], None]) -
                 def keep(got, o=o, rep=rep, model=model, target=target, scenario=scenario):
                     doc = got.record()
                     o.result = doc
+                    o.slo = evaluate(doc, campaign.slo.merged(target.slo))
+                    o.rules = run_rules(doc, scenario)
                     o.store_id = store.add_run(doc, target=target.name, target_url=target.url, campaign=campaign.name,
                                                scenario=scenario.label, model_name=model.name, repetition=rep,
-                                               request_id=got.request_id)  # fmt: skip
+                                               request_id=got.request_id,
+                                               verdict={"slo": o.slo, "rules": o.rules})  # fmt: skip
 
                 rid = new_request_id("camp-")
                 try:
@@ -145,8 +148,6 @@ def run(campaign: Campaign, store, progress: Progress | Callable[[str], None]) -
                         except TargetError:
                             pass
                     raise
-                o.slo = evaluate(o.result, campaign.slo.merged(target.slo))
-                o.rules = run_rules(o.result, scenario)
                 if got.stopped_by is not None:  # the local run kept what it measured: stored, then the campaign stops
                     raise Interrupted(got.stopped_by)
             except TargetError as err:

@@ -42,7 +42,7 @@ def run(args) -> int:
         elif flag == "--html":
             write_output(out, html.render_stored("edge-bench runs", runs))
         elif flag == "--md":
-            write_output(out, report.markdown("edge-bench runs", rows, []))
+            write_output(out, report.markdown("edge-bench runs", rows, report.stored_cases(runs)))
         else:
             write_output(out, report.csv_text(rows))
     if not any(o.is_stdout for o in outs.values()):

@@ -16,6 +16,8 @@ from bench.cli.common import (
     progress_printer,
     token,
 )
+from bench.slo import evaluate, verdict_lines
+from bench.slo import parse_flags as parse_slo
 from edge_runtime.cli.common import UsageError, path_arg
 
 HELP = "run a campaign (CAMPAIGN.toml), or one bench on a target: --target URL --model PATH [bench options]"
@@ -31,6 +33,12 @@ def add_arguments(p) -> None:
     p.add_argument("--target", metavar="URL", help="tcp://HOST:PORT, serial:///dev/ttyUSB0?baud=921600, socket://...")
     p.add_argument("--model", type=path_arg, metavar="PATH", help="the model file on this host (uploaded by hash)")
     p.add_argument("--html", type=path_arg, metavar="FILE", help="one self-contained HTML file with plots (matplotlib)")
+    p.add_argument(
+        "--slo",
+        action="append",
+        metavar="KEY=VALUE",
+        help="one-off form: p99=10ms, p50=800us, max=..., error_budget=0.001 (repeatable; exit 1 on a miss)",
+    )
     add_target_options(p)
     add_store(p)
     p.epilog = "Every other flag is edge-runtime bench's (--cpus, --iterations, --duration, --stress, --json ...)."
@@ -81,6 +89,9 @@ def run(args) -> int:
     if "--html" in outs:
         html.require()
     request = bench_cmd.request_from_args(bargs)
+    slo = parse_slo(args.slo)
+    label = scenario_label(request, bargs)
+    verdict: dict = {}
     say, done = progress_printer()
     target = target_for(args.target, token=token(args), reconnect_for=args.reconnect_for, log=say)
     rid = new_request_id("bench-")
@@ -89,7 +100,9 @@ def run(args) -> int:
     def keep(got) -> None:
         """The store and the outputs are written before the board is told it may forget the result."""
         doc = got.record()
-        got.store_id = store.add_run(doc, target=args.target, target_url=args.target, request_id=got.request_id)
+        verdict["slo"] = evaluate(doc, slo)
+        got.store_id = store.add_run(doc, target=args.target, target_url=args.target, request_id=got.request_id,
+                                     scenario=label, verdict={"slo": verdict["slo"], "rules": None})  # fmt: skip
         if "--prom" in outs:
             from edge_runtime.system.prom import textfile
 
@@ -135,11 +148,24 @@ def run(args) -> int:
         sys.stdout.write(bench_cmd.format_report(doc))
         if got.link:
             sys.stdout.write(format_link(args.target, got.link, got.rerun_after_restart))
+        for line in verdict_lines(verdict.get("slo")):
+            sys.stdout.write(line + "\n")
     if got.stopped_by is not None:
         return 128 + got.stopped_by
     if stopped_by is not None:
         return 128 + stopped_by
-    return 1 if doc.get("aborted") else 0
+    missed = verdict.get("slo") is not None and not verdict["slo"]["pass"]
+    return 1 if doc.get("aborted") or missed else 0
+
+
+def scenario_label(request, bargs) -> str:
+    """The one-off run's scenario as the store and reports name it (as a campaign's would be)."""
+    from bench.scenarios import Scenario
+    from edge_runtime.measure.request import SCENARIO_KEYS
+
+    kind = request.scenario or "single-stream"
+    fields = {k: getattr(request, k) for k in SCENARIO_KEYS[kind]}
+    return Scenario(kind, arrivals=bargs.arrivals, **fields).label
 
 
 def format_link(url: str, link: dict, rerun: bool) -> str:
@@ -168,6 +194,8 @@ def run_campaign(args) -> int:
 
     if args.target or args.model:
         raise UsageError("a campaign names its targets and models: --target/--model go with the one-off form")
+    if args.slo:
+        raise UsageError("--slo goes with the one-off form: a campaign's SLOs are in its [slo] and [target.slo] tables")
     flags = {**_campaign_flags(args.rest), "--html": args.html}  # --html: parsed with --target (both forms take it)
     campaign = load(args.campaign)
     store = open_store(args)

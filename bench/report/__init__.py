@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 
 COLUMNS = ["run", "target", "model", "scenario", "repetition", "count", "p50_us", "p99_us", "p999_us", "max_us",
            "throughput_ips", "slo", "valid", "error"]  # fmt: skip
@@ -52,13 +53,40 @@ def markdown(title: str, rows: list[dict], slos: list[dict]) -> str:
 
 
 def stored_row(run) -> dict:
-    """The table row of a run kept in the store (a bench.store.Run): the store keeps no SLO verdict."""
+    """The table row of a run kept in the store (a bench.store.Run), with the verdict it was given when it ran (runs
+    stored before verdicts were kept, or run without SLOs, show none)."""
     lat = run.result.get("latency_us") or {}
+    verdict = run.verdict or {}
+    slo, rules = verdict.get("slo"), verdict.get("rules")
     row = {"run": run.id, "target": run.target, "model": run.model_name, "scenario": run.scenario,
            "repetition": run.repetition}  # fmt: skip
     row.update({f"{k}_us": lat.get(k) for k in ("p50", "p99", "p999", "max")})
-    row.update(count=lat.get("count"), throughput_ips=run.result.get("throughput_ips"), slo=None, error=None)
+    row.update(count=lat.get("count"), throughput_ips=run.result.get("throughput_ips"), error=None,
+               slo=None if slo is None else ("pass" if slo["pass"] else "FAIL"),
+               valid=None if rules is None else ("yes" if rules["valid"] else "NO"))  # fmt: skip
     return row
+
+
+@dataclass
+class StoredOutcome:
+    """A stored run as `slo_cases` reads an outcome."""
+
+    target: str
+    model: str | None
+    scenario: str
+    repetition: int
+    slo: dict | None
+    rules: dict | None
+    error: str | None = None
+
+
+def stored_cases(runs) -> list[dict]:
+    """The SLO cases of stored runs, from the verdicts kept with them."""
+    outcomes = []
+    for r in runs:
+        v = r.verdict or {}
+        outcomes.append(StoredOutcome(r.target, r.model_name, r.scenario, r.repetition, v.get("slo"), v.get("rules")))
+    return slo_cases(outcomes)
 
 
 def csv_text(rows: list[dict]) -> str:

@@ -24,7 +24,7 @@ MAX_TIMELINES = 12  # runs drawn in the timeline figure; the rest are named in i
 PERCENTILES = (("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p999", "p99.9"), ("max", "max"))
 NO_TIMELINE = "no latency timeline in this run"
 NO_SENSORS = "no temperature or CPU frequency readings in this run (no sensors)"
-NO_SLO_STORED = "the store keeps results, not the SLOs they were checked against (a campaign's own --html shows them)"
+NO_SLO_STORED = "none of these runs was checked against an SLO when it ran"
 CSP = "default-src 'none'; style-src 'unsafe-inline'"  # inline styles only: nothing is fetched
 STYLE = """body{font:14px/1.4 system-ui,sans-serif;margin:2em auto;max-width:1200px;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:2px 8px;text-align:left}
@@ -42,10 +42,11 @@ def require() -> None:
 
 
 def render_stored(title: str, runs: list, slo_note: str = NO_SLO_STORED) -> str:
-    """The report of runs kept in the store (bench.store.Run): the store keeps no SLO verdict."""
-    from bench.report import stored_row
+    """The report of runs kept in the store (bench.store.Run), with the verdicts they were given when they ran."""
+    from bench.report import stored_cases, stored_row
 
-    return render(title, [stored_row(r) for r in runs], [r.result for r in runs], None, slo_note)
+    cases = stored_cases(runs)
+    return render(title, [stored_row(r) for r in runs], [r.result for r in runs], cases or None, slo_note)
 
 
 def render(title: str, rows: list[dict], results: list[dict | None], slos: list[dict] | None = None,

@@ -2,8 +2,9 @@
 
 A run is one result record (`edge-runtime/bench/1`, or a later scenario record) with where it came from: campaign,
 target, scenario, model (name and sha256), repetition, the host's request id (a result delivered twice is stored once),
-the environment snapshot, the latency histogram (HdrHistogram, encoded, when the hdr extra is installed) and the
-thermal timeline. Each run is written in one transaction: a process killed mid-write leaves the store as it was.
+the environment snapshot, the latency histogram (HdrHistogram, encoded, when the hdr extra is installed), the
+thermal timeline and the verdict it was given (SLO checks, run rules). Each run is written in one transaction: a
+process killed mid-write leaves the store as it was.
 The schema is versioned with `PRAGMA user_version`; MIGRATIONS takes an older file forward, a newer one is refused.
 """
 
@@ -21,7 +22,7 @@ from edge_runtime.errors import UserError
 
 DEFAULT_STORE = "edge-bench.sqlite"
 ENV = "EDGE_BENCH_STORE"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MIGRATIONS: dict[int, list[str]] = {
     1: [
         """CREATE TABLE runs (
@@ -48,6 +49,9 @@ MIGRATIONS: dict[int, list[str]] = {
             created_at REAL NOT NULL
         )""",
     ],
+    # 2: the verdict a run was given when it ran (its SLOs and the checks, the run rules), so a report of stored
+    # runs shows them; runs kept before have none (NULL: "not checked", never "passed").
+    2: ["ALTER TABLE runs ADD COLUMN verdict TEXT"],
 }
 
 
@@ -72,6 +76,7 @@ class Run:
     environment: dict | None
     hdr: str | None
     timeline: list | None
+    verdict: dict | None = None  # {"slo": bench.slo.evaluate(...) or None, "rules": bench.slo.run_rules(...) or None}
 
     def summary(self) -> dict:
         lat = self.result.get("latency_us") or {}
@@ -164,8 +169,10 @@ class Store:
         model_name: str | None = None,
         repetition: int = 0,
         request_id: str | None = None,
+        verdict: dict | None = None,
     ) -> int:
-        """Keep one run; its id. The same request id twice (a result delivered again) gives the first run's id."""
+        """Keep one run, with the verdict it was given (`{"slo": ..., "rules": ...}`, bench.slo), in one transaction;
+        its id. The same request id twice (a result delivered again) gives the first run's id."""
         model = result.get("model") or {}
         env = result.get("environment") or None
         timeline = (result.get("thermal") or {}).get("timeline")
@@ -184,6 +191,7 @@ class Store:
             _dumps(env) if env is not None else None,
             encode_histogram(result.get("histogram_us") or []),
             _dumps(timeline) if timeline is not None else None,
+            _dumps(verdict) if verdict is not None else None,
         )
         with self._transaction():
             if request_id is not None:
@@ -192,8 +200,8 @@ class Store:
                     return int(found[0])
             cur = self.db.execute(
                 "INSERT INTO runs (created_at, campaign, target, target_url, scenario, model_name, model_sha256, "
-                "repetition, request_id, board, result, environment, hdr, timeline) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "repetition, request_id, board, result, environment, hdr, timeline, verdict) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 row,
             )
             return int(cur.lastrowid)
@@ -239,14 +247,16 @@ class Store:
 
 _COLUMNS = (
     "id, created_at, campaign, target, target_url, scenario, model_name, model_sha256, repetition, request_id, "
-    "board, result, environment, hdr, timeline"
+    "board, result, environment, hdr, timeline, verdict"
 )
 
 
 def _run(row) -> Run:
-    (rid, created, campaign, target, url, scenario, name, sha, rep, req, board, result, env, hdr, timeline) = row
+    (rid, created, campaign, target, url, scenario, name, sha, rep, req, board, result, env, hdr, timeline) = row[:15]
+    verdict = row[15]
     return Run(rid, created, campaign, target, url, scenario, name, sha, rep, req, board, json.loads(result),
-               json.loads(env) if env else None, hdr, json.loads(timeline) if timeline else None)  # fmt: skip
+               json.loads(env) if env else None, hdr, json.loads(timeline) if timeline else None,
+               json.loads(verdict) if verdict else None)  # fmt: skip
 
 
 def _dumps(doc: Any) -> str:

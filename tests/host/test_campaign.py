@@ -99,6 +99,18 @@ error_budget = 0.05
         stored = st.runs()
         assert len(stored) == 6 and {r.campaign for r in stored} == {"three-targets"}
         assert {r.target for r in stored} == {"ort", "ov", "board"}
+    # report, baseline and compare on what the campaign stored; the verdicts were kept with the runs
+    ids = {(r["target"], r["repetition"]): str(r["run"]) for r in runs}
+    store = ["--store", str(tmp_path / "s.sqlite")]
+    proc = edge_bench("report", *ids.values(), "--md", "-", *store)
+    assert proc.returncode == 0 and proc.stdout.count("**FAIL**") == 4
+    assert "| board | digits | single-stream |" in proc.stdout
+    proc = edge_bench("baseline", "set", "board-main", ids["board", 0], *store)
+    assert proc.returncode == 0, proc.stderr
+    proc = edge_bench("compare", "--baseline", "board-main", ids["board", 1], "--threshold", "200", *store)
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # the same work twice: within 200%
+    proc = edge_bench("compare", ids["ort", 0], ids["ov", 0], *store)
+    assert proc.returncode == 2 and "backend" in proc.stderr  # not the same backend: refused without --force
 
 
 def test_campaign_mistakes_are_one_line_and_name_the_key(tmp_path):
@@ -136,6 +148,8 @@ def test_campaign_mistakes_are_one_line_and_name_the_key(tmp_path):
     assert any(issubclass(w.category, CampaignWarning) and "colour" in str(w.message) for w in caught)
     proc = edge_bench("run", str(write(tmp_path, base)), "--store", str(tmp_path / "s.sqlite"), "--bogus")
     assert proc.returncode == 2 and "--bogus" in proc.stderr
+    proc = edge_bench("run", str(write(tmp_path, base)), "--store", str(tmp_path / "s.sqlite"), "--slo", "p99=1ms")
+    assert proc.returncode == 2 and "--slo goes with the one-off form" in proc.stderr  # not silently ignored
 
 
 def test_ctrl_c_stops_a_campaign_and_keeps_what_finished(tmp_path):

@@ -156,3 +156,59 @@ def test_runs_are_stored_compared_and_named_as_baselines(tmp_path):
     os.mkfifo(tmp_path / "fifo")
     proc = edge_bench("baseline", "list", store=tmp_path / "fifo")
     assert proc.returncode == 2 and "not a regular file" in proc.stderr
+
+
+def test_a_store_of_the_first_schema_is_taken_forward_and_keeps_its_runs(tmp_path):
+    """A store written before verdicts were kept (schema 1) opens, is migrated in place, and its runs read with no
+    verdict ("not checked", never "passed"); new runs keep theirs."""
+    from bench.report import stored_cases, stored_row
+    from bench.store import MIGRATIONS
+
+    path = tmp_path / "v1.sqlite"
+    db = sqlite3.connect(path)
+    for ddl in MIGRATIONS[1]:
+        db.execute(ddl)
+    db.execute("INSERT INTO runs (created_at, target, scenario, repetition, result) VALUES (?, ?, ?, ?, ?)",
+               (1.0, "old-board", "single-stream", 0, json.dumps(result([100, 110, 120]))))  # fmt: skip
+    db.execute("PRAGMA user_version=1")
+    db.commit()
+    db.close()
+    with Store(path) as st:
+        old = st.run(1)
+        assert old.verdict is None and stored_row(old)["slo"] is None and stored_cases([old]) == []
+        verdict = {"slo": {"pass": False, "checks": [{"slo": "p99 <= 0.1 ms", "measured_ms": 0.12, "pass": False}],
+                           "error_budget": None, "cut_short": None}, "rules": {"valid": True, "why": []}}  # fmt: skip
+        new = st.run(st.add_run(result([100, 200]), target="b", verdict=verdict))
+        assert stored_row(new)["slo"] == "FAIL" and stored_row(new)["valid"] == "yes"
+        assert [c["pass"] for c in stored_cases([old, new])] == [True, False]  # the run rules, the p99 check
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    db.close()
+    proc = edge_bench("report", "1", "2", "--md", "-", store=path)
+    assert proc.returncode == 0
+    assert "| b | model.tflite | single-stream | 0 | p99 <= 0.1 ms | 0.12 ms | **FAIL** |" in proc.stdout
+
+
+def test_a_one_off_run_takes_slos_and_is_stored_with_its_verdict_and_scenario(tmp_path):
+    need("onnxruntime")
+    store = tmp_path / "s.sqlite"
+    model = str(MODELS / "digits_cnn" / "digits_cnn_int8.onnx")
+    base = ["run", "--target", "local:", "--model", model, "--cpus", "1"]
+    passed = edge_bench(*base, "--iterations", "300", "--slo", "p99=1s", store=store)
+    missed = edge_bench(*base, "--scenario", "server", "--rate", "200", "--duration", "0.5", "--slo", "p50=1us",
+                        "--slo", "error_budget=0.01", store=store)  # fmt: skip
+    assert passed.returncode == 0 and "p99 <= 1000 ms: measured" in passed.stdout, passed.stderr
+    assert missed.returncode == 1 and "p50 <= 0.001 ms: measured" in missed.stdout and "FAIL" in missed.stdout
+    with Store(store) as st:
+        runs = sorted(st.runs(), key=lambda r: r.id)
+    assert [r.scenario for r in runs] == ["single-stream", "server@200qps"]
+    assert [r.verdict["slo"]["pass"] for r in runs] == [True, False]
+    assert runs[1].verdict["slo"]["error_budget"]["share"] == 1.0  # every query over 1 us
+    mistakes = [("p99", "KEY=VALUE"), ("p98=3ms", "unknown key 'p98'"), ("p99=-1ms", "a latency above 0"),
+                ("p99=nan", "a latency"), ("error_budget=2", "error_budget=2"), ("max=1e12", "a latency")]  # fmt: skip
+    for slo, needle in mistakes:
+        proc = edge_bench(*base, "--slo", slo, store=store)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and needle in lines[0], (slo, proc.stderr)
+    with Store(store) as st:
+        assert len(st.runs()) == 2  # a refused flag ran nothing
