@@ -7,9 +7,14 @@ PYTHON ?= python3
 VENV := .venv
 TFLRT := .venv-tflite-runtime
 BUILD := .venv-build
+# Real KServe v2 servers and the perf_analyzer anchor, each in its own environment (PyTriton needs numpy 1); the tests
+# start them through tests/host/servers.py and skip, saying which target builds them, when one is missing.
+TRITON := .venv-triton
+MLSERVER := .venv-mlserver
+PERF := .venv-perf
 PIP_FLAGS := -q --disable-pip-version-check
 
-.PHONY: demo test lint bench models clean sys-tools
+.PHONY: demo test lint bench models clean sys-tools sys-libs
 
 $(VENV)/.done: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +25,21 @@ $(TFLRT)/.done: tests/requirements-tflite-runtime.txt pyproject.toml
 	$(PYTHON) -m venv $(TFLRT)
 	$(TFLRT)/bin/pip install $(PIP_FLAGS) -r tests/requirements-tflite-runtime.txt
 	$(TFLRT)/bin/pip install $(PIP_FLAGS) --no-deps -e .
+	touch $@
+
+$(TRITON)/.done: tests/servers/requirements-triton.txt
+	$(PYTHON) -m venv $(TRITON)
+	$(TRITON)/bin/pip install $(PIP_FLAGS) -r tests/servers/requirements-triton.txt
+	touch $@
+
+$(MLSERVER)/.done: tests/servers/requirements-mlserver.txt
+	$(PYTHON) -m venv $(MLSERVER)
+	$(MLSERVER)/bin/pip install $(PIP_FLAGS) -r tests/servers/requirements-mlserver.txt
+	touch $@
+
+$(PERF)/.done: tests/servers/requirements-perf.txt
+	$(PYTHON) -m venv $(PERF)
+	$(PERF)/bin/pip install $(PIP_FLAGS) -r tests/servers/requirements-perf.txt
 	touch $@
 
 $(BUILD)/.done: models/requirements-build.txt
@@ -41,8 +61,8 @@ demo: $(VENV)/.done sys-tools
 lint: $(VENV)/.done sys-tools
 	$(VENV)/bin/ruff check .
 	@if command -v shellcheck >/dev/null; then \
-		echo "shellcheck -x -s sh system_tuning/*.sh system_tuning/*.init"; \
-		shellcheck -x -s sh system_tuning/*.sh system_tuning/*.init; \
+		echo "shellcheck -x -s sh system_tuning/*.sh system_tuning/*.init tests/servers/*.sh"; \
+		shellcheck -x -s sh system_tuning/*.sh system_tuning/*.init tests/servers/*.sh; \
 	else echo "shellcheck not installed: scripts not linted (apt-get install shellcheck)"; fi
 
 # Tools some tests drive (stress-ng, cyclictest, busybox and dash for the scripts, shellcheck, chromium to open the
@@ -58,12 +78,26 @@ sys-tools:
 		echo "could not install$$missing: the tests that need them will skip"; \
 	else echo "not root: tests that need$$missing will skip (sudo apt-get install$$missing to run them)"; fi
 
-test: $(VENV)/.done $(TFLRT)/.done sys-tools lint
+# Libraries the bench's tools load, installed like SYS_TOOLS (as root with apt): perf_analyzer (tritonclient 2.41.0's
+# binary, run by tests/servers/perf_analyzer.sh) needs Debian's libb64. Checked by soname with ldconfig.
+SYS_LIBS := libb64.so.0d:libb64-0d
+sys-libs:
+	@missing=""; libs=$$( (ldconfig -p || /sbin/ldconfig -p) 2>/dev/null); \
+	for l in $(SYS_LIBS); do case "$$libs" in *"$${l%%:*}"*) ;; *) missing="$$missing $${l#*:}";; esac; done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing$$missing"; \
+		(apt-get install -y -qq$$missing >/dev/null 2>&1 || \
+		 (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq$$missing >/dev/null 2>&1)) || \
+		echo "could not install$$missing: perf_analyzer will not start"; \
+	else echo "not root: perf_analyzer needs$$missing (sudo apt-get install$$missing)"; fi
+
+test: $(VENV)/.done $(TFLRT)/.done $(TRITON)/.done $(MLSERVER)/.done sys-tools lint
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests --ignore=tests/benchmarks
 	EDGE_RUNTIME_TFLITE_IMPL=tflite-runtime $(TFLRT)/bin/pytest -q -p no:cacheprovider -m tflite_runtime \
 		tests/test_tflite_runtime.py
 
-bench: $(VENV)/.done
+bench: $(VENV)/.done $(TRITON)/.done $(PERF)/.done sys-libs
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests/benchmarks --benchmark-only \
 		--benchmark-columns=min,median,mean,stddev,rounds --benchmark-sort=name
 
@@ -71,4 +105,4 @@ models: $(BUILD)/.done
 	$(BUILD)/bin/python models/build.py
 
 clean:
-	rm -rf $(VENV) $(TFLRT) $(BUILD) .pytest_cache .ruff_cache .benchmarks
+	rm -rf $(VENV) $(TFLRT) $(BUILD) $(TRITON) $(MLSERVER) $(PERF) .pytest_cache .ruff_cache .benchmarks

@@ -372,6 +372,13 @@ class BenchResult(Record):
     link: Mapping[str, Any] | None = field(default=None, metadata=OMIT_NONE)
     # An open-loop (server) run: the rate asked and achieved, the schedule's own error, latency from the actual send.
     scenario: Mapping[str, Any] | None = field(default=None, metadata=OMIT_NONE)
+    # A run a host timed as a client (a KServe v2 server): failed queries by kind and their share, the count the
+    # SLO's error budget takes, and what the server said about itself (its time split, its metrics).
+    errors: Mapping[str, Any] | None = field(default=None, metadata=OMIT_NONE)
+    failed_queries: int | None = field(default=None, metadata=OMIT_NONE)
+    server: Mapping[str, Any] | None = field(default=None, metadata=OMIT_NONE)
+    # A local NVIDIA GPU's own figures during the run (NVML: utilisation, memory, power, temperature, clocks).
+    gpu: Mapping[str, Any] | None = field(default=None, metadata=OMIT_NONE)
     # Latency over time: up to 200 windows of equal count in order, {t_s (end of the window, s from the start of the
     # measured part), count, p50, p99, max (us)}: what a plot of the run against its temperature needs.
     timeline_us: tuple[Mapping[str, Any], ...] | None = field(default=None, metadata=OMIT_NONE)

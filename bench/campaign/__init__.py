@@ -31,9 +31,10 @@ except ModuleNotFoundError:  # Python 3.10
 SLO_KEYS = {"p50_ms": 0.50, "p90_ms": 0.90, "p99_ms": 0.99, "p999_ms": 0.999, "max_ms": 1.0}
 KEYS = {
     "campaign": {"name", "repetitions", "description"},
-    "target": {"name", "url", "cpus", "threads", "backend", "device", "token_file", "slo"},
+    "target": {"name", "url", "cpus", "threads", "backend", "device", "token_file", "slo", "headers"},
     "model": {"name", "path"},
-    "scenario": {"kind", "duration_s", "iterations", "warmup_s", "warmup", "min_duration_s", "min_queries", *ALL_KEYS},
+    "scenario": {"kind", "duration_s", "iterations", "warmup_s", "warmup", "min_duration_s", "min_queries",
+                 "concurrency", *ALL_KEYS},
     "slo": {*SLO_KEYS, "error_budget"},
 }
 TOP = {"campaign", "target", "model", "scenario", "slo"}
@@ -72,6 +73,11 @@ class Target:
     device: str | None = None
     token_file: str | None = None
     slo: SLO | None = None
+    headers: dict | None = None  # a server target's HTTP/gRPC headers (an access token: "${VAR}" reads the environment)
+
+    @property
+    def is_server(self) -> bool:
+        return self.url.startswith("kserve+")
 
 
 @dataclass(frozen=True)
@@ -122,6 +128,10 @@ def load(path: str) -> Campaign:
         if dup:
             raise UserError(f"{where}: [[{what}]] name {sorted(dup)[0]!r} is given twice")
     slo = _slo(where, "[slo]", doc.get("slo", {}))
+    boards = [t.name for t in targets if not t.is_server]
+    if boards and any((s.concurrency or 1) > 1 for s in scenarios):
+        warnings.warn(f"{where}: concurrency applies to server targets; {', '.join(map(repr, boards))} run one query "
+                      "at a time", CampaignWarning, stacklevel=2)  # fmt: skip
     return Campaign(name, path, reps, targets, models, scenarios or (Scenario("single-stream", iterations=1000),), slo)
 
 
@@ -199,7 +209,18 @@ def _target(where: str, i: int, t: dict, base: str) -> Target:
         except ValueError as err:
             raise UserError(f"{where}: [[target]] {name!r} cpus {cpus!r}: {err}") from None
     slo = _slo(where, f"[target.slo] of {name!r}", t["slo"]) if "slo" in t else None
-    return Target(name, url, cpus, threads, t.get("backend"), t.get("device"), token, slo)
+    headers = t.get("headers")
+    if headers is not None:
+        if not url.startswith("kserve+"):
+            raise UserError(f"{where}: [[target]] {name!r}: headers go with server targets (kserve+http, kserve+grpc)")
+        if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+            raise UserError(f"{where}: [target.headers] of {name!r}: a table of NAME = \"value\" strings")
+    if url.startswith("kserve+"):
+        for key in ("cpus", "threads", "backend", "device", "token_file"):
+            if t.get(key) is not None:
+                raise UserError(f"{where}: [[target]] {name!r}: {key} is a board's option; a server target takes "
+                                "headers and URL options (?version=&metrics=&timeout=&tensors=)")  # fmt: skip
+    return Target(name, url, cpus, threads, t.get("backend"), t.get("device"), token, slo, headers)
 
 
 def _model(where: str, i: int, m: dict, base: str) -> Model:
@@ -260,13 +281,15 @@ def _scenario(where: str, i: int, s: dict, base: str) -> Scenario:
         _real(where, f"{table} min_duration_s", s["min_duration_s"], 0, 7 * 86400) if "min_duration_s" in s else None
     )
     min_q = _int(where, f"{table} min_queries", s["min_queries"], 1, 50_000_000) if "min_queries" in s else None
+    conc = _int(where, f"{table} concurrency", s["concurrency"], 1, 256) if "concurrency" in s else None
     if min_d is not None and duration is not None and duration < min_d:
         raise UserError(
             f"{where}: {table}: duration_s {duration:g} is under min_duration_s {min_d:g}: no run could pass"
         )
     if min_q is not None and iters is not None and iters < min_q:
         raise UserError(f"{where}: {table}: iterations {iters} is under min_queries {min_q}: no run could pass")
-    return Scenario(kind, duration, iters, warm_s, warm, min_duration_s=min_d, min_queries=min_q, **own)
+    return Scenario(kind, duration, iters, warm_s, warm, min_duration_s=min_d, min_queries=min_q, concurrency=conc,
+                    **own)
 
 
 def _slo(where: str, table: str, d) -> SLO:

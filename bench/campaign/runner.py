@@ -77,7 +77,7 @@ def request_for(campaign: Campaign, scenario, model, target: Target):
         iterations=scenario.iterations,
         duration_s=scenario.duration_s,
         warmup_s=scenario.warmup_s,
-        **scenario.request_fields(),
+        **scenario.request_fields(server=target.is_server),
         **kw,
     ).validate()
 
@@ -125,7 +125,8 @@ def run(campaign: Campaign, store, progress: Progress | Callable[[str], None]) -
                         from edge_runtime.agent.endpoint import read_token
 
                         token = read_token(target.token_file)
-                    t = targets[target.name] = target_for(target.url, token=token, reconnect_for=60.0, log=say)
+                    opts = {"headers": target.headers} if target.is_server else {"token": token, "reconnect_for": 60.0}
+                    t = targets[target.name] = target_for(target.url, log=say, **opts)
                 req = request_for(campaign, scenario, model, target)
 
                 def keep(got, o=o, rep=rep, model=model, target=target, scenario=scenario):

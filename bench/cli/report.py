@@ -23,7 +23,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from bench import report
-    from bench.report import html
+    from bench.report import edge_vs_server, html
     from bench.store import default_path
     from edge_runtime.system.outputs import write_json, write_output
 
@@ -35,16 +35,18 @@ def run(args) -> int:
     with open_store(args) as store:
         runs = [store.run(r) for r in args.runs] if args.runs else list(reversed(store.runs(args.last)))
     rows = [report.stored_row(r) for r in runs]
+    comps = edge_vs_server.pairs([(r.target, r.result) for r in runs])
     for flag, out in outs.items():
         if flag == "--json":
-            write_json({"schema": "edge-bench/report/1", "runs": [{**row, "result": r.result} for row, r in
-                                                                  zip(rows, runs, strict=True)]}, out)  # fmt: skip
+            listed = [{**row, "result": r.result} for row, r in zip(rows, runs, strict=True)]
+            write_json({"schema": "edge-bench/report/1", "edge_vs_server": comps, "runs": listed}, out)
         elif flag == "--html":
             write_output(out, html.render_stored("edge-bench runs", runs))
         elif flag == "--md":
-            write_output(out, report.markdown("edge-bench runs", rows, report.stored_cases(runs)))
+            md = report.markdown("edge-bench runs", rows, report.stored_cases(runs)) + edge_vs_server.markdown(comps)
+            write_output(out, md)
         else:
             write_output(out, report.csv_text(rows))
     if not any(o.is_stdout for o in outs.values()):
-        sys.stdout.write(report.table(rows) if rows else f"no runs in {args.store}\n")
+        sys.stdout.write(report.table(rows) + edge_vs_server.text(comps) if rows else f"no runs in {args.store}\n")
     return 0

@@ -18,7 +18,7 @@ from bench.cli.common import (
 )
 from bench.slo import evaluate, verdict_lines
 from bench.slo import parse_flags as parse_slo
-from edge_runtime.cli.common import UsageError, path_arg
+from edge_runtime.cli.common import UsageError, integer, path_arg
 
 HELP = "run a campaign (CAMPAIGN.toml), or one bench on a target: --target URL --model PATH [bench options]"
 # Flags of `edge-runtime bench` that name files or facts of the machine that runs the command, not of the board.
@@ -27,6 +27,11 @@ NOT_REMOTE = {
     "hdr_log": "--hdr-log needs every sample, which stays on the board (the result carries the histogram)",
     "histogram": "--histogram needs every sample, which stays on the board (the result carries histogram_us)",
 }
+
+
+# Bench flags that only a board can honour (a server runs on its own terms).
+BOARD_ONLY = ("cpus", "threads", "backend", "device", "delegate", "rt_priority", "mlock", "stress", "platform_latency",
+              "thermal_limit", "cooldown_to")  # fmt: skip
 
 
 def add_arguments(p) -> None:
@@ -39,9 +44,25 @@ def add_arguments(p) -> None:
         metavar="KEY=VALUE",
         help="one-off form: p99=10ms, p50=800us, max=..., error_budget=0.001 (repeatable; exit 1 on a miss)",
     )
+    p.add_argument(
+        "--concurrency",
+        type=integer(1, 256),
+        metavar="N",
+        help="a server target: queries in flight at once (closed loop: N workers; open loop: N connections)",
+    )
+    p.add_argument(
+        "--header",
+        action="append",
+        metavar="'NAME: VALUE'",
+        help="a server target: an HTTP/gRPC header, e.g. an access token (repeatable; ${VAR} reads the environment)",
+    )
     add_target_options(p)
     add_store(p)
-    p.epilog = "Every other flag is edge-runtime bench's (--cpus, --iterations, --duration, --stress, --json ...)."
+    p.epilog = (
+        "Every other flag is edge-runtime bench's (--cpus, --iterations, --duration, --scenario, --rate, --json ...). "
+        "A server target (kserve+http://HOST:PORT/MODEL) names its model: --model is then optional (given, its hash "
+        "ties the run to a board's runs of the same file)."
+    )
 
 
 def parse(argv: list[str]):
@@ -66,17 +87,29 @@ def run(args) -> int:
 
     if args.campaign is not None:
         return run_campaign(args)
-    if not args.target or not args.model:
+    server = bool(args.target) and args.target.startswith("kserve+")
+    if not args.target or not (args.model or server):
         raise UsageError("give --target URL and --model PATH")
+    if not server and (args.concurrency or args.header):
+        raise UsageError(f"{'--concurrency' if args.concurrency else '--header'} goes with a server target "
+                         "(kserve+http://, kserve+grpc://): a board runs one query at a time")  # fmt: skip
     check_reconnect(args.reconnect_for)
     from bench.cli import _Parser
 
     bp = _Parser(prog="edge-bench run")
     bench_cmd.add_arguments(bp)
+    if server and not args.model:
+        from bench.targets.kserve import parse_url
+
+        args.model = parse_url(args.target)["model"]  # the URL names the model; no file on this host
     bargs = bp.parse_args([args.model, *args.rest])
     for key, why in NOT_REMOTE.items():
         if getattr(bargs, key) is not None:
             raise UsageError(why)
+    if server:
+        board_only = [f"--{k.replace('_', '-')}" for k in BOARD_ONLY if getattr(bargs, k, None)]
+        if board_only:
+            raise UsageError(f"{board_only[0]} is a board's option: a server target runs on its server's terms")
     if bargs.sysroot != "/":
         raise UsageError("--sysroot: a board reads its own system; the option has no meaning for a target")
     if bargs.cpus == "board":
@@ -89,11 +122,18 @@ def run(args) -> int:
     if "--html" in outs:
         html.require()
     request = bench_cmd.request_from_args(bargs)
+    if args.concurrency:
+        from dataclasses import replace
+
+        request = replace(request, concurrency=args.concurrency).validate()
     slo = parse_slo(args.slo)
     label = scenario_label(request, bargs)
     verdict: dict = {}
     say, done = progress_printer()
-    target = target_for(args.target, token=token(args), reconnect_for=args.reconnect_for, log=say)
+    if server:
+        target = target_for(args.target, headers=header_flags(args.header), log=say)
+    else:
+        target = target_for(args.target, token=token(args), reconnect_for=args.reconnect_for, log=say)
     rid = new_request_id("bench-")
     stopped_by = None
 
@@ -145,7 +185,9 @@ def run(args) -> int:
     print(f"edge-bench: stored as run {got.store_id} in {args.store}", file=sys.stderr)
     on_stdout = any(outs[f].is_stdout for f in ("--json", "--html") if f in outs)
     if not on_stdout:
-        sys.stdout.write(bench_cmd.format_report(doc))
+        from bench.report import server_text
+
+        sys.stdout.write(server_text(doc) if server else bench_cmd.format_report(doc))
         if got.link:
             sys.stdout.write(format_link(args.target, got.link, got.rerun_after_restart))
         for line in verdict_lines(verdict.get("slo")):
@@ -158,6 +200,17 @@ def run(args) -> int:
     return 1 if doc.get("aborted") or missed else 0
 
 
+def header_flags(values: list[str] | None) -> dict[str, str]:
+    """--header 'NAME: VALUE' flags as a dict; one line for a malformed one."""
+    out: dict[str, str] = {}
+    for text in values or []:
+        name, sep, value = text.partition(":")
+        if not sep or not name.strip() or any(c.isspace() for c in name.strip()):
+            raise UsageError(f"--header {text!r}: 'NAME: VALUE' (e.g. 'triton-access-token: ${{TOKEN}}')")
+        out[name.strip()] = value.strip()
+    return out
+
+
 def scenario_label(request, bargs) -> str:
     """The one-off run's scenario as the store and reports name it (as a campaign's would be)."""
     from bench.scenarios import Scenario
@@ -165,7 +218,7 @@ def scenario_label(request, bargs) -> str:
 
     kind = request.scenario or "single-stream"
     fields = {k: getattr(request, k) for k in SCENARIO_KEYS[kind]}
-    return Scenario(kind, arrivals=bargs.arrivals, **fields).label
+    return Scenario(kind, arrivals=bargs.arrivals, concurrency=request.concurrency, **fields).label
 
 
 def format_link(url: str, link: dict, rerun: bool) -> str:
@@ -188,7 +241,7 @@ def run_campaign(args) -> int:
     from bench import report
     from bench.campaign import load
     from bench.campaign.runner import run as run_plan
-    from bench.report import html
+    from bench.report import edge_vs_server, html
     from edge_runtime.cli.common import plan_outputs
     from edge_runtime.system.outputs import write_json, write_output
 
@@ -215,9 +268,10 @@ def run_campaign(args) -> int:
         store.close()
     rows = [o.row() for o in result.outcomes]
     cases = report.slo_cases(result.outcomes)
+    comps = edge_vs_server.pairs([(o.target, o.result) for o in result.outcomes if o.result])
     docs = {
         "--json": lambda: None,
-        "--md": lambda: report.markdown(f"Campaign {campaign.name}", rows, cases),
+        "--md": lambda: report.markdown(f"Campaign {campaign.name}", rows, cases) + edge_vs_server.markdown(comps),
         "--csv": lambda: report.csv_text(rows),
         "--junit": lambda: report.junit(campaign.name, cases, result.seconds),
         "--html": lambda: html.render(f"Campaign {campaign.name}", rows, [o.result for o in result.outcomes], cases),
@@ -225,12 +279,13 @@ def run_campaign(args) -> int:
     for flag, out in outs.items():
         if flag == "--json":
             write_json({"schema": "edge-bench/campaign/1", "campaign": campaign.name, "store": args.store,
+                        "edge_vs_server": comps,
                         "runs": [{**r, "slo_detail": o.slo, "result": o.result} for r, o in
                                  zip(rows, result.outcomes, strict=True)]}, out)  # fmt: skip
         else:
             write_output(out, docs[flag]())
     if not any(o.is_stdout for o in outs.values()):
-        sys.stdout.write(report.table(rows))
+        sys.stdout.write(report.table(rows) + edge_vs_server.text(comps))
         failed = [c for c in cases if not c["pass"]]
         verdict = (
             f"SLO missed: {len(failed)} of {len(cases)} checks"

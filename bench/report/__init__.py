@@ -131,3 +131,56 @@ def junit(name: str, cases: list[dict], seconds: float) -> bytes:
         if not c["pass"]:
             ET.SubElement(case, "failure", message=f"{c['slo']}: measured {c['measured']}")
     return ET.tostring(ET.ElementTree(suite).getroot(), encoding="utf-8", xml_declaration=True)
+
+
+def _since(sc: dict) -> str:
+    since = str(sc.get("latency_from", "?")).split(" (")[0]
+    return "the " + since if since.startswith("intended") else since
+
+
+def server_text(r: dict) -> str:
+    """A server target's run for people: where it ran, how it was sent, what the client saw, what failed, and the
+    server's own split of the time."""
+    b, lat, sc = r.get("backend") or {}, r.get("latency_us") or {}, r.get("scenario") or {}
+    d = b.get("details") or {}
+    model = r.get("model") or {}
+    lines = [
+        f"server       {d.get('server') or '?'} {b.get('version') or ''} at {d.get('address')} over "
+        f"{str(d.get('protocol', '?')).upper()}; model {model.get('server_name')}; tensors {d.get('tensors')}",
+    ]
+    if lat.get("count"):
+        shown = "  ".join(f"{k} {lat[k]:,.1f}" for k in ("min", "p50", "p90", "p99", "p999", "max"))
+        lines.append(f"latency us   {shown}   mean {lat['mean']:,.1f}   (as the client sees it, network included)")
+    tp = r.get("throughput_ips")
+    lines.append(f"throughput   {tp or 0:,.1f} inferences/s; {sc.get('queries', 0):,} queries of "
+                 f"{sc.get('kind')} at concurrency {sc.get('concurrency')} in {r.get('wall_s') or 0:.2f} s, latency "
+                 f"from {_since(sc)}")  # fmt: skip
+    if sc.get("send_error_us"):
+        lines.append(f"schedule     {sc.get('achieved_qps', 0):,.1f}/s achieved" +
+                     (f" of {sc['rate_qps']:g}/s" if sc.get("rate_qps") else "") +
+                     f"; send error p50 {sc['send_error_us']['p50']} p99 {sc['send_error_us']['p99']} us")  # fmt: skip
+    e = r.get("errors") or {}
+    if e.get("failed"):
+        kinds = ", ".join(f"{k} x{v}" for k, v in (e.get("kinds") or {}).items())
+        lines.append(f"errors       {e['failed']:,} failed ({e['share']:.2%}): {kinds}")
+        for k, msg in (e.get("examples") or {}).items():
+            lines.append(f"             {k}: {msg}")
+    else:
+        lines.append("errors       none")
+    st = ((r.get("server") or {}).get("statistics")) or {}
+    if st.get("available"):
+        stages = st["stages_us"]
+        lines.append(f"split us     queue {stages['queue']}, compute input {stages['compute_input']}, infer "
+                     f"{stages['compute_infer']}, output {stages['compute_output']}: server {st['server_us']} of "
+                     f"client {st['client_us']} per request; network + client {st['network_client_us']}")  # fmt: skip
+    else:
+        lines.append(f"split        {st.get('reason', 'no server statistics')}")
+    mt = ((r.get("server") or {}).get("metrics")) or {}
+    if mt.get("available"):
+        shown = [f"{k} {v['mean']:g} (max {v['max']:g})" for k, v in mt.items() if isinstance(v, dict) and "mean" in v]
+        lines.append("metrics      " + ("; ".join(shown) or "none") + (f"  ({mt['note']})" if mt.get("note") else ""))
+    elif mt:
+        lines.append(f"metrics      {mt.get('reason')}")
+    for w in (r.get("quality") or {}).get("warnings") or []:
+        lines.append(f"warning      {w}")
+    return "\n".join(lines) + "\n"

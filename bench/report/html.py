@@ -76,6 +76,9 @@ def render(title: str, rows: list[dict], results: list[dict | None], slos: list[
         out += [_cdf(named), _timeline(named), _percentiles(named)]
     else:
         out.append('<p class="note">no run finished: nothing to plot</p>')
+    from bench.report.edge_vs_server import html_section, pairs
+
+    out.append(html_section(pairs([(str(row.get("target")), res) for row, res in runs])))
     out += ["<h2>Environment</h2>", _environments(named), "</body></html>"]
     return "\n".join(out) + "\n"
 

@@ -48,25 +48,26 @@ class Scenario:
     arrivals_ms: tuple[float, ...] | None = None  # its inter-arrival times, read when the campaign is loaded
     min_duration_s: float | None = None  # run rules (LoadGen's): a run shorter than this, or with fewer queries,
     min_queries: int | None = None  # is not a valid result, whatever its numbers
+    concurrency: int | None = None  # queries in flight at once, for server targets (a board runs one at a time)
 
     @property
     def label(self) -> str:
-        """How reports and the store name it: the kind and what sets its load."""
-        if self.kind == "server":
-            return f"server@{self.rate_qps:g}qps"
-        if self.kind == "burst":
-            return f"burst@{self.rate_qps:g}qps/{self.burst_on_s:g}s-on/{self.burst_off_s:g}s-off"
-        if self.kind == "multi-stream":
-            return f"multi-stream@{self.samples_per_query}x/{self.interval_ms:g}ms"
-        if self.kind == "replay":
-            return f"replay:{(self.arrivals or '').rsplit('/', 1)[-1]}"
-        if self.kind == "offline" and (self.samples_per_query or 1) > 1:
-            return f"offline@{self.samples_per_query}x"
-        return self.kind
+        """How reports and the store name it: the kind, what sets its load, and /cN for N queries in flight."""
+        base = {
+            "server": lambda: f"server@{self.rate_qps:g}qps",
+            "burst": lambda: f"burst@{self.rate_qps:g}qps/{self.burst_on_s:g}s-on/{self.burst_off_s:g}s-off",
+            "multi-stream": lambda: f"multi-stream@{self.samples_per_query}x/{self.interval_ms:g}ms",
+            "replay": lambda: f"replay:{(self.arrivals or '').rsplit('/', 1)[-1]}",
+            "offline": lambda: f"offline@{self.samples_per_query}x" if (self.samples_per_query or 1) > 1 else "offline",
+        }.get(self.kind, lambda: self.kind)()
+        return base + (f"/c{self.concurrency}" if self.concurrency else "")
 
-    def request_fields(self) -> dict:
-        """The BenchRequest fields of this scenario (None for single-stream: an older agent reads that)."""
+    def request_fields(self, server: bool = False) -> dict:
+        """The BenchRequest fields of this scenario (None for single-stream: an older agent reads that); the
+        concurrency only for a server target."""
         out: dict = {"scenario": None if self.kind == "single-stream" else self.kind}
+        if server and self.concurrency:
+            out["concurrency"] = self.concurrency
         for key in SCENARIO_KEYS[self.kind]:
             out[key] = getattr(self, key)
         return out

@@ -1,5 +1,5 @@
 """Targets by URL scheme: `local:` (this machine) and the agent (a board over serial or TCP: tcp://, serial://, a device
-path, pyserial's socket:// rfc2217:// loop://). Server targets (KServe v2) plug in here by scheme."""
+path, pyserial's socket:// rfc2217:// loop://) and KServe v2 servers (kserve+http://, kserve+grpc://)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,16 @@ __all__ = ["AGENT_SCHEMES", "AgentTarget", "TargetError", "target_for"]
 
 
 def target_for(url: str, **options):
-    """The target a URL names: LocalTarget for local:, AgentTarget for a board; a one-line error for anything else."""
+    """The target a URL names: LocalTarget for local:, KServeTarget for kserve+http/grpc, AgentTarget for a board; a
+    one-line error for anything else."""
     if url.startswith("local:"):
         from bench.targets.local import LocalTarget
 
         return LocalTarget(url, **options)
+    if url.startswith("kserve+"):
+        from bench.targets.kserve import KServeTarget
+
+        return KServeTarget(url, **options)
     from bench.transports import parse_endpoint
 
     parse_endpoint(url, "target", listen=False)  # a URL that names nothing is refused here, before any work

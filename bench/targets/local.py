@@ -1,6 +1,8 @@
 """The local target (`local:`, `local:?backend=openvino&cpus=1&threads=1&device=CPU`): this machine, measured by
 the same engine and the same child process the agent uses for a board (`edge_runtime.agent.child`), so a local
-result and a board's mean the same thing. The URL's options fill what the bench request leaves unset."""
+result and a board's mean the same thing. The URL's options fill what the bench request leaves unset. On a local
+NVIDIA GPU (`device=cuda` or `tensorrt`, ONNX Runtime's providers) NVML is sampled during the run (`gpu` section);
+without one, one line before anything runs."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from bench.targets.agent import AgentResult, TargetError
+from bench.targets.nvml import GPU_DEVICES
 from bench.transports.connection import new_request_id
 from edge_runtime.errors import Interrupted, UserError
 
@@ -75,6 +78,15 @@ class LocalTarget:
 
         fill = {k: v for k, v in self.options.items() if getattr(request, k) is None}
         request = replace(request, **fill).validate()
+        gpu = None
+        if (request.device or "").lower() in GPU_DEVICES:  # a local NVIDIA GPU: NVML says what it did meanwhile
+            from bench.targets.nvml import GpuSampler
+
+            try:
+                gpu = GpuSampler()
+            except UserError as err:
+                raise TargetError(f"{self.url}: {err.one_line()}", "user-error") from None
+            gpu.start()
         rid = rid or new_request_id("local-")
         job = Job(rid, "bench", {"request": request.to_dict()})
         self._running = job
@@ -107,13 +119,19 @@ class LocalTarget:
                     cancel(job)
         finally:
             self._running = None
+            if gpu is not None:
+                gpu.stop()
         answer = box.get("answer") or {"ok": False, "error": {"kind": "internal", "message": "no answer"}}
         if not answer.get("ok"):
             err = answer.get("error") or {}
             if stopped_by is not None:
                 raise Interrupted(stopped_by)
             raise TargetError(f"{self.url}: bench: {err.get('message', 'failed')}", err.get("kind", "internal"))
-        got = AgentResult(rid, answer["result"], warnings=list(answer.get("warnings") or []), stopped_by=stopped_by)
+        result = answer["result"]
+        if gpu is not None:
+            count = (result.get("latency_us") or {}).get("count")
+            result = {**result, "gpu": gpu.summary(count)}
+        got = AgentResult(rid, result, warnings=list(answer.get("warnings") or []), stopped_by=stopped_by)
         if sink is not None:
             sink(got)
         return got

@@ -124,6 +124,9 @@ def run_bench(
     before anything was measured, CheckFailedError above the thermal limit before or during warm-up.
     """
     request.validate()
+    if (request.concurrency or 1) > 1:
+        raise UserError(f"concurrency {request.concurrency}: a board runs one query at a time on its pinned CPUs "
+                        "(concurrency goes with server targets)")  # fmt: skip
     say = progress or (lambda _msg: None)
     hdr_out = plan_output("hdr_log", hdr_log) if isinstance(hdr_log, str) else hdr_log
     if hdr_out is not None:

@@ -34,6 +34,7 @@ MAX_SEED = 2**64 - 1
 DEFAULT_ITERATIONS = 1000
 MAX_RATE_QPS = 1_000_000.0
 MAX_SAMPLES_PER_QUERY = 4096
+MAX_CONCURRENCY = 256
 # What each scenario takes (a key of another scenario is refused: it would be silently ignored).
 SCENARIO_KEYS = {
     "single-stream": (),
@@ -96,6 +97,9 @@ class BenchRequest(Record):
     burst_on_s: float | None = field(default=None, metadata=OMIT_NONE)
     burst_off_s: float | None = field(default=None, metadata=OMIT_NONE)
     arrivals_ms: tuple[float, ...] | None = field(default=None, metadata=OMIT_NONE)
+    # Queries in flight at once: a server target's client connections (a board runs one query at a time and refuses
+    # more than 1).
+    concurrency: int | None = field(default=None, metadata=OMIT_NONE)
     schema: str = REQUEST_SCHEMA
 
     def load_kwargs(self) -> dict[str, Any]:
@@ -140,6 +144,7 @@ class BenchRequest(Record):
         _int("threads", self.threads, 1, MAX_THREADS)
         _int("rt_priority", self.rt_priority, 1, 99)
         _int("seed", self.seed, 0, MAX_SEED)
+        _int("concurrency", self.concurrency, 1, MAX_CONCURRENCY)
         _real("duration_s", self.duration_s, 0.0, MAX_DURATION_S, low_open=True)
         _real("warmup_s", self.warmup_s, 0.0, MAX_WARMUP_S)
         _real("sample_interval_s", self.sample_interval_s, *SAMPLE_INTERVAL_S)

@@ -43,6 +43,8 @@ def report_ratio(
 def _goal(r: dict) -> str:
     if r["goal"] is None:
         return "-"
+    if r["goal"] == float("inf"):
+        return f">={r['goal_low']:.2f}"
     return f"{r['goal_low']:.2f}-{r['goal']:.2f}" if r.get("goal_low") is not None else f"<={r['goal']:.2f}"
 
 

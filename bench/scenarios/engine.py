@@ -1,0 +1,267 @@
+"""The host-side load generator, for server targets: the harness's scenarios run here, as a client sees them (network
+included), like perf_analyzer. A board runs its scenarios itself (`edge_runtime.measure.schedule`); a server cannot,
+so the host generates the load with the same schedules and the same rule: in an open loop, latency runs from each
+query's *intended* send time.
+
+- closed loop (`single-stream` with concurrency 1, or N queries in flight): N workers, each sending its next query
+  when its last one completes;
+- open loop (`server`, `burst`, `multi-stream`, `replay`): a dispatcher hands each query to a pool of workers at its
+  intended time; a query that finds every worker busy waits, and the wait is latency (the pool is the client's
+  connections: its size is the concurrency, by default enough that the client is not the bottleneck);
+- `offline`: every query queued at time 0 for N workers; the measure is throughput, each latency from its own start.
+
+Each worker owns its `send` (one client, one connection: tritonclient's clients are not shared across threads).
+`send()` returns None on success or an error kind ("timeout", "HTTP 503", "unreachable", ...): a failed query is
+counted, never fatal, and the run reports the share against the SLO's error budget.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+Sender = Callable[[], str | None]
+MAX_WORKERS = 256
+JOIN_GRACE_S = 60.0  # after the schedule: how long in-flight queries may still take before the run gives up on them
+
+
+@dataclass
+class HostRun:
+    """Per query, in the order issued: intended, started and finished times (ns from the start; finished is -1 for
+    a query that never came back), and its error kind (None: answered)."""
+
+    intended_ns: np.ndarray
+    started_ns: np.ndarray
+    finished_ns: np.ndarray
+    errors: list[str | None]
+    wall_s: float
+    from_intended: bool
+    concurrency: int
+    stopped: bool = False
+    warmup: int = 0
+    kinds: Counter = field(default_factory=Counter)
+    examples: dict = field(default_factory=dict)  # kind -> the first message of that kind (set by the target)
+
+    @property
+    def ok(self) -> np.ndarray:
+        return np.array([e is None for e in self.errors], bool) & (self.finished_ns >= 0)
+
+    @property
+    def latency_ns(self) -> np.ndarray:
+        """Of the answered queries, in the order they finished."""
+        ok = self.ok
+        start = self.intended_ns if self.from_intended else self.started_ns
+        lat = (self.finished_ns - start)[ok]
+        return lat[np.argsort(self.finished_ns[ok], kind="stable")]
+
+    @property
+    def failed(self) -> int:
+        return int(len(self.errors) - self.ok.sum())
+
+
+def _now() -> int:
+    return time.perf_counter_ns()
+
+
+def warm_up(send: Sender, warmup: int, warmup_s: float | None, should_stop) -> int:
+    """Untimed queries before the run (the server's first queries load, compile, fill caches)."""
+    done, t_end = 0, (time.monotonic() + warmup_s) if warmup_s else None
+    while (done < warmup) if t_end is None else (time.monotonic() < t_end):
+        if should_stop is not None and should_stop():
+            break
+        send()
+        done += 1
+    return done
+
+
+class _Start:
+    """Each worker warms up in its own thread (its connection is made there, not in the timed part), then all start
+    together: the clock's zero is read once every worker is ready."""
+
+    def __init__(self, n: int, warmup_each: int, duration_s: float | None = None):
+        self.warmup_each = warmup_each
+        self.duration_s = duration_s
+        self.ready = threading.Barrier(n + 1)
+        self.go = threading.Event()
+        self.t0 = 0
+        self.deadline: int | None = None
+
+    def worker_ready(self, send: Sender) -> None:
+        for _ in range(self.warmup_each):
+            _call(send)
+        self.ready.wait()
+        self.go.wait()
+
+    def start(self, on_start: Callable[[], None] | None = None) -> int:
+        self.ready.wait()
+        if on_start is not None:  # e.g. the server's statistics, read after the warm-up and before the first query
+            on_start()
+        self.t0 = _now()
+        if self.duration_s is not None:
+            self.deadline = self.t0 + int(self.duration_s * 1e9)
+        self.go.set()
+        return self.t0
+
+
+def closed_loop(
+    senders: list[Sender],
+    *,
+    queries: int | None = None,
+    duration_s: float | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    progress: Callable[[int, int | None, float], None] | None = None,
+    warmup_each: int = 0,
+    on_start: Callable[[], None] | None = None,
+) -> HostRun:
+    """len(senders) workers, each sending its next query when its last completes, until `queries` were sent or
+    `duration_s` passed; each first sends `warmup_each` untimed queries in its own thread."""
+    n = len(senders)
+    lock = threading.Lock()
+    rows: list[tuple[int, int, str | None]] = []
+    issued = [0]
+    gate = _Start(n, warmup_each, duration_s)
+    stop = threading.Event()
+
+    def worker(send: Sender) -> None:
+        gate.worker_ready(send)
+        t0 = gate.t0
+        while not stop.is_set():
+            with lock:
+                if queries is not None and issued[0] >= queries:
+                    return
+                issued[0] += 1
+            s = _now()
+            if gate.deadline is not None and s >= gate.deadline:
+                return
+            err = _call(send)
+            e = _now()
+            with lock:
+                rows.append((s - t0, e - t0, err))
+
+    threads = [threading.Thread(target=worker, args=(s,), daemon=True) for s in senders]
+    for t in threads:
+        t.start()
+    t0 = gate.start(on_start)
+    stopped = _wait(threads, stop, queries, duration_s, t0, rows, should_stop, progress)
+    wall = (_now() - t0) / 1e9
+    rows.sort()
+    started = np.array([r[0] for r in rows], np.int64)
+    finished = np.array([r[1] for r in rows], np.int64)
+    return HostRun(started.copy(), started, finished, [r[2] for r in rows], wall, False, n, stopped,
+                   kinds=Counter(r[2] for r in rows if r[2]))  # fmt: skip
+
+
+def open_loop(
+    senders: list[Sender],
+    schedule_ns: np.ndarray,
+    *,
+    from_intended: bool = True,
+    until_s: float | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    progress: Callable[[int, int | None, float], None] | None = None,
+    warmup_each: int = 0,
+    on_start: Callable[[], None] | None = None,
+) -> HostRun:
+    """Each query handed to the pool of len(senders) workers at its intended time (all at once when behind); with
+    `from_intended` False (offline) latency is timed from each query's own start. `until_s` ends an offline run by
+    time: queries not started by then are not sent."""
+    n_q = len(schedule_ns)
+    started = np.full(n_q, -1, np.int64)
+    finished = np.full(n_q, -1, np.int64)
+    errors: list[str | None] = ["not sent"] * n_q
+    jobs: queue.Queue = queue.Queue()
+    stop = threading.Event()
+    gate = _Start(len(senders), warmup_each, until_s)
+    done = [0]
+    lock = threading.Lock()
+
+    def worker(send: Sender) -> None:
+        gate.worker_ready(send)
+        t0, cut = gate.t0, gate.deadline
+        while True:
+            i = jobs.get()
+            if i is None or stop.is_set():
+                return
+            s = _now()
+            if cut is not None and s >= cut:
+                continue  # offline by time: the rest are not sent
+            err = _call(send)
+            e = _now()
+            started[i], finished[i], errors[i] = s - t0, e - t0, err
+            with lock:
+                done[0] += 1
+
+    threads = [threading.Thread(target=worker, args=(s,), daemon=True) for s in senders]
+    for t in threads:
+        t.start()
+    t0 = gate.start(on_start)
+    cut = gate.deadline
+    stopped = False
+    last_report = 0.0
+    for i in range(n_q):
+        due = t0 + int(schedule_ns[i])
+        while True:
+            now = _now()
+            if now >= due:
+                break
+            time.sleep(min((due - now) / 1e9, 0.05) if due - now > 200_000 else 0)
+            if should_stop is not None and should_stop():
+                break
+        if should_stop is not None and should_stop():
+            stopped = True
+            break
+        jobs.put(i)
+        el = (_now() - t0) / 1e9
+        if progress is not None and el - last_report >= 1.0:
+            last_report = el
+            progress(done[0], n_q, el)
+    for _ in threads:
+        jobs.put(None)
+    if stopped:
+        stop.set()
+    end = time.monotonic() + JOIN_GRACE_S
+    for t in threads:
+        t.join(max(0.0, end - time.monotonic()))
+    wall = (_now() - t0) / 1e9
+    sent = started >= 0
+    if stopped or cut is not None:  # queries never sent are not queries of this run
+        keep = sent
+    else:
+        keep = np.ones(n_q, bool)
+        errors = [e if finished[i] >= 0 or e != "not sent" else "no answer" for i, e in enumerate(errors)]
+    idx = np.flatnonzero(keep)
+    errs = [errors[i] for i in idx]
+    return HostRun(np.asarray(schedule_ns, np.int64)[idx], started[idx], finished[idx], errs, wall, from_intended,
+                   len(senders), stopped, kinds=Counter(e for e in errs if e))  # fmt: skip
+
+
+def _call(send: Sender) -> str | None:
+    try:
+        return send()
+    except Exception as err:  # noqa: BLE001 - a query that failed in a way the sender did not name: counted, not fatal
+        return type(err).__name__
+
+
+def _wait(threads, stop, queries, duration_s, t0, rows, should_stop, progress) -> bool:
+    """Wait for the workers of a closed loop, with progress and stop checks; True when stopped early."""
+    last = 0.0
+    while any(t.is_alive() for t in threads):
+        for t in threads:
+            t.join(0.1)
+            break
+        el = (_now() - t0) / 1e9
+        if should_stop is not None and should_stop():
+            stop.set()
+            for t in threads:
+                t.join(JOIN_GRACE_S)
+            return True
+        if progress is not None and el - last >= 1.0:
+            last = el
+            progress(len(rows), queries, el)
+    return False

@@ -1,0 +1,172 @@
+"""A host-side run (bench/scenarios/engine.py) as a result record of the same schema a board writes
+(`edge-runtime/bench/1`): the same statistics, histogram and timeline code, so a server's numbers and a board's sit in
+one store, one comparison and one report. What only a client run has goes in its own sections: `errors` (failed
+queries by kind, and their share), `failed_queries` (what the SLO's error budget counts), `server` (the server's
+own time split and its metrics)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from types import SimpleNamespace
+
+import numpy as np
+
+from edge_runtime.measure.stats import (
+    PERCENTILE_METHOD,
+    histogram_us,
+    jitter,
+    latency_timeline,
+    nearest_rank,
+    stability,
+    summarize,
+)
+
+LATENCY_FROM = {
+    True: "intended send time (open loop; no coordinated omission)",
+    False: "each query's own send (closed loop)",
+}
+
+
+def _pct(values: np.ndarray, p: float) -> float | None:
+    return round(nearest_rank(np.sort(values), p) / 1e3, 3) if len(values) else None
+
+
+def host_result(
+    target, request, run, kind: str, started_at: float, tensors: str, split: dict, metrics: dict, network: dict
+) -> dict:
+    from edge_runtime import __version__
+    from edge_runtime.results import BENCH_SCHEMA
+    from edge_runtime.system import SystemRoot
+    from edge_runtime.system.environment import environment, packages
+
+    lat_ns = run.latency_ns
+    warnings: list[str] = []
+    n, failed = len(run.errors), run.failed
+    if len(lat_ns):
+        lat = summarize(lat_ns)
+        unstable, why = stability(lat_ns, lat)
+        warnings += why
+    else:
+        lat, unstable = {"count": 0}, None
+        warnings.append("no query was answered: no latency to report")
+    if failed:
+        kinds = ", ".join(f"{k} x{v}" for k, v in run.kinds.most_common(4))
+        warnings.append(f"{failed:,} of {n:,} queries failed ({kinds})")
+    if run.stopped:
+        warnings.append(f"interrupted: partial result of {n:,} queries")
+    spq = request.samples_per_query or 1
+    answered = int(run.ok.sum())
+    order = np.argsort(run.finished_ns[run.ok], kind="stable")
+    done_at = (run.finished_ns[run.ok][order] / 1e9) if answered else np.empty(0)
+    steps = np.linspace(0, answered, min(answered, 50) + 1).astype(int)[1:] if answered else []
+    m = SimpleNamespace(samples_ns=lat_ns, wall_s=run.wall_s,
+                        chunks=[(0, 0.0)] + [(int(i), float(done_at[i - 1])) for i in steps])  # fmt: skip
+    scenario = {"kind": kind, "queries": n, "samples_per_query": spq, "concurrency": run.concurrency,
+                "latency_from": LATENCY_FROM[run.from_intended]}  # fmt: skip
+    if kind in ("server", "burst"):
+        scenario["rate_qps"] = request.rate_qps
+    if kind == "burst":
+        scenario["burst_on_s"], scenario["burst_off_s"] = request.burst_on_s, request.burst_off_s
+    if kind == "multi-stream":
+        scenario["interval_ms"] = request.interval_ms
+    if kind == "replay":
+        scenario["arrivals"] = len(request.arrivals_ms or ())
+    sent = run.started_ns >= 0
+    starts = np.sort(run.started_ns[sent])
+    span = (starts[-1] - starts[0]) / 1e9 if len(starts) > 1 else 0.0
+    scenario["achieved_qps"] = round((len(starts) - 1) / span, 2) if span > 0 else 0.0
+    if run.from_intended:
+        prev_done = np.concatenate(([np.iinfo(np.int64).min], np.maximum.accumulate(run.finished_ns)[:-1]))
+        idle = sent & (prev_done <= run.intended_ns) if run.concurrency == 1 else sent
+        err = (run.started_ns - run.intended_ns)[idle]
+        service = (run.finished_ns - run.started_ns)[run.ok]
+        scenario["send_error_us"] = {"p50": _pct(err, 50), "p99": _pct(err, 99)}
+        scenario["service_us"] = {"p50": _pct(service, 50), "p99": _pct(service, 99)}
+    env = environment(SystemRoot("/"), None, {"edge-runtime": __version__, "numpy": np.__version__,
+                                               **packages(["tritonclient", "grpcio", "geventhttpclient"])})  # fmt: skip
+    server = (target.meta or {}).get("server") or {}
+    env["board"] = f"{server.get('name') or 'kserve'} {server.get('version') or ''} at {target.opts['address']}".strip()
+    env["measured_on"] = {"client": socket.gethostname(), "note": "latency as the client sees it, network included"}
+    model = (target.meta or {}).get("model") or {}
+    sha = None
+    if request.model and request.model != target.opts["model"]:
+        try:
+            from bench.targets.agent import file_sha256
+
+            sha = file_sha256(request.model)  # the campaign's model file: the same model as a board's run of it
+        except OSError:
+            sha = None
+    model_section = {
+        "path": target.url,
+        "sha256": sha,
+        "format": "kserve",
+        "precision": None,
+        "server_name": model.get("name", target.opts["model"]),
+        "server_versions": model.get("versions"),
+    }
+    details = {
+        "server": server.get("name"),
+        "protocol": target.opts["protocol"],
+        "tensors": tensors,
+        "address": target.opts["address"],
+        "extensions": server.get("extensions"),
+    }
+    backend = {
+        "name": "kserve",
+        "version": server.get("version"),
+        "device": f"server ({server.get('name')})",
+        "delegate": None,
+        "fallback": False,
+        "fallback_reason": None,
+        "details": details,
+    }
+    config = {
+        "threads": run.concurrency,
+        "cpus": None,
+        "rt_priority": None,
+        "mlock": False,
+        "warmup": run.warmup,
+        "iterations": request.iterations,
+        "duration_s": request.duration_s,
+        "stress": [],
+        "timed_call": "tritonclient infer() of seeded random inputs, from the client",
+    }
+    quality = {
+        "timer_overhead_ns": None,
+        "percentile_method": PERCENTILE_METHOD,
+        "unstable": unstable,
+        "warnings": warnings,
+    }
+    aborted = {
+        "kind": "interrupted",
+        "reason": "interrupted",
+        "signal": "SIGINT",
+        "at_s": round(run.wall_s, 3),
+        "partial": True,
+    }
+    return {
+        "schema": BENCH_SCHEMA,
+        "model": model_section,
+        "backend": backend,
+        "config": config,
+        "latency_us": lat,
+        "jitter_us": jitter(lat) if len(lat_ns) else {"p99_minus_p50": None, "max_minus_min": None},
+        "throughput_ips": round(answered * spq / run.wall_s, 2) if run.wall_s > 0 else None,
+        "quality": quality,
+        "environment": env,
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started_at)),
+        "wall_s": run.wall_s,
+        **({"aborted": aborted} if run.stopped else {}),
+        "scenario": scenario,
+        "timeline_us": list(latency_timeline(m) or []),
+        "errors": {
+            "failed": failed,
+            "share": round(failed / n, 6) if n else 0.0,
+            "kinds": dict(run.kinds),
+            "examples": dict(run.examples),
+        },
+        "failed_queries": failed,
+        "server": {"statistics": split, "metrics": metrics, "network": network},
+        "histogram_us": [list(x) for x in histogram_us(lat_ns)] if len(lat_ns) else [],
+    }

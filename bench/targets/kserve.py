@@ -1,0 +1,440 @@
+"""The KServe v2 target (`kserve+http://HOST:PORT/MODEL`, `kserve+grpc://HOST:PORT/MODEL`): an inference server that
+speaks the Open Inference Protocol (Triton, OpenVINO Model Server, MLServer, `edge-runtime serve`), driven with
+tritonclient. A server cannot run the harness's scenarios itself, so the host does (bench/scenarios/engine.py) and
+times each request as a client sees it, network included, like perf_analyzer.
+
+Before a run: the server is live and the model ready; the model's metadata (and config, where the server has one)
+give each input's name, datatype and shape, filled with the same seeded random data a board uses; binary tensors
+over HTTP unless the server refuses them (MLServer answers 422), then JSON, and the result says which and why.
+Around a run: the statistics extension (`/v2/models/MODEL/stats`), read before and after, splits each request's time
+into queue, compute input, compute infer and compute output, and the rest (the client's latency minus the server's
+own time) is network and client; a Prometheus endpoint (`?metrics=PORT`, Triton's `/metrics`) is scraped during the
+run for GPU utilisation, memory, power and energy.
+
+URL options: `version=V` (the model version), `metrics=PORT|HOST:PORT`, `timeout=S` (per request, default 30),
+`tensors=binary|json` (default: binary when the server takes it). Headers (an access token) come from the campaign
+(`[target.headers]`) or `--header 'NAME: VALUE'`; `${VAR}` in a value is read from the environment.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable
+
+import numpy as np
+
+from bench.targets.agent import AgentResult, TargetError
+from edge_runtime.errors import UserError
+
+SCHEMES = ("kserve+http", "kserve+grpc")
+OPTIONS = {"version", "metrics", "timeout", "tensors"}
+DTYPES = {"BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64", "INT8": "int8",
+          "INT16": "int16", "INT32": "int32", "INT64": "int64", "FP16": "float16", "FP32": "float32",
+          "FP64": "float64"}  # fmt: skip
+GRPC_TOKEN = "triton-grpc-protocol-triton-access-token"
+OPEN_LOOP_WORKERS = 16  # the client's connections in an open loop unless a concurrency is given
+METRICS = {  # Triton's Prometheus names -> the result's (summed over GPUs where there are several)
+    "nv_gpu_utilization": "gpu_utilization",
+    "nv_gpu_memory_used_bytes": "gpu_memory_used_bytes",
+    "nv_gpu_power_usage": "gpu_power_w",
+    "nv_energy_consumption": "gpu_energy_j",
+    "nv_gpu_temperature": "gpu_temperature_c",
+    "nv_cpu_utilization": "cpu_utilization",
+    "nv_cpu_memory_used_bytes": "cpu_memory_used_bytes",
+}
+
+
+def parse_url(url: str) -> dict:
+    """kserve+http://HOST:PORT/MODEL[?options] -> its parts; a one-line UserError for anything else."""
+    u = urllib.parse.urlsplit(url)
+    protocol = u.scheme.partition("+")[2]
+    if u.scheme not in SCHEMES:
+        raise UserError(f"target {url!r}: a KServe v2 URL is kserve+http://HOST:PORT/MODEL or kserve+grpc://...")
+    try:
+        port = u.port
+    except ValueError:
+        port = -1
+    if not u.hostname or port is None or not 0 < port < 65536:
+        raise UserError(f"target {url!r}: HOST:PORT is needed (kserve+{protocol}://127.0.0.1:8000/MODEL)")
+    model = urllib.parse.unquote(u.path.strip("/"))
+    if not model or "/" in model:
+        raise UserError(f"target {url!r}: the path names the model: kserve+{protocol}://HOST:PORT/MODEL")
+    opts: dict = {}
+    for key, values in urllib.parse.parse_qs(u.query, keep_blank_values=True).items():
+        if key not in OPTIONS:
+            raise UserError(f"target {url!r}: unknown option {key!r} (known: {', '.join(sorted(OPTIONS))})")
+        opts[key] = values[-1]
+    timeout = opts.get("timeout", "30")
+    try:
+        t = float(timeout)
+    except ValueError:
+        t = float("nan")
+    if not 0 < t <= 3600:
+        raise UserError(f"target {url!r}: timeout {timeout!r}: seconds above 0 and at most 3600")
+    if opts.get("tensors", "binary") not in ("binary", "json"):
+        raise UserError(f"target {url!r}: tensors {opts['tensors']!r}: binary or json")
+    metrics = opts.get("metrics")
+    if metrics is not None:
+        metrics = metrics if ":" in metrics else f"{u.hostname}:{metrics}"
+        if not re.fullmatch(r"[A-Za-z0-9.\-\[\]:]+:\d{1,5}", metrics):
+            raise UserError(f"target {url!r}: metrics {opts['metrics']!r}: PORT or HOST:PORT")
+    host = f"[{u.hostname}]" if ":" in u.hostname else u.hostname
+    return {"protocol": protocol, "address": f"{host}:{port}", "model": model, "version": opts.get("version", ""),
+            "metrics": metrics, "timeout": t, "tensors": opts.get("tensors")}  # fmt: skip
+
+
+def expand_headers(headers: dict | None, where: str) -> dict[str, str]:
+    """Header values with `${VAR}` read from the environment (a token need not sit in a campaign file)."""
+    out = {}
+    for k, v in (headers or {}).items():
+        if not isinstance(k, str) or not isinstance(v, str) or not k.strip():
+            raise UserError(f"{where}: header {k!r}: a name and a string value")
+
+        def env(m, k=k):
+            if m.group(1) not in os.environ:
+                raise UserError(f"{where}: header {k!r}: environment variable {m.group(1)} is not set")
+            return os.environ[m.group(1)]
+
+        out[k.strip().lower()] = re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", env, v)
+    return out
+
+
+class KServeTarget:
+    def __init__(self, url: str, *, headers: dict | None = None, log: Callable[[str], None] | None = None, **_ignored):
+        self.url = url
+        self.opts = parse_url(url)
+        self.headers = expand_headers(headers, f"target {url!r}")
+        if self.opts["protocol"] == "grpc" and "triton-access-token" in self.headers:
+            # Triton reads an access token over gRPC under its own name: the campaign need not know it
+            self.headers.setdefault(GRPC_TOKEN, self.headers["triton-access-token"])
+        self.log = log or (lambda _t: None)
+        self.meta: dict | None = None
+        self.identity: dict = {}
+        self._stop = threading.Event()
+        self._running: str | None = None
+
+    # ----------------------------------------------------------------------------------------------- clients
+    def client(self):
+        """A new client (one per worker thread: tritonclient's are not shared)."""
+        try:
+            if self.opts["protocol"] == "http":
+                import tritonclient.http as tc
+
+                return tc.InferenceServerClient(self.opts["address"], connection_timeout=self.opts["timeout"],
+                                                network_timeout=self.opts["timeout"])  # fmt: skip
+            import tritonclient.grpc as tc
+
+            return tc.InferenceServerClient(self.opts["address"])
+        except ImportError as err:
+            raise UserError(f"target {self.url!r}: needs tritonclient ({err})",
+                            hint="pip install 'edge-runtime[kserve]'") from None  # fmt: skip
+
+    def _module(self):
+        if self.opts["protocol"] == "http":
+            import tritonclient.http as tc
+        else:
+            import tritonclient.grpc as tc
+        return tc
+
+    def _fail(self, what: str, err: Exception, kind: str = "user-error") -> TargetError:
+        return TargetError(f"{self.url}: {what}: {_why(err)}", kind)
+
+    # ----------------------------------------------------------------------------------------------- describe
+    def connect(self) -> dict:
+        """Live, ready, the model's metadata: what a run needs before it starts. Refuses in one line otherwise."""
+        c = self.client()
+        name, version, h = self.opts["model"], self.opts["version"], self.headers
+        try:
+            live = c.is_server_live(headers=h)
+        except Exception as err:  # noqa: BLE001 - any failure to reach the server is one line
+            raise self._fail(f"no KServe v2 server at {self.opts['address']}", err) from None
+        if not live:
+            raise TargetError(f"{self.url}: the server at {self.opts['address']} is not live", "user-error")
+        server = _plain(c.get_server_metadata(headers=h))
+        try:
+            meta = _plain(c.get_model_metadata(name, version, headers=h))
+        except Exception as err:  # noqa: BLE001
+            known = self._models(c)
+            raise TargetError(f"{self.url}: no model {name!r} on the server" + (f" (it has: {known})" if known else "")
+                              + f" ({_why(err)})", "user-error") from None  # fmt: skip
+        try:
+            ready = c.is_model_ready(name, version, headers=h)
+        except Exception:  # noqa: BLE001
+            ready = False
+        if not ready:
+            raise TargetError(f"{self.url}: model {name!r} is not ready on the server", "user-error")
+        try:
+            config = _plain(c.get_model_config(name, version, headers=h))
+            config = config.get("config", config)
+        except Exception:  # noqa: BLE001 - a server without the model configuration extension (MLServer)
+            config = {}
+        self.meta = {"server": server, "model": meta, "config": config}
+        self.identity = {"board": f"{server.get('name', 'kserve')} {server.get('version', '')}".strip(),
+                         "server": server, "model": meta.get("name", name)}  # fmt: skip
+        return self.identity
+
+    def _models(self, c) -> str:
+        try:
+            index = _plain(c.get_model_repository_index(headers=self.headers))
+        except Exception:  # noqa: BLE001 - not every server has the repository extension
+            return ""
+        items = index if isinstance(index, list) else index.get("models", [])
+        return ", ".join(sorted({str(m.get("name")) for m in items if isinstance(m, dict)}))
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> KServeTarget:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def link_stats(self) -> dict:
+        return {}
+
+    # ----------------------------------------------------------------------------------------------- inputs
+    def tensor_infos(self) -> list:
+        """The model's inputs as TensorInfo (a -1 dimension, the batch one included, becomes 1)."""
+        from edge_runtime.runtime.backends.base import TensorInfo
+
+        out = []
+        for t in (self.meta or {}).get("model", {}).get("inputs", []):
+            dt = DTYPES.get(t.get("datatype"))
+            if dt is None:
+                raise TargetError(f"{self.url}: input {t.get('name')!r}: datatype {t.get('datatype')!r} is not one "
+                                  "the harness can fill", "user-error")  # fmt: skip
+            shape = tuple(None if int(d) < 0 else int(d) for d in t.get("shape", []))
+            out.append(TensorInfo(t["name"], shape, np.dtype(dt)))
+        return out
+
+    def feeds(self, seed: int = 0) -> dict[str, np.ndarray]:
+        from edge_runtime.runtime.feeds import random_feeds
+
+        return random_feeds(self.tensor_infos(), seed)[0]
+
+    def _inputs(self, feeds: dict[str, np.ndarray], binary: bool) -> list:
+        tc = self._module()
+        inputs = []
+        for name, arr in feeds.items():
+            dt = next(k for k, v in DTYPES.items() if v == arr.dtype.name)
+            i = tc.InferInput(name, list(arr.shape), dt)
+            if self.opts["protocol"] == "http":
+                i.set_data_from_numpy(arr, binary_data=binary)
+            else:
+                i.set_data_from_numpy(arr)
+            inputs.append(i)
+        return inputs
+
+    def _outputs(self, binary: bool) -> list:
+        tc = self._module()
+        outs = []
+        for t in (self.meta or {}).get("model", {}).get("outputs", []):
+            if self.opts["protocol"] == "http":
+                outs.append(tc.InferRequestedOutput(t["name"], binary_data=binary))
+            else:
+                outs.append(tc.InferRequestedOutput(t["name"]))
+        return outs
+
+    def choose_tensors(self, c, feeds) -> tuple[bool, str]:
+        """Binary tensors unless the URL says json or the server refuses them (then JSON, and why)."""
+        if self.opts["protocol"] == "grpc":
+            return True, "raw (gRPC raw_input_contents)"
+        if self.opts["tensors"] == "json":
+            return False, "json (asked for in the URL)"
+        exts = (self.meta or {}).get("server", {}).get("extensions") or []
+        try:
+            self._infer(c, feeds, True)
+            return True, "binary (the binary tensor extension)"
+        except Exception as err:  # noqa: BLE001
+            why = _why(err)
+        try:
+            self._infer(c, feeds, False)
+        except Exception as err:  # noqa: BLE001
+            raise self._fail("inference failed with binary and with JSON tensors", err, "remote") from None
+        has = "binary_tensor_data" in exts
+        return False, f"json (the server refused binary tensors: {why}" + (
+            "" if has else "; it does not list the binary_tensor_data extension"
+        ) + ")"
+
+    def _infer(self, c, feeds, binary: bool):
+        kw = {"headers": self.headers}
+        if self.opts["protocol"] == "grpc":
+            kw["client_timeout"] = self.opts["timeout"]
+        return c.infer(self.opts["model"], self._inputs(feeds, binary), model_version=self.opts["version"],
+                       outputs=self._outputs(binary), **kw)  # fmt: skip
+
+    def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One inference of `feeds`: the outputs by name (to check a server against a local run)."""
+        if self.meta is None:
+            self.connect()
+        c = self.client()
+        binary, _ = self.choose_tensors(c, feeds)
+        res = self._infer(c, feeds, binary)
+        return {t["name"]: res.as_numpy(t["name"]) for t in self.meta["model"]["outputs"]}
+
+    # ----------------------------------------------------------------------------------------------- a run
+    def bench(self, request, *, progress=None, rid: str | None = None, sink=None) -> AgentResult:
+        from bench.scenarios.engine import closed_loop, open_loop, warm_up
+        from bench.scenarios.record import host_result
+        from bench.targets.kserve_stats import MetricsSampler, StatsReader
+        from bench.transports.connection import new_request_id
+        from edge_runtime.measure.schedule import plan_for
+
+        rid = rid or new_request_id("kserve-")
+        if self.meta is None:
+            self.connect()
+        say = progress or (lambda _m: None)
+        feeds = self.feeds(request.seed)
+        probe = self.client()
+        binary, tensors = self.choose_tensors(probe, feeds)
+        kind = request.scenario or "single-stream"
+        iterations, duration_s = request.length
+        conc = request.concurrency or (OPEN_LOOP_WORKERS if kind not in ("single-stream", "offline") else 1)
+        spq = request.samples_per_query or 1
+
+        examples: dict[str, str] = {}
+
+        def make_sender() -> Callable[[], str | None]:
+            """One worker's sender. Its client is made in the thread that first uses it, and a thread that uses it
+            later gets its own: tritonclient's HTTP client runs on gevent, whose hub belongs to one thread ("Cannot
+            switch to a different thread")."""
+            local = threading.local()
+            inputs, outputs = self._inputs(feeds, binary), self._outputs(binary)
+            kw = {"headers": self.headers, "model_version": self.opts["version"], "outputs": outputs}
+            if self.opts["protocol"] == "grpc":
+                kw["client_timeout"] = self.opts["timeout"]
+            name = self.opts["model"]
+
+            def send() -> str | None:
+                c = getattr(local, "client", None)
+                if c is None:
+                    c = local.client = self.client()
+                for _ in range(spq):
+                    try:
+                        c.infer(name, inputs, **kw)
+                    except Exception as err:  # noqa: BLE001 - counted by kind, never fatal
+                        kind = _kind(err)
+                        examples.setdefault(kind, _why(err))  # the first message of each kind, for the record
+                        return kind
+                return None
+
+            return send
+
+        senders = [make_sender() for _ in range(conc)]
+        stats = StatsReader(self, probe)
+        metrics = MetricsSampler(self.opts["metrics"], self.headers)
+        self._stop.clear()
+        self._running = rid
+        warm = 0
+        if request.warmup_s:  # a warm-up by time first (the server's), then one query per connection
+            say(f"warming up ({request.warmup_s:g} s)")
+            warm = warm_up(make_sender(), 0, request.warmup_s, self._stop.is_set)
+        each = 1 if request.warmup_s else max(1, -(-request.warmup // conc))  # in each worker's own thread
+        warm += each * conc
+        network = self.round_trip(probe)
+        marks: dict = {}
+
+        def on_start() -> None:  # after every worker's warm-up, just before the first timed query
+            marks["before"] = stats.read()
+            marks["at"] = time.time()
+            metrics.start()
+
+        def tick(done: int, total: int | None, elapsed: float) -> None:
+            say(f"measuring: {done:,}" + (f"/{total:,}" if total else "") + f" queries, {elapsed:.1f} s")
+
+        try:
+            if kind in ("single-stream", "offline"):  # offline: N in flight, each the moment one returns
+                run = closed_loop(senders, queries=iterations, duration_s=duration_s, should_stop=self._stop.is_set,
+                                  progress=tick, warmup_each=each, on_start=on_start)  # fmt: skip
+            else:
+                plan = plan_for(request, iterations, duration_s)
+                run = open_loop(senders, plan.intended_ns, should_stop=self._stop.is_set, progress=tick,
+                                warmup_each=each, on_start=on_start)  # fmt: skip
+        except KeyboardInterrupt:
+            self._stop.set()
+            raise
+        finally:
+            metrics.stop()
+            self._running = None
+        after = stats.read()
+        run.warmup = warm
+        split = stats.split(marks.get("before"), after, run)
+        run.examples = examples
+        at = marks.get("at", time.time())
+        doc = host_result(self, request, run, kind, at, tensors, split, metrics.summary(), network)
+        got = AgentResult(rid, doc, warnings=list(doc["quality"]["warnings"]),
+                          stopped_by=2 if run.stopped else None)  # fmt: skip
+        if sink is not None:
+            sink(got)
+        return got
+
+    def round_trip(self, c, probes: int = 20) -> dict:
+        """The network's round trip to the server, as the median of health requests before the run (it includes
+        the server's own handling of the request, which is small beside an inference)."""
+        times = []
+        for _ in range(probes):
+            t = time.perf_counter_ns()
+            try:
+                c.is_server_live(headers=self.headers)
+            except Exception:  # noqa: BLE001 - a probe that fails is left out
+                continue
+            times.append(time.perf_counter_ns() - t)
+        if not times:
+            return {"rtt_ms": None, "reason": "no health request answered"}
+        how = "median of health requests (server live) before the run: network + request handling"
+        return {"rtt_ms": round(float(np.median(times)) / 1e6, 4), "probes": len(times), "method": how}
+
+    def cancel(self, rid: str) -> bool:
+        if self._running != rid:
+            return False
+        self._stop.set()
+        return True
+
+
+# ---------------------------------------------------------------------------------------------------- helpers
+def _plain(obj):
+    """tritonclient answers dicts over HTTP and protobuf messages over gRPC: both as plain JSON-able data."""
+    if isinstance(obj, (dict, list)):
+        return obj
+    try:
+        from google.protobuf.json_format import MessageToDict
+
+        return MessageToDict(obj, preserving_proto_field_name=True)
+    except Exception:  # noqa: BLE001
+        return {}
+
+
+def _why(err: Exception) -> str:
+    text = str(getattr(err, "message", lambda: None)() if callable(getattr(err, "message", None)) else err)
+    text = " ".join((text or type(err).__name__).split())
+    status = _status(err)
+    return (f"{status}: " if status and status not in text else "") + text[:200]
+
+
+def _status(err: Exception) -> str | None:
+    status = getattr(err, "status", None)
+    s = status() if callable(status) else status
+    return str(s) if s else None
+
+
+def _kind(err: Exception) -> str:
+    """A failed request's kind, for counting: a timeout, a server that cannot be reached, a connection lost in the
+    middle of a request, or the HTTP or gRPC status the server answered."""
+    text = f"{type(err).__name__} {err}".lower()
+    status = _status(err)
+    if "timed out" in text or "timeout" in text or "deadline" in text:
+        return "timeout"
+    if any(w in text for w in ("connection refused", "failed to connect", "connect call failed", "unavailable",
+                               "name or service not known", "no route to host")):  # fmt: skip
+        return "unreachable"
+    if any(w in text for w in ("connectionclosed", "connection closed", "reset by peer", "connectionreset",
+                               "broken pipe", "remote end closed", "connection aborted", "eof")):  # fmt: skip
+        return "connection lost"
+    if status:
+        return f"status {status}"
+    return type(err).__name__

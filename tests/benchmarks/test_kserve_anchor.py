@@ -1,0 +1,98 @@
+"""The harness's KServe v2 client against the anchor, perf_analyzer (tritonclient 2.41.0's C++ binary), on the same
+Triton model (digits INT8 through ONNX Runtime in PyTriton's tritonserver, on CPU), interleaved, at concurrency 1 and 2:
+throughput ratio harness / perf_analyzer (goal at least 0.9) and client p50 ratio (goal within 5%). Then an open-loop
+run at a fixed rate: the rate achieved against the schedule's, and the send-time error.
+
+perf_analyzer measures windows of 3 s until three agree within 50% (its stability rule, loosened from its default
+10%: on this VM identical windows differ by more, and it would give up); the harness runs 6 s per round. Both
+clients share the machine's 2 vCPUs with the server: a client that costs more CPU per request slows the server too,
+and that shows in both ratios, as it would on a real host.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+from conftest import MODELS, ROOT, need
+
+from .conftest import report_ratio
+
+sys.path.insert(0, str(ROOT / "tests" / "host"))
+import servers
+
+ROUNDS = 3
+DIGITS = MODELS / "digits_cnn" / "digits_cnn_int8.onnx"
+
+
+def harness(url: str, *flags: str) -> dict:
+    store = os.path.join(tempfile.gettempdir(), "edge-bench-benchmarks.sqlite")
+    proc = subprocess.run([sys.executable, "-m", "bench.cli", "run", "--target", url, *flags, "--json", "-",
+                           "--store", store], capture_output=True, text=True, cwd=ROOT, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["errors"]["failed"] == 0
+    return doc
+
+
+def perf_analyzer(exe, http: str, concurrency: int, out: str) -> dict:
+    args = ["-m", "digits", "-u", http, "-i", "http", "--concurrency-range", f"{concurrency}:{concurrency}", "-p",
+            "3000", "-s", "50", "-f", out]  # fmt: skip
+    proc = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    with open(out, newline="") as f:
+        (row,) = list(csv.DictReader(f))
+    return {"throughput": float(row["Inferences/Second"]), "p50_us": float(row["p50 latency"])}
+
+
+@pytest.fixture(scope="module")
+def triton():
+    need("onnxruntime")
+    with servers.triton(DIGITS, "digits", token=None) as srv:  # perf_analyzer 2.41 sends no token over HTTP headers
+        yield srv
+
+
+@pytest.mark.parametrize("concurrency", [1, 2])
+def test_the_harness_against_perf_analyzer(benchmark, triton, tmp_path, concurrency):
+    exe = servers.perf_analyzer_path()
+    url = f"kserve+http://{triton.http}/digits"
+    tp_ref, tp_cand, lat_ref, lat_cand, tp_per, lat_per = [], [], [], [], [], []
+    for i in range(ROUNDS):
+        order = ("pa", "harness") if i % 2 == 0 else ("harness", "pa")
+        got = {}
+        for who in order:
+            if who == "pa":
+                got[who] = perf_analyzer(exe, triton.http, concurrency, str(tmp_path / f"pa{i}.csv"))
+            else:
+                doc = harness(url, "--concurrency", str(concurrency), "--duration", "6", "--warmup", "100")
+                got[who] = {"throughput": doc["throughput_ips"], "p50_us": doc["latency_us"]["p50"]}
+        tp_ref.append(got["pa"]["throughput"])
+        tp_cand.append(got["harness"]["throughput"])
+        lat_ref.append(got["pa"]["p50_us"])
+        lat_cand.append(got["harness"]["p50_us"])
+        tp_per.append(tp_cand[-1] / tp_ref[-1])
+        lat_per.append(lat_cand[-1] / lat_ref[-1])
+    benchmark.pedantic(lambda: None, rounds=1)
+    report_ratio(benchmark, f"kserve throughput harness / perf_analyzer, c={concurrency} (inf/s, not us)", tp_ref,
+                 tp_cand, goal=float("inf"), goal_low=0.9, per_round=tp_per)  # fmt: skip
+    report_ratio(benchmark, f"kserve client p50 harness / perf_analyzer, c={concurrency}", lat_ref, lat_cand,
+                 goal=1.05, goal_low=0.95, per_round=lat_per)  # fmt: skip
+    print(f"\nc={concurrency}: throughput perf_analyzer {tp_ref} harness {tp_cand}; p50 us perf_analyzer {lat_ref} "
+          f"harness {lat_cand}")  # fmt: skip
+
+
+def test_an_open_loop_run_keeps_its_rate_against_the_server(benchmark, triton):
+    doc = harness(f"kserve+http://{triton.http}/digits", "--scenario", "server", "--rate", "100", "--duration", "10")
+    sc = doc["scenario"]
+    asked = sc["queries"] / 10.0
+    benchmark.pedantic(lambda: None, rounds=1)
+    report_ratio(benchmark, "kserve server scenario: achieved / scheduled rate (qps, not us)", [asked],
+                 [sc["achieved_qps"]], goal=1.01, goal_low=0.99)  # fmt: skip
+    print(f"\nkserve open loop 100 qps x 10 s: {sc['queries']} queries scheduled ({asked:.1f}/s), "
+          f"{sc['achieved_qps']:.1f}/s achieved; send error p50 {sc['send_error_us']['p50']} us, p99 "
+          f"{sc['send_error_us']['p99']} us; client p50 {doc['latency_us']['p50']:.0f} us")  # fmt: skip

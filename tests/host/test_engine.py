@@ -1,0 +1,90 @@
+"""The host-side load generator (server targets): closed loops with N queries in flight, open loops from a schedule
+with latency from the intended send, failures counted and not fatal. Driven by small targets written for the test
+(a stalling one, a failing one); the real servers are in test_kserve.py."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from bench.scenarios.engine import closed_loop, open_loop
+from edge_runtime.measure.schedule import poisson_schedule
+
+
+class Stalling:
+    """1 ms per query, except 200 ms at the start of every second, shared by every connection (a server's GC)."""
+
+    def __init__(self):
+        self.t0 = time.perf_counter()
+        self.lock = threading.Lock()
+        self.stalled_in = -1
+
+    def __call__(self):
+        with self.lock:  # one query at a time, as a server with one instance
+            now = time.perf_counter() - self.t0
+            if int(now) != self.stalled_in and now % 1.0 < 0.2:
+                self.stalled_in = int(now)
+                time.sleep(0.2 - now % 1.0)
+            time.sleep(0.001)
+        return None
+
+
+def test_open_loop_latency_carries_the_stall_and_a_closed_loop_hides_it():
+    target = Stalling()
+    sched = poisson_schedule(100, 3.2, seed=5)
+    run = open_loop([target] * 4, sched)
+    assert run.failed == 0 and len(run.errors) == len(sched)
+    lat_ms = run.latency_ns / 1e6
+    assert np.percentile(lat_ms, 99) > 100 and np.percentile(lat_ms, 90) > 20  # the queue behind each stall
+    service_ms = (run.finished_ns - run.started_ns) / 1e6
+    assert np.percentile(service_ms, 50) < 20
+    closed = closed_loop([Stalling()], duration_s=3.2)
+    assert np.percentile(closed.latency_ns / 1e6, 99) < 5  # 3 slow queries among ~2,500: under p99
+
+
+def test_closed_loop_keeps_n_in_flight_and_stops_at_its_count():
+    inflight, peak, lock = [0], [0], threading.Lock()
+
+    def send():
+        with lock:
+            inflight[0] += 1
+            peak[0] = max(peak[0], inflight[0])
+        time.sleep(0.002)
+        with lock:
+            inflight[0] -= 1
+
+    run = closed_loop([send] * 4, queries=200)
+    assert len(run.errors) == 200 and run.failed == 0 and peak[0] == 4 and run.concurrency == 4
+    assert 200 * 0.002 / 4 <= run.wall_s < 200 * 0.002  # four at once: about a quarter of the serial time
+
+
+def test_failures_are_counted_by_kind_and_a_dead_server_does_not_end_the_run():
+    calls = [0]
+
+    def send():
+        calls[0] += 1
+        if calls[0] % 10 == 0:
+            return "status 503"
+        if calls[0] % 7 == 0:
+            raise ConnectionResetError("reset")
+        return None
+
+    run = closed_loop([send], queries=100)
+    assert run.kinds == {"status 503": 10, "ConnectionResetError": 14 - 1} and run.failed == 23
+    assert len(run.latency_ns) == 77
+    run = open_loop([lambda: "unreachable"] * 2, np.arange(50, dtype=np.int64) * 1_000_000)
+    assert run.failed == 50 and run.kinds == {"unreachable": 50} and len(run.latency_ns) == 0
+
+
+def test_a_stop_ends_either_loop_and_keeps_what_was_sent():
+    stop = threading.Event()
+    threading.Timer(0.3, stop.set).start()
+    run = open_loop([lambda: time.sleep(0.001)] * 2, np.arange(10_000, dtype=np.int64) * 1_000_000,
+                    should_stop=stop.is_set)  # fmt: skip
+    assert run.stopped and 100 < len(run.errors) < 1000 and run.failed == 0  # unsent queries are not this run's
+    stop2 = threading.Event()
+    threading.Timer(0.3, stop2.set).start()
+    run = closed_loop([lambda: time.sleep(0.001)], duration_s=60, should_stop=stop2.is_set)
+    assert run.stopped and run.wall_s < 5

@@ -1,0 +1,231 @@
+"""KServe v2 targets against real servers on 127.0.0.1: Triton (PyTriton's tritonserver on CPU) over HTTP and gRPC, and
+MLServer (JSON tensors only, no statistics). The harness reads the model's metadata, gets the same outputs as a local
+ONNX Runtime run, splits the time with the server's statistics, counts the failures of a server stopped mid-run,
+and refuses a wrong model or an unreachable host in one line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import servers
+from conftest import MODELS, ROOT, need
+
+from bench.store import Store
+
+pytest.importorskip("tritonclient")
+DIGITS = MODELS / "digits_cnn" / "digits_cnn_int8.onnx"
+
+
+def edge_bench(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bench.cli", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=timeout)  # fmt: skip
+
+
+def local_outputs(feeds: dict) -> dict:
+    import onnxruntime as ort
+
+    s = ort.InferenceSession(str(DIGITS), providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in s.get_outputs()], s.run(None, feeds), strict=True))
+
+
+@pytest.fixture(scope="module")
+def triton():
+    need("onnxruntime")
+    with servers.triton(DIGITS, "digits") as srv:
+        yield srv
+
+
+def test_triton_over_http_and_grpc_answers_as_onnx_runtime_does_and_splits_the_time(triton, tmp_path):
+    from bench.targets.kserve import KServeTarget
+
+    for proto, addr in (("http", triton.http), ("grpc", triton.grpc)):
+        t = KServeTarget(f"kserve+{proto}://{addr}/digits", headers={"triton-access-token": triton.token})
+        ident = t.connect()
+        assert ident["board"].startswith("triton") and ident["model"] == "digits"
+        infos = t.tensor_infos()
+        assert [i.name for i in infos] == [i.name for i in __import__("onnxruntime").InferenceSession(
+            str(DIGITS)).get_inputs()]  # fmt: skip
+        feeds = t.feeds(seed=3)
+        got, want = t.infer(feeds), local_outputs(feeds)
+        assert set(got) == set(want)
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5)
+    store = tmp_path / "s.sqlite"
+    out = tmp_path / "r.json"
+    proc = edge_bench("run", "--target", f"kserve+http://{triton.http}/digits?metrics={triton.metrics.split(':')[1]}",
+                      "--header", f"triton-access-token: {triton.token}", "--iterations", "200", "--json", str(out),
+                      "--store", str(store))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text())
+    assert doc["backend"]["name"] == "kserve" and doc["backend"]["details"]["tensors"].startswith("binary")
+    assert doc["latency_us"]["count"] == 200 and doc["errors"]["failed"] == 0
+    split = doc["server"]["statistics"]
+    assert split["available"] and split["requests"] >= 200  # the server counted the run's requests
+    stages = split["stages_us"]
+    assert stages["compute_infer"] > 0 and split["server_us"] >= stages["compute_infer"]
+    # the client waited at least as long as the server worked; the rest is network and client
+    assert split["client_us"] >= split["server_us"] * 0.95 and split["network_client_us"] == pytest.approx(
+        split["client_us"] - split["server_us"], abs=0.02)  # fmt: skip
+    assert doc["server"]["network"]["rtt_ms"] > 0
+    metrics = doc["server"]["metrics"]
+    assert metrics["available"] and metrics["cpu_memory_used_bytes"]["max"] > 0 and "no GPU" in metrics["note"]
+    assert "split us     queue" in proc.stdout
+    with Store(store) as st:
+        assert [r.scenario for r in st.runs()] == ["single-stream"]
+
+
+def test_the_scenarios_run_host_side_against_a_server(triton, tmp_path):
+    base = ["--store", str(tmp_path / "s.sqlite"), "--header", f"triton-access-token: {triton.token}"]
+    url = f"kserve+grpc://{triton.grpc}/digits"
+    proc = edge_bench("run", "--target", url, "--scenario", "server", "--rate", "100", "--duration", "2",
+                      "--json", "-", *base)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    sc = doc["scenario"]
+    assert sc["kind"] == "server" and sc["latency_from"].startswith("intended") and sc["concurrency"] == 16
+    assert 120 < sc["queries"] < 280 and doc["errors"]["failed"] == 0  # Poisson at 100/s for 2 s
+    assert doc["server"]["statistics"]["available"]  # the gRPC token reached the statistics too
+    proc = edge_bench("run", "--target", url, "--concurrency", "2", "--iterations", "100", "--json", "-", *base)
+    doc = json.loads(proc.stdout)
+    assert doc["scenario"]["concurrency"] == 2 and doc["latency_us"]["count"] == 100
+    proc = edge_bench("run", "--target", url, "--scenario", "offline", "--iterations", "60", "--concurrency", "3",
+                      "--json", "-", *base)  # fmt: skip
+    doc = json.loads(proc.stdout)
+    assert doc["scenario"]["kind"] == "offline" and doc["latency_us"]["count"] == 60 and doc["throughput_ips"] > 0
+
+
+def test_a_server_stopped_mid_run_costs_queries_not_the_run(tmp_path):
+    need("onnxruntime")
+    with servers.triton(DIGITS, "digits") as srv:
+        store = tmp_path / "s.sqlite"
+        cmd = [sys.executable, "-m", "bench.cli", "run", "--target", f"kserve+http://{srv.http}/digits?timeout=2",
+               "--scenario", "server", "--rate", "50", "--duration", "4", "--json", "-", "--store", str(store),
+               "--slo", "p99=10s", "--slo", "error_budget=0.01"]  # fmt: skip
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        threading.Timer(2.0, srv.stop).start()
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, err  # the error budget is blown: exit 1, and the run is whole
+    doc = json.loads(out)
+    e = doc["errors"]
+    assert e["failed"] > 10 and e["share"] > 0.2 and doc["latency_us"]["count"] > 20
+    assert set(e["kinds"]) <= {"unreachable", "connection lost", "timeout"} and set(e["examples"]) == set(e["kinds"])
+    assert doc["failed_queries"] == e["failed"]
+
+
+def test_mlserver_gets_json_tensors_and_no_statistics(tmp_path):
+    need("onnxruntime")
+    from bench.targets.kserve import KServeTarget
+
+    with servers.mlserver(DIGITS, "digits") as srv:
+        for proto, addr in (("http", srv.http), ("grpc", srv.grpc)):
+            t = KServeTarget(f"kserve+{proto}://{addr}/digits")
+            t.connect()
+            feeds = t.feeds(seed=1)
+            got, want = t.infer(feeds), local_outputs(feeds)
+            for k in want:
+                np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5)
+        proc = edge_bench("run", "--target", f"kserve+http://{srv.http}/digits", "--iterations", "50", "--json", "-",
+                          "--store", str(tmp_path / "s.sqlite"))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    tensors = doc["backend"]["details"]["tensors"]
+    assert tensors.startswith("json (the server refused binary tensors") and "422" in tensors
+    assert doc["latency_us"]["count"] == 50 and doc["errors"]["failed"] == 0
+    assert doc["server"]["statistics"]["available"] is False and "404" in doc["server"]["statistics"]["reason"]
+
+
+def test_wrong_models_hosts_and_urls_are_one_line(triton, tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    store = ["--store", str(tmp_path / "s.sqlite")]
+    cases = [
+        (f"kserve+http://{triton.http}/nope", "no model 'nope' on the server"),
+        (f"kserve+grpc://{triton.grpc}/nope", "no model 'nope' on the server"),
+        (f"kserve+http://127.0.0.1:{dead}/digits", f"no KServe v2 server at 127.0.0.1:{dead}"),
+        (f"kserve+grpc://127.0.0.1:{dead}/digits", f"no KServe v2 server at 127.0.0.1:{dead}"),
+        ("kserve+http://127.0.0.1/digits", "HOST:PORT is needed"),
+        ("kserve+http://127.0.0.1:8000/", "the path names the model"),
+        (f"kserve+http://{triton.http}/digits?timeout=nan", "timeout"),
+        (f"kserve+http://{triton.http}/digits?colour=red", "unknown option 'colour'"),
+    ]
+    for url, needle in cases:
+        t0 = time.monotonic()
+        proc = edge_bench("run", "--target", url, "--iterations", "10", *store, timeout=120)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and needle in lines[0], (url, proc.stderr)
+        assert time.monotonic() - t0 < 60
+    for flags, needle in ((["--cpus", "1"], "--cpus is a board's option"), (["--header", "nocolon"], "--header")):
+        proc = edge_bench("run", "--target", f"kserve+http://{triton.http}/digits", *flags, *store)
+        assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
+    proc = edge_bench("run", "--target", "local:", "--model", str(DIGITS), "--concurrency", "2", *store)
+    assert proc.returncode == 2 and "--concurrency goes with a server target" in proc.stderr
+
+
+def test_a_board_against_triton_gives_the_edge_versus_server_report(triton, tmp_path):
+    """The board (its agent over a pty) and the Triton server on the same model file: side by side in every format,
+    with the budget per stage and the round trip at which each side wins."""
+    import os
+
+    from agentkit import AgentProcess, Cable
+
+    camp = tmp_path / "c.toml"
+    camp.write_text(f"""
+[campaign]
+name = "edge-vs-server"
+[[target]]
+name = "board"
+url = "{{board}}"
+cpus = "1"
+[[target]]
+name = "triton"
+url = "kserve+http://{triton.http}/digits?metrics={triton.metrics.split(':')[1]}"
+[target.headers]
+triton-access-token = "${{EDGE_TEST_TOKEN}}"
+[[model]]
+name = "digits"
+path = "{DIGITS}"
+[[scenario]]
+iterations = 300
+[slo]
+p99_ms = 100
+""")
+    cable = Cable()
+    outs = {k: tmp_path / f"r.{k}" for k in ("json", "md", "html")}
+    try:
+        with AgentProcess(cable.agent_url, tmp_path / "state"):
+            camp.write_text(camp.read_text().replace("{board}", cable.host_url))
+            env = {**os.environ, "EDGE_TEST_TOKEN": triton.token}
+            proc = subprocess.run([sys.executable, "-m", "bench.cli", "run", str(camp), "--store",
+                                   str(tmp_path / "s.sqlite"), "--json", str(outs["json"]), "--md", str(outs["md"]),
+                                   "--html", str(outs["html"])], capture_output=True, text=True, cwd=ROOT, env=env,
+                                  timeout=600)  # fmt: skip
+    finally:
+        cable.close()
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(outs["json"].read_text())
+    runs = {r["target"]: r["result"] for r in doc["runs"]}
+    assert runs["triton"]["server"]["statistics"]["available"]  # the token from the environment reached the server
+    (comp,) = doc["edge_vs_server"]
+    assert comp["board"] == "board" and comp["server"] == "triton" and comp["model"] == runs["board"]["model"]["sha256"]
+    rtt = runs["triton"]["server"]["network"]["rtt_ms"]
+    for p in ("p50", "p99"):  # the crossover: the board's latency minus the server's without its measured network
+        want = (runs["board"]["latency_us"][p] - (runs["triton"]["latency_us"][p] - rtt * 1000)) / 1000
+        assert comp["crossover_rtt_ms"][p] == pytest.approx(want, abs=1e-3)
+        assert ("any round trip" in comp["verdict"][p]) == (want <= 0)
+    sb = comp["budget"]["server"]
+    assert sb["compute_ms"] > 0 and sb["queue_ms"] is not None and sb["network_ms"] == rtt
+    assert comp["budget"]["board"]["link_ms"] is not None  # the board came over the cable
+    md = outs["md"].read_text()
+    assert "## Edge vs server" in md and "| server | - |" in md and "Crossover round trip: p50" in md
+    page = outs["html"].read_text()
+    assert '<section id="edge-vs-server">' in page and 'class="budget"' in page and "Crossover round trip" in page
+    assert "edge vs server" in proc.stdout and "crossover    p50:" in proc.stdout
