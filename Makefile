@@ -2,6 +2,7 @@
 #             driven by the host over a software serial cable
 # make test   set up, then lint and run the tests (both TFLite flavours)
 # make bench  the project's own benchmarks (pytest-benchmark; not part of make test)
+# make gpu-check  on a machine with an NVIDIA GPU: the GPU targets and NVML (tests/gpu; skips elsewhere)
 # make models rebuild the reference models in their own environment (TensorFlow; ~1.5 GB)
 PYTHON ?= python3
 VENV := .venv
@@ -12,9 +13,11 @@ BUILD := .venv-build
 TRITON := .venv-triton
 MLSERVER := .venv-mlserver
 PERF := .venv-perf
+# make gpu-check, on a machine with an NVIDIA GPU: onnxruntime-gpu instead of the CPU wheel
+GPU := .venv-gpu
 PIP_FLAGS := -q --disable-pip-version-check
 
-.PHONY: demo test lint bench models clean sys-tools sys-libs
+.PHONY: demo test lint bench models clean sys-tools sys-libs gpu-check
 
 $(VENV)/.done: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +43,12 @@ $(MLSERVER)/.done: tests/servers/requirements-mlserver.txt
 $(PERF)/.done: tests/servers/requirements-perf.txt
 	$(PYTHON) -m venv $(PERF)
 	$(PERF)/bin/pip install $(PIP_FLAGS) -r tests/servers/requirements-perf.txt
+	touch $@
+
+$(GPU)/.done: tests/gpu/requirements-gpu.txt pyproject.toml
+	$(PYTHON) -m venv $(GPU)
+	$(GPU)/bin/pip install $(PIP_FLAGS) -r tests/gpu/requirements-gpu.txt
+	$(GPU)/bin/pip install $(PIP_FLAGS) --no-deps -e .
 	touch $@
 
 $(BUILD)/.done: models/requirements-build.txt
@@ -101,8 +110,13 @@ bench: $(VENV)/.done $(TRITON)/.done $(PERF)/.done sys-libs
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests/benchmarks --benchmark-only \
 		--benchmark-columns=min,median,mean,stddev,rounds --benchmark-sort=name
 
+# On an NVIDIA machine: NVML, the local:?device=cuda target, the edge-versus-GPU report (kept in GPU_CHECK_OUT when set).
+# Everywhere else every check skips, saying why.
+gpu-check: $(GPU)/.done
+	$(GPU)/bin/pytest -q -p no:cacheprovider -rs -s tests/gpu
+
 models: $(BUILD)/.done
 	$(BUILD)/bin/python models/build.py
 
 clean:
-	rm -rf $(VENV) $(TFLRT) $(BUILD) $(TRITON) $(MLSERVER) $(PERF) .pytest_cache .ruff_cache .benchmarks
+	rm -rf $(VENV) $(TFLRT) $(BUILD) $(TRITON) $(MLSERVER) $(PERF) $(GPU) .pytest_cache .ruff_cache .benchmarks

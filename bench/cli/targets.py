@@ -1,5 +1,6 @@
 """`edge-bench targets URL...`: is each target reachable, what board, CPUs, backends and versions, and how good is
-the link (round trip, retransmissions, CRC errors seen while asking). Exit 1 when one is unreachable."""
+the link (round trip, retransmissions, CRC errors seen while asking); for a KServe v2 server, what server, the model's
+inputs and the round trip. Exit 1 when one is unreachable."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ HELP = "reachable? what board, CPUs, backends and versions, link quality; exit 1
 
 
 def add_arguments(p) -> None:
-    p.add_argument("urls", nargs="+", metavar="URL", help="tcp://HOST:PORT, serial:///dev/ttyUSB0?baud=N, socket://...")
+    where = "tcp://HOST:PORT, serial:///dev/ttyUSB0?baud=N, socket://..., kserve+http://HOST:PORT/MODEL"
+    p.add_argument("urls", nargs="+", metavar="URL", help=where)
+    p.add_argument("--header", action="append", metavar="'NAME: VALUE'", help="a server target's header (repeatable)")
     add_target_options(p)
     p.set_defaults(reconnect_for=0.0)
     add_store(p)  # accepted as by every edge-bench command; targets keeps nothing
@@ -20,17 +23,33 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    from bench.cli.run import header_flags
     from bench.targets.agent import AgentTarget, TargetError
+    from bench.targets.kserve import KServeTarget, parse_url
     from bench.transports import parse_endpoint
     from edge_runtime.system.outputs import write_json
 
     check_reconnect(args.reconnect_for)
-    for url in args.urls:
-        parse_endpoint(url, "target", listen=False)  # a URL that names nothing is a user error before anything is tried
+    headers = header_flags(args.header)
+    for url in args.urls:  # a URL that names nothing is a user error before anything is tried
+        if url.startswith("kserve+"):
+            parse_url(url)
+        else:
+            parse_endpoint(url, "target", listen=False)
     outs = plan_outputs([("--json", args.json)])
     secret = token(args)
     rows = []
     for url in args.urls:
+        if url.startswith("kserve+"):
+            k = KServeTarget(url, headers=headers)
+            try:
+                ident = k.connect()
+                model = k.meta["model"]
+                rows.append({"url": url, "reachable": True, "kind": "kserve", **ident, "inputs": model.get("inputs"),
+                             "outputs": model.get("outputs"), "network": k.round_trip(k.client(), 5)})  # fmt: skip
+            except TargetError as err:
+                rows.append({"url": url, "reachable": False, "error": str(err), "kind": err.kind})
+            continue
         t = AgentTarget(url, token=secret, reconnect_for=args.reconnect_for, connect_timeout=5.0)
         try:
             ident = t.connect()
@@ -56,6 +75,16 @@ def render(rows: list[dict]) -> str:
     for r in rows:
         if not r["reachable"]:
             lines.append(f"{r['url']}  UNREACHABLE  {r['error']}")
+            continue
+        if r.get("kind") == "kserve":
+            srv = r.get("server") or {}
+            tensors = "; ".join(f"{t.get('name')} {t.get('datatype')} {t.get('shape')}" for t in r.get("inputs") or [])
+            lines += [
+                f"{r['url']}  reachable  ({srv.get('name')} {srv.get('version')}, KServe v2)",
+                f"  model     {r.get('model')}: inputs {tensors}",
+                f"  server    extensions {', '.join(srv.get('extensions') or []) or 'none listed'}",
+                f"  network   rtt {r['network'].get('rtt_ms')} ms (median of health requests)",
+            ]
             continue
         cpus = r.get("cpus") or {}
         backends = ", ".join(f"{k} {v}" for k, v in (r.get("backends") or {}).items() if v) or "none"

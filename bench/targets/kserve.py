@@ -99,7 +99,11 @@ def expand_headers(headers: dict | None, where: str) -> dict[str, str]:
                 raise UserError(f"{where}: header {k!r}: environment variable {m.group(1)} is not set")
             return os.environ[m.group(1)]
 
-        out[k.strip().lower()] = re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", env, v)
+        value = re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", env, v)
+        control = any(ord(c) < 32 or ord(c) == 127 for c in k + value)
+        if control or not re.fullmatch(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+", k.strip()):
+            raise UserError(f"{where}: header {k!r}: a token name and a value without control characters")
+        out[k.strip().lower()] = value
     return out
 
 
@@ -172,6 +176,8 @@ class KServeTarget:
             config = config.get("config", config)
         except Exception:  # noqa: BLE001 - a server without the model configuration extension (MLServer)
             config = {}
+        for t in [*meta.get("inputs", []), *meta.get("outputs", [])]:  # gRPC's int64 arrive as strings
+            t["shape"] = [int(d) for d in t.get("shape", [])]
         self.meta = {"server": server, "model": meta, "config": config}
         self.identity = {"board": f"{server.get('name', 'kserve')} {server.get('version', '')}".strip(),
                          "server": server, "model": meta.get("name", name)}  # fmt: skip

@@ -229,3 +229,32 @@ p99_ms = 100
     page = outs["html"].read_text()
     assert '<section id="edge-vs-server">' in page and 'class="budget"' in page and "Crossover round trip" in page
     assert "edge vs server" in proc.stdout and "crossover    p50:" in proc.stdout
+
+
+def test_targets_describes_a_server_and_names_what_is_wrong(triton):
+    proc = edge_bench("targets", f"kserve+grpc://{triton.grpc}/digits", f"kserve+http://{triton.http}/nope")
+    assert proc.returncode == 1  # one of the two is not there
+    assert "reachable  (triton" in proc.stdout and "inputs input FP32 [1, 8, 8, 1]" in proc.stdout
+    assert "UNREACHABLE" in proc.stdout and "no model 'nope'" in proc.stdout
+    for header, needle in (("x: a\x01b", "control characters"), ("bad name: v", "--header"),
+                           ("t: ${EDGE_NOT_SET_ANYWHERE}", "EDGE_NOT_SET_ANYWHERE is not set")):  # fmt: skip
+        proc = edge_bench("run", "--target", f"kserve+http://{triton.http}/digits", "--header", header,
+                          "--iterations", "5")  # fmt: skip
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and needle in lines[0], (header, proc.stderr)
+
+
+def test_a_local_gpu_without_one_is_one_line(tmp_path):
+    from bench.targets import nvml
+    from edge_runtime.errors import UserError
+
+    try:
+        nvml.check()
+    except UserError:
+        pass
+    else:
+        pytest.skip("an NVIDIA GPU is here: tests/gpu (make gpu-check) covers it")
+    proc = edge_bench("run", "--target", "local:?device=cuda", "--model", str(DIGITS), "--store",
+                      str(tmp_path / "s.sqlite"))  # fmt: skip
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "no NVIDIA GPU: NVML library not found" in lines[0], proc.stderr
