@@ -56,7 +56,7 @@ $(BUILD)/.done: models/requirements-build.txt
 	$(BUILD)/bin/pip install $(PIP_FLAGS) -r models/requirements-build.txt
 	touch $@
 
-demo: $(VENV)/.done sys-tools
+demo: $(VENV)/.done $(TRITON)/.done sys-tools
 	$(VENV)/bin/edge-runtime info
 	@echo
 	$(VENV)/bin/python -m bench.demo
