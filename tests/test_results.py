@@ -131,10 +131,10 @@ def test_an_older_file_reads_with_unknown_keys_as_none_and_a_newer_minor_keeps_i
     old = {"schema": "edge-runtime/bench/1", "latency_us": {"count": 3, "p50": 1.5}, "interference": {"interrupts": 4}}
     r = results.load(old)
     assert r.latency_us.p99 is None and r.interference.runqueue_wait_share is None and r.interference.interrupts == 4
-    newer = {"schema": "edge-runtime/bench/1.3", "latency_us": {"count": 3, "p50": 1.5, "p42": 1.2}, "gpu": {"w": 3}}
+    newer = {"schema": "edge-runtime/bench/1.3", "latency_us": {"count": 3, "p50": 1.5, "p42": 1.2}, "npu_w": {"w": 3}}
     r = results.load(newer)
-    assert r.latency_us.extra == {"p42": 1.2} and r.extra == {"gpu": {"w": 3}}
-    assert r.to_dict()["latency_us"]["p42"] == 1.2 and r.to_dict()["gpu"] == {"w": 3}
+    assert r.latency_us.extra == {"p42": 1.2} and r.extra == {"npu_w": {"w": 3}}
+    assert r.to_dict()["latency_us"]["p42"] == 1.2 and r.to_dict()["npu_w"] == {"w": 3}
 
 
 def test_a_record_is_frozen():

@@ -47,6 +47,7 @@ class HostRun:
     warmup: int = 0
     kinds: Counter = field(default_factory=Counter)
     examples: dict = field(default_factory=dict)  # kind -> the first message of that kind (set by the target)
+    interrupted: int | None = None  # the signal that stopped the run (Ctrl-C, SIGTERM); None: it ran to its end
 
     @property
     def ok(self) -> np.ndarray:
@@ -148,13 +149,21 @@ def closed_loop(
     for t in threads:
         t.start()
     t0 = gate.start(on_start)
-    stopped = _wait(threads, stop, queries, duration_s, t0, rows, should_stop, progress)
+    interrupted = None
+    try:
+        stopped = _wait(threads, stop, queries, duration_s, t0, rows, should_stop, progress)
+    except KeyboardInterrupt as err:  # Ctrl-C, SIGTERM: the queries in flight finish, what came back is kept
+        stop.set()
+        for t in threads:
+            t.join(JOIN_GRACE_S)
+        stopped, interrupted = True, getattr(err, "signum", None) or 2
     wall = (_now() - t0) / 1e9
-    rows.sort()
+    with lock:
+        rows = sorted(rows)
     started = np.array([r[0] for r in rows], np.int64)
     finished = np.array([r[1] for r in rows], np.int64)
     return HostRun(started.copy(), started, finished, [r[2] for r in rows], wall, False, n, stopped,
-                   kinds=Counter(r[2] for r in rows if r[2]))  # fmt: skip
+                   kinds=Counter(r[2] for r in rows if r[2]), interrupted=interrupted)  # fmt: skip
 
 
 def open_loop(
@@ -176,7 +185,6 @@ def open_loop(
     finished = np.full(n_q, -1, np.int64)
     errors: list[str | None] = ["not sent"] * n_q
     jobs: queue.Queue = queue.Queue()
-    stop = threading.Event()
     gate = _Start(len(senders), warmup_each, until_s)
     done = [0]
     lock = threading.Lock()
@@ -186,7 +194,7 @@ def open_loop(
         t0, cut = gate.t0, gate.deadline
         while True:
             i = jobs.get()
-            if i is None or stop.is_set():
+            if i is None:
                 return
             s = _now()
             if cut is not None and s >= cut:
@@ -202,43 +210,48 @@ def open_loop(
         t.start()
     t0 = gate.start(on_start)
     cut = gate.deadline
-    stopped = False
+    stopped, interrupted = False, None
     last_report = 0.0
-    for i in range(n_q):
-        due = t0 + int(schedule_ns[i])
-        while True:
-            now = _now()
-            if now >= due:
-                break
-            time.sleep(min((due - now) / 1e9, 0.05) if due - now > 200_000 else 0)
+    try:
+        for i in range(n_q):
+            due = t0 + int(schedule_ns[i])
+            while True:
+                now = _now()
+                if now >= due:
+                    break
+                time.sleep(min((due - now) / 1e9, 0.05) if due - now > 200_000 else 0)
+                if should_stop is not None and should_stop():
+                    break
             if should_stop is not None and should_stop():
+                stopped = True
                 break
-        if should_stop is not None and should_stop():
-            stopped = True
-            break
-        jobs.put(i)
-        el = (_now() - t0) / 1e9
-        if progress is not None and el - last_report >= 1.0:
-            last_report = el
-            progress(done[0], n_q, el)
+            jobs.put(i)
+            el = (_now() - t0) / 1e9
+            if progress is not None and el - last_report >= 1.0:
+                last_report = el
+                progress(done[0], n_q, el)
+    except KeyboardInterrupt as err:  # Ctrl-C, SIGTERM: nothing more is sent; what was sent is waited for and kept
+        stopped, interrupted = True, getattr(err, "signum", None) or 2
+    if stopped:  # the queries queued but not started are not sent
+        while True:
+            try:
+                jobs.get_nowait()
+            except queue.Empty:
+                break
     for _ in threads:
         jobs.put(None)
-    if stopped:
-        stop.set()
     end = time.monotonic() + JOIN_GRACE_S
     for t in threads:
         t.join(max(0.0, end - time.monotonic()))
     wall = (_now() - t0) / 1e9
     sent = started >= 0
-    if stopped or cut is not None:  # queries never sent are not queries of this run
-        keep = sent
-    else:
-        keep = np.ones(n_q, bool)
-        errors = [e if finished[i] >= 0 or e != "not sent" else "no answer" for i, e in enumerate(errors)]
+    # queries never sent are not queries of this run when it was stopped or cut by time; otherwise they failed
+    keep = sent if stopped or cut is not None else np.ones(n_q, bool)
+    errors = [e if finished[i] >= 0 or e != "not sent" or not sent[i] else "no answer" for i, e in enumerate(errors)]
     idx = np.flatnonzero(keep)
     errs = [errors[i] for i in idx]
     return HostRun(np.asarray(schedule_ns, np.int64)[idx], started[idx], finished[idx], errs, wall, from_intended,
-                   len(senders), stopped, kinds=Counter(e for e in errs if e))  # fmt: skip
+                   len(senders), stopped, kinds=Counter(e for e in errs if e), interrupted=interrupted)  # fmt: skip
 
 
 def _call(send: Sender) -> str | None:

@@ -6,6 +6,7 @@ own time split and its metrics)."""
 
 from __future__ import annotations
 
+import signal
 import socket
 import time
 from types import SimpleNamespace
@@ -138,10 +139,11 @@ def host_result(
         "unstable": unstable,
         "warnings": warnings,
     }
+    sig = signal.Signals(run.interrupted).name if run.interrupted else None
     aborted = {
         "kind": "interrupted",
-        "reason": "interrupted",
-        "signal": "SIGINT",
+        "reason": f"interrupted by {sig}" if sig else "stopped",
+        "signal": sig,
         "at_s": round(run.wall_s, 3),
         "partial": True,
     }

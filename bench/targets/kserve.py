@@ -373,8 +373,7 @@ class KServeTarget:
         run.examples = examples
         at = marks.get("at", time.time())
         doc = host_result(self, request, run, kind, at, tensors, split, metrics.summary(), network)
-        got = AgentResult(rid, doc, warnings=list(doc["quality"]["warnings"]),
-                          stopped_by=2 if run.stopped else None)  # fmt: skip
+        got = AgentResult(rid, doc, warnings=list(doc["quality"]["warnings"]), stopped_by=run.interrupted)
         if sink is not None:
             sink(got)
         return got

@@ -258,3 +258,23 @@ def test_a_local_gpu_without_one_is_one_line(tmp_path):
                       str(tmp_path / "s.sqlite"))  # fmt: skip
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and "no NVIDIA GPU: NVML library not found" in lines[0], proc.stderr
+
+
+def test_ctrl_c_keeps_what_the_server_answered(triton, tmp_path):
+    import signal
+
+    store = tmp_path / "s.sqlite"
+    cmd = [sys.executable, "-m", "bench.cli", "run", "--target", f"kserve+http://{triton.http}/digits",
+           "--header", f"triton-access-token: {triton.token}", "--scenario", "server", "--rate", "50",
+           "--duration", "60", "--json", "-", "--store", str(store)]  # fmt: skip
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(6)  # warmed up and measuring
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=90)
+        assert proc.returncode == 128 + sig, err
+        doc = json.loads(out)
+        assert doc["aborted"]["signal"] == sig.name and doc["latency_us"]["count"] > 20
+        assert doc["errors"]["failed"] == 0  # the queries not yet due are not this run's failures
+    with Store(store) as st:
+        assert len(st.runs()) == 2  # both partial runs kept

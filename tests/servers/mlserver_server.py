@@ -111,11 +111,9 @@ async def serve(folder: Path, args: argparse.Namespace, ready_out: object) -> in
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, required=True, help="the .onnx file")
-    parser.add_argument("--name", required=True, help="the model's name on the server")
-    parser.add_argument("--http-port", type=int, required=True)
-    parser.add_argument("--grpc-port", type=int, required=True)
+    from onnx_model import launcher_parser
+
+    parser = launcher_parser(__doc__)
     args = parser.parse_args(argv)
     if not args.model.is_file():
         parser.error(f"no such model file: {str(args.model)!r}")

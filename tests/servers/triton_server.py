@@ -41,21 +41,7 @@ READY_TIMEOUT_S = 120.0
 # tritonserver waits this long for in-flight requests when told to stop (its default is 30 s).
 EXIT_TIMEOUT_S = 5
 
-# ONNX Runtime's type strings -> numpy dtypes (the ones a KServe v2 tensor can carry).
-ORT_DTYPES = {
-    "tensor(float)": np.float32,
-    "tensor(float16)": np.float16,
-    "tensor(double)": np.float64,
-    "tensor(int8)": np.int8,
-    "tensor(int16)": np.int16,
-    "tensor(int32)": np.int32,
-    "tensor(int64)": np.int64,
-    "tensor(uint8)": np.uint8,
-    "tensor(uint16)": np.uint16,
-    "tensor(uint32)": np.uint32,
-    "tensor(uint64)": np.uint64,
-    "tensor(bool)": np.bool_,
-}
+from onnx_model import ORT_DTYPES  # noqa: E402 - tests/servers is on the path (the launcher's own folder)
 
 log = logging.getLogger("triton_server")
 
@@ -211,11 +197,9 @@ def _wait_ready(args: argparse.Namespace, triton: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, required=True, help="the .onnx file")
-    parser.add_argument("--name", required=True, help="the model's name on the server")
-    parser.add_argument("--http-port", type=int, required=True)
-    parser.add_argument("--grpc-port", type=int, required=True)
+    from onnx_model import launcher_parser
+
+    parser = launcher_parser(__doc__)
     parser.add_argument("--metrics-port", type=int, required=True)
     guard = parser.add_mutually_exclusive_group()
     guard.add_argument(

@@ -16,22 +16,7 @@ from mlserver.codecs.numpy import to_datatype
 from mlserver.errors import MLServerError
 from mlserver.types import InferenceRequest, InferenceResponse, MetadataTensor
 from mlserver.utils import get_model_uri
-
-# ONNX Runtime's type strings -> numpy dtypes (the ones a KServe v2 tensor can carry).
-ORT_DTYPES = {
-    "tensor(float)": np.float32,
-    "tensor(float16)": np.float16,
-    "tensor(double)": np.float64,
-    "tensor(int8)": np.int8,
-    "tensor(int16)": np.int16,
-    "tensor(int32)": np.int32,
-    "tensor(int64)": np.int64,
-    "tensor(uint8)": np.uint8,
-    "tensor(uint16)": np.uint16,
-    "tensor(uint32)": np.uint32,
-    "tensor(uint64)": np.uint64,
-    "tensor(bool)": np.bool_,
-}
+from onnx_model import ORT_DTYPES
 
 
 def _metadata(args: list) -> list[MetadataTensor]:
