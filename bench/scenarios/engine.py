@@ -95,7 +95,8 @@ class _Start:
 
     def worker_ready(self, send: Sender) -> None:
         for _ in range(self.warmup_each):
-            _call(send)
+            if _call(send) is not None:
+                break  # a server that fails now fails the run's queries too: counted there, not waited for here
         self.ready.wait()
         self.go.wait()
 

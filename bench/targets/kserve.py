@@ -122,6 +122,11 @@ class KServeTarget:
         self._running: str | None = None
 
     # ----------------------------------------------------------------------------------------------- clients
+    @property
+    def limit(self) -> dict:
+        """A bound on each gRPC call (HTTP's is set on the client): a server that never answers costs `timeout`."""
+        return {"client_timeout": self.opts["timeout"]} if self.opts["protocol"] == "grpc" else {}
+
     def client(self):
         """A new client (one per worker thread: tritonclient's are not shared)."""
         try:
@@ -153,26 +158,26 @@ class KServeTarget:
         c = self.client()
         name, version, h = self.opts["model"], self.opts["version"], self.headers
         try:
-            live = c.is_server_live(headers=h)
+            live = c.is_server_live(headers=h, **self.limit)
         except Exception as err:  # noqa: BLE001 - any failure to reach the server is one line
             raise self._fail(f"no KServe v2 server at {self.opts['address']}", err) from None
         if not live:
             raise TargetError(f"{self.url}: the server at {self.opts['address']} is not live", "user-error")
-        server = _plain(c.get_server_metadata(headers=h))
+        server = _plain(c.get_server_metadata(headers=h, **self.limit))
         try:
-            meta = _plain(c.get_model_metadata(name, version, headers=h))
+            meta = _plain(c.get_model_metadata(name, version, headers=h, **self.limit))
         except Exception as err:  # noqa: BLE001
             known = self._models(c)
             raise TargetError(f"{self.url}: no model {name!r} on the server" + (f" (it has: {known})" if known else "")
                               + f" ({_why(err)})", "user-error") from None  # fmt: skip
         try:
-            ready = c.is_model_ready(name, version, headers=h)
+            ready = c.is_model_ready(name, version, headers=h, **self.limit)
         except Exception:  # noqa: BLE001
             ready = False
         if not ready:
             raise TargetError(f"{self.url}: model {name!r} is not ready on the server", "user-error")
         try:
-            config = _plain(c.get_model_config(name, version, headers=h))
+            config = _plain(c.get_model_config(name, version, headers=h, **self.limit))
             config = config.get("config", config)
         except Exception:  # noqa: BLE001 - a server without the model configuration extension (MLServer)
             config = {}
@@ -185,7 +190,7 @@ class KServeTarget:
 
     def _models(self, c) -> str:
         try:
-            index = _plain(c.get_model_repository_index(headers=self.headers))
+            index = _plain(c.get_model_repository_index(headers=self.headers, **self.limit))
         except Exception:  # noqa: BLE001 - not every server has the repository extension
             return ""
         items = index if isinstance(index, list) else index.get("models", [])
@@ -385,7 +390,7 @@ class KServeTarget:
         for _ in range(probes):
             t = time.perf_counter_ns()
             try:
-                c.is_server_live(headers=self.headers)
+                c.is_server_live(headers=self.headers, **self.limit)
             except Exception:  # noqa: BLE001 - a probe that fails is left out
                 continue
             times.append(time.perf_counter_ns() - t)

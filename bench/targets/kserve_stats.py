@@ -30,7 +30,8 @@ class StatsReader:
 
         o = self.target.opts
         try:
-            raw = _plain(self.client.get_inference_statistics(o["model"], o["version"], headers=self.target.headers))
+            raw = _plain(self.client.get_inference_statistics(o["model"], o["version"], headers=self.target.headers,
+                                                              **self.target.limit))  # fmt: skip
         except Exception as err:  # noqa: BLE001 - a server without the extension (MLServer: 404), or no token
             self.reason = f"no server statistics ({_why(err)})"
             return None
