@@ -11,6 +11,7 @@ from conftest import MANIFEST, MODELS, artifact, need, tomllib
 from helpers import assert_one_line_error, run_cli
 
 from edge_runtime.quantize import QuantizeConfig, choose_activations, run
+from edge_runtime.quantize.ort_path import choose_flavour
 
 DIGITS_CAL = MODELS / "digits_cnn" / "digits_calibration.npz"
 DIGITS_VAL = MODELS / "digits_cnn" / "digits_test.npz"
@@ -169,6 +170,44 @@ def test_activation_type_from_the_cpu(machine, flags, want):
     got, why = choose_activations("auto", machine, flags)
     assert got == want and why
     assert choose_activations("u8", machine, flags)[0] == "u8"
+
+
+@pytest.mark.parametrize(
+    ("p50", "drops", "budget", "kept", "faster"),
+    [
+        ({"fp32": 133.9, "u8": 85.3, "s8": 181.6}, {}, None, "u8", True),  # the AMD EPYC that S8S8 lost on
+        ({"fp32": 133.9, "u8": 181.6, "s8": 85.3}, {}, None, "s8", True),  # the other way round
+        ({"fp32": 50.0, "u8": 60.0, "s8": 70.0}, {}, None, "u8", False),  # neither beats FP32: said, not hidden
+        ({"fp32": 133.9, "u8": 85.3, "s8": 100.0}, {"u8": 3.0, "s8": 0.5}, 1.0, "s8", True),  # faster, but over
+        ({"fp32": 133.9, "u8": 85.3, "s8": 100.0}, {"u8": 3.0, "s8": 2.0}, 1.0, "s8", True),  # neither: least drop
+    ],
+)
+def test_the_kept_flavour_follows_the_measurement(p50, drops, budget, kept, faster):
+    got = choose_flavour(p50, drops, budget)
+    assert got["type"] == kept and got["faster_than_fp32"] is faster and got["why"]
+    m = got["measured"]
+    assert m["u8_speedup"] == pytest.approx(p50["fp32"] / p50["u8"], abs=1e-3)
+    assert m["s8_speedup"] == pytest.approx(p50["fp32"] / p50["s8"], abs=1e-3)
+
+
+def test_auto_quantizes_both_flavours_and_keeps_the_faster(tmp_path):
+    need("onnxruntime")
+    model, cal = str(artifact("resnet8", "_fp32.onnx")), str(calibration_for("resnet8", tmp_path))
+    proc = run_cli("quantize", model, "--calibration", cal, "--out", str(tmp_path / "q.onnx"), "--json", "-")
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    doc = json.loads(proc.stdout)
+    act, m = doc["activations"], doc["activations"]["measured"]
+    other = "s8" if act["type"] == "u8" else "u8"
+    assert m[f"{act['type']}_p50_us"] <= m[f"{other}_p50_us"]  # the kept one is the faster of the two measured
+    assert act["faster_than_fp32"] == (m[f"{act['type']}_p50_us"] < m["fp32_p50_us"])
+    assert isinstance(doc["faster_than_fp32"], bool) and doc["latency_us"]["speedup"] > 0
+    assert "U8S8" in proc.stderr and "S8S8" in proc.stderr  # both flavours' figures said as it goes
+    forced = run_cli("quantize", model, "--calibration", cal, "--out", str(tmp_path / "q8.onnx"), "--activations", "s8",
+                     "--json", "-")  # fmt: skip
+    fdoc = json.loads(forced.stdout)
+    assert fdoc["activations"]["type"] == "s8" and "measured" not in fdoc["activations"]
 
 
 def test_calibration_folder_of_several_files(tmp_path):

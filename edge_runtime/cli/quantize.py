@@ -30,7 +30,7 @@ def add_arguments(p) -> None:
         "--activations",
         default="auto",
         choices=["auto", "u8", "s8"],
-        help="onnxruntime activation type (default: from the CPU: U8 on x86 without VNNI)",
+        help="onnxruntime activation type (default auto: both quantized and measured, the faster kept)",
     )
     p.add_argument(
         "--validation", type=path_arg, metavar="PATH", help="validation inputs (.npz may carry labels as 'y')"
@@ -84,6 +84,14 @@ def render(doc: dict, budget: float | None) -> str:
     )
     act = doc["activations"]
     out.append(f"types      activations {act['type']}, weights {act['weights']}: {act['why']}")
+    m = act.get("measured")
+    if m:
+        def drop(f: str) -> str:
+            return f", drop {m[f + '_drop_points']:.2f} pts" if m.get(f + "_drop_points") is not None else ""
+
+        both = f"U8S8 {m['u8_speedup']:.2f}x{drop('u8')}, S8S8 {m['s8_speedup']:.2f}x{drop('s8')}"
+        neither = "" if act["faster_than_fp32"] else "  (NEITHER beats FP32)"
+        out.append(f"flavours   {both} against FP32 p50 {m['fp32_p50_us']:.1f} us{neither}")
     rows = [("INT8", doc["accuracy_int8"])] + ([("mixed", doc["accuracy_mixed"])] if "accuracy_mixed" in doc else [])
     out.append(
         f"{'accuracy':<10} {'top-1 FP32':>10} {'top-1 q':>8} {'agree':>7} {'drop pts':>9} {'SQNR dB':>8} {'max err':>8}"

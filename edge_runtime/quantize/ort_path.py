@@ -21,8 +21,10 @@ def cpu_flags(root: SystemRoot | None = None) -> set[str]:
 
 
 def choose_activations(requested: str, machine: str | None = None, flags: set[str] | None = None) -> tuple[str, str]:
-    """(u8|s8, why). ONNX Runtime's x86 kernels run U8S8 faster than S8S8 without VNNI; with VNNI or on ARM, S8S8
-    (the ORT default) costs nothing extra (onnxruntime.ai/docs: performance/model-optimizations/quantization)."""
+    """(u8|s8, why) from the CPU alone: ONNX Runtime's x86 kernels run U8S8 faster than S8S8 without VNNI; with VNNI
+    or on ARM, S8S8 (the ORT default) should cost nothing extra (onnxruntime.ai/docs: quantization). A guess, and a
+    wrong one on some VNNI CPUs (an AMD EPYC ran S8S8 at 0.74x FP32, U8S8 at 1.57x): `--activations auto` measures
+    both instead (`choose_flavour`); this rule only orders the two when their speeds tie."""
     if requested in ("u8", "s8"):
         return requested, f"--activations {requested}"
     machine = (machine or platform.machine()).lower()
@@ -33,6 +35,42 @@ def choose_activations(requested: str, machine: str | None = None, flags: set[st
             return "s8", f"x86 with VNNI ({', '.join(vnni)}): S8S8 runs at full speed"
         return "u8", "x86 without VNNI: ONNX Runtime runs S8S8 slower than FP32 there, U8S8 is faster"
     return "s8", f"{machine}: S8S8 (ONNX Runtime's default)"
+
+
+def choose_flavour(p50_us: dict[str, float], drops: dict[str, float | None], budget: float | None) -> dict:
+    """The INT8 flavour to keep, from what was measured (a pure function: the chooser's tests inject both).
+
+    `p50_us`: the median latency of "fp32", "u8" and "s8" (interleaved rounds); `drops`: each flavour's accuracy drop
+    in points (None: unknown, counted as 0); `budget`: the allowed drop, or None. The faster of the flavours within
+    the budget is kept; when neither is within it, the one that drops least (mixed precision then works on it).
+    Says whether the kept one beats FP32 at all."""
+    flavours = ("u8", "s8")
+    within = [f for f in flavours if budget is None or (drops.get(f) or 0.0) <= budget + 1e-9]
+    speed = {f: p50_us["fp32"] / p50_us[f] for f in flavours}
+    if within:
+        kept = min(within, key=lambda f: p50_us[f])
+        other = next(f for f in flavours if f != kept)
+        if len(within) == 2:
+            why = f"{kept.upper()}S8 measured faster ({speed[kept]:.2f}x FP32 against {speed[other]:.2f}x)"
+        else:
+            why = (f"{kept.upper()}S8 is the one within the {budget:g}-point budget ({other.upper()}S8 dropped "
+                   f"{drops.get(other) or 0:.2f})")  # fmt: skip
+    else:
+        kept = min(flavours, key=lambda f: (drops.get(f) or 0.0, p50_us[f]))
+        why = f"neither flavour is within the {budget:g}-point budget: {kept.upper()}S8 drops least"
+    faster = p50_us[kept] < p50_us["fp32"]
+    return {
+        "type": kept,
+        "weights": "s8",
+        "why": why,
+        "measured": {
+            "fp32_p50_us": p50_us["fp32"],
+            **{f"{f}_p50_us": p50_us[f] for f in flavours},
+            **{f"{f}_speedup": round(speed[f], 3) for f in flavours},
+            **{f"{f}_drop_points": drops.get(f) for f in flavours},
+        },
+        "faster_than_fp32": faster,
+    }
 
 
 def ort_quantize(fp32: Path, out: Path, samples: list[dict], cfg: QuantizeConfig, act: str, exclude: list[str]) -> None:

@@ -21,6 +21,7 @@ from edge_runtime.quantize.nncf_path import nncf_quantize
 from edge_runtime.quantize.ort_path import (
     already_quantized,
     choose_activations,
+    choose_flavour,
     mixed_precision,
     ort_quantize,
     preprocess,
@@ -78,6 +79,34 @@ def plan_outputs(cfg: QuantizeConfig, json_dest: str | None = None) -> dict[str,
             inputs += [(f"a {flag} file", f) for f in Path(src).iterdir()]
     check_distinct(outs.values(), inputs)
     return outs
+
+
+def _measured_flavour(fp32, pre, out, calib, val, labels, fp32_pred, cfg, doc, res, say, tmp):
+    """`--activations auto`: quantize with U8 and with S8 activations, measure both against FP32 (interleaved), keep
+    the faster within the accuracy budget (ort_path.choose_flavour). Returns (flavour, its accuracy)."""
+    paths, accs = {}, {}
+    for f in ("u8", "s8"):
+        say(f"calibrating ({cfg.method}) and quantizing to QDQ, {f.upper()} activations")
+        paths[f] = tmp / f"int8_{f}.onnx"
+        ort_quantize(pre, paths[f], calib, cfg, f, [])
+        accs[f] = compare(fp32_pred, predict(paths[f], "onnxruntime", val), labels)
+    say("measuring FP32, U8S8 and S8S8 latency, interleaved, 3 rounds")
+    lat: dict[str, list[float]] = {"fp32": [], "u8": [], "s8": []}
+    for _ in range(3):
+        for k, path in (("fp32", fp32), ("u8", paths["u8"]), ("s8", paths["s8"])):
+            lat[k].append(latency_us(path, "onnxruntime", calib[0], cfg.bench_iterations))
+    p50 = {k: float(np.median(v)) for k, v in lat.items()}
+    choice = choose_flavour(p50, {f: accs[f].get("drop_points") for f in accs}, cfg.max_accuracy_drop)
+    m = choice["measured"]
+    say(f"U8S8 {m['u8_speedup']:.2f}x, S8S8 {m['s8_speedup']:.2f}x FP32: kept {choice['type'].upper()}S8 "
+        f"({choice['why']})")  # fmt: skip
+    if not choice["faster_than_fp32"]:
+        speeds = f"U8S8 {m['u8_speedup']:.2f}x, S8S8 {m['s8_speedup']:.2f}x"
+        res.warnings.append(f"neither INT8 flavour runs faster than FP32 here ({speeds}): the model is kept for its "
+                            "size and accuracy, not its speed")  # fmt: skip
+    doc["activations"] = choice
+    out.write_bytes(paths[choice["type"]].read_bytes())
+    return choice["type"], accs[choice["type"]]
 
 
 def run(cfg: QuantizeConfig, say=lambda _m: None, outputs: dict[str, Output] | None = None) -> Result:
@@ -145,13 +174,16 @@ def run(cfg: QuantizeConfig, say=lambda _m: None, outputs: dict[str, Output] | N
         tmp = Path(tmp_s)
         out = tmp / f"quantized{want_suffix}"
         if cfg.backend == "onnxruntime":
-            act, why = choose_activations(cfg.activations)
-            doc["activations"] = {"type": act, "weights": "s8", "why": why}
-            say(f"activations {act.upper()}, weights S8: {why}")
             pre = preprocess(mf.path, tmp)
-            say(f"calibrating ({cfg.method}) and quantizing to QDQ")
-            ort_quantize(pre, out, calib, cfg, act, [])
-            acc = compare(fp32_pred, predict(out, "onnxruntime", val), labels)
+            if cfg.activations == "auto":  # both flavours, measured against FP32: the faster one within budget
+                act, acc = _measured_flavour(mf.path, pre, out, calib, val, labels, fp32_pred, cfg, doc, res, say, tmp)
+            else:
+                act, why = choose_activations(cfg.activations)
+                doc["activations"] = {"type": act, "weights": "s8", "why": why}
+                say(f"activations {act.upper()}, weights S8: {why}")
+                say(f"calibrating ({cfg.method}) and quantizing to QDQ")
+                ort_quantize(pre, out, calib, cfg, act, [])
+                acc = compare(fp32_pred, predict(out, "onnxruntime", val), labels)
             doc["accuracy_int8"] = acc
             plain_int8 = tmp / "int8.onnx"
             plain_int8.write_bytes(out.read_bytes())  # kept for the three-way latency if layers go back to FP32
@@ -217,6 +249,7 @@ def run(cfg: QuantizeConfig, say=lambda _m: None, outputs: dict[str, Output] | N
         final = "mixed" if kept else "int8"
         doc["latency_us"]["quantized_p50"] = doc["latency_us"][f"{final}_p50"]
         doc["latency_us"]["speedup"] = doc["latency_us"]["fp32_p50"] / doc["latency_us"]["quantized_p50"]
+        doc["faster_than_fp32"] = doc["latency_us"]["speedup"] > 1.0
         doc["out"] = {"path": cfg.out, "sha256": _sha(out)}
         if out.suffix == ".xml":
             doc["out"]["weights_sha256"] = _sha(out.with_suffix(".bin"))
