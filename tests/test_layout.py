@@ -122,6 +122,24 @@ def test_import_edge_runtime_imports_no_backend_and_no_host():
     assert out.stdout.strip() == ""
 
 
+def test_import_edge_runtime_pays_only_for_what_it_uses():
+    """`import edge_runtime` resolves the runtime on first use; loading a built-in backend never scans entry points
+    (importlib.metadata pulls in email, zipfile, csv and ast); the API still answers by its names."""
+    code = (
+        "import sys, edge_runtime\n"
+        "first = [m for m in ('numpy', 'edge_runtime.runtime', 'importlib.metadata') if m in sys.modules]\n"
+        "from edge_runtime import load, Session, TensorInfo\n"
+        "from edge_runtime.runtime import backends\n"
+        "backends.get('onnxruntime')\n"
+        "then = [m for m in ('numpy', 'edge_runtime.runtime', 'importlib.metadata') if m in sys.modules]\n"
+        "print(','.join(first) + '|' + ','.join(then) + '|' + load.__module__ + '|' + str(sorted(dir(edge_runtime)) =="
+        " sorted(edge_runtime.__all__)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "|numpy,edge_runtime.runtime|edge_runtime.runtime.load|True"
+
+
 @pytest.mark.parametrize("name", sorted(modules()))
 def test_no_module_is_long_without_a_reason(name):
     path = modules()[name]

@@ -7,7 +7,6 @@ message. They cannot prove a file is safe for a native parser: that is what the 
 
 from __future__ import annotations
 
-import hashlib
 import mmap
 import os
 from dataclasses import dataclass, field
@@ -39,6 +38,8 @@ class ModelFile:
     def sha256(self) -> str:
         """sha256 of the model file (and, for IR, of the .xml followed by the .bin), computed once."""
         if not self._sha:
+            import hashlib  # here: ~4 ms at import for a hash most callers never ask for
+
             h = hashlib.sha256()
             for p in (self.path, self.weights, *self.external):
                 if p is not None:

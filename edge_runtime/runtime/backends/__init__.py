@@ -7,7 +7,6 @@ Third-party backends register through the `edge_runtime.backends` entry-point gr
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import entry_points
 
 from edge_runtime.errors import UnknownBackendError
 from edge_runtime.runtime.backends.base import Backend, LoadOptions, Quantization, TensorInfo
@@ -35,6 +34,8 @@ def _load_entry_points() -> None:
     if _ENTRY_POINTS_LOADED:
         return
     _ENTRY_POINTS_LOADED = True
+    from importlib.metadata import entry_points  # here, not at import: it pulls in email, zipfile, csv, ast (~25 ms)
+
     for ep in entry_points(group="edge_runtime.backends"):
         register(ep.name, ep.value)
 
@@ -45,8 +46,10 @@ def names() -> list[str]:
 
 
 def get(name: str) -> type[Backend]:
-    """The backend class registered as `name` (its module imported now); the library itself is imported on load."""
-    _load_entry_points()
+    """The backend class registered as `name` (its module imported now); the library itself is imported on load.
+    A built-in name needs no entry-point scan (a plugin cannot take a built-in's name anyway)."""
+    if name not in _REGISTRY:
+        _load_entry_points()
     target = _REGISTRY.get(name)
     if target is None:
         raise UnknownBackendError(f"backend {name!r} is not known", hint=f"choose one of: {', '.join(_REGISTRY)}")
