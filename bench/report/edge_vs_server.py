@@ -42,9 +42,10 @@ def pairs(items: list[tuple[str, dict]]) -> list[dict]:
                 (b.get("scenario") or {}).get("kind") or "single-stream",
                 (s.get("scenario") or {}).get("kind") or "single-stream",
             )
-            if _key(b) != _key(s) or kind[0] != kind[1] or (bl, sl) in seen:
+            key = (bl, sl, _key(b), kind[0])
+            if _key(b) != _key(s) or kind[0] != kind[1] or key in seen:
                 continue
-            seen.add((bl, sl))
+            seen.add(key)
             out.append(compare(bl, b, sl, s))
     return out
 
@@ -96,7 +97,9 @@ def compare(board_label: str, board: dict, server_label: str, server: dict) -> d
         if b is None or s is None:
             crossover[p] = None
             continue
-        crossover[p] = round((b - (s - (rtt_ms or 0) * 1000)) / 1000, 4)
+        # a query of N samples (multi-stream) pays N round trips to the server, and N inferences on the board
+        spq = max(1, int((server.get("scenario") or {}).get("samples_per_query") or 1))
+        crossover[p] = round((b - (s - spq * (rtt_ms or 0) * 1000)) / spq / 1000, 4)
     energy_b = (board.get("power") or {}).get("energy_per_inference_uj")
     metrics = ((server.get("server") or {}).get("metrics")) or {}
     energy_s = None

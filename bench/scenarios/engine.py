@@ -48,6 +48,7 @@ class HostRun:
     kinds: Counter = field(default_factory=Counter)
     examples: dict = field(default_factory=dict)  # kind -> the first message of that kind (set by the target)
     interrupted: int | None = None  # the signal that stopped the run (Ctrl-C, SIGTERM); None: it ran to its end
+    samples_per_query: int = 1  # requests per query (multi-stream): the server's statistics count requests
 
     @property
     def ok(self) -> np.ndarray:
@@ -141,10 +142,13 @@ def closed_loop(
             s = _now()
             if gate.deadline is not None and s >= gate.deadline:
                 return
+            with lock:
+                row = [s - t0, -1, "no answer"]  # in flight: a query the run gives up on stays counted
+                rows.append(row)
             err = _call(send)
             e = _now()
             with lock:
-                rows.append((s - t0, e - t0, err))
+                row[1], row[2] = e - t0, err
 
     threads = [threading.Thread(target=worker, args=(s,), daemon=True) for s in senders]
     for t in threads:
@@ -152,19 +156,25 @@ def closed_loop(
     t0 = gate.start(on_start)
     interrupted = None
     try:
-        stopped = _wait(threads, stop, queries, duration_s, t0, rows, should_stop, progress)
+        stopped = _wait(threads, stop, queries, t0, rows, should_stop, progress)
     except KeyboardInterrupt as err:  # Ctrl-C, SIGTERM: the queries in flight finish, what came back is kept
         stop.set()
-        for t in threads:
-            t.join(JOIN_GRACE_S)
+        _join_all(threads)
         stopped, interrupted = True, getattr(err, "signum", None) or 2
     wall = (_now() - t0) / 1e9
-    with lock:
-        rows = sorted(rows)
-    started = np.array([r[0] for r in rows], np.int64)
-    finished = np.array([r[1] for r in rows], np.int64)
-    return HostRun(started.copy(), started, finished, [r[2] for r in rows], wall, False, n, stopped,
-                   kinds=Counter(r[2] for r in rows if r[2]), interrupted=interrupted)  # fmt: skip
+    with lock:  # a straggler past the grace cannot change what is returned
+        done = sorted(tuple(r) for r in rows)
+    started = np.array([r[0] for r in done], np.int64)
+    finished = np.array([r[1] for r in done], np.int64)
+    return HostRun(started.copy(), started, finished, [r[2] for r in done], wall, False, n, stopped,
+                   kinds=Counter(r[2] for r in done if r[2]), interrupted=interrupted)  # fmt: skip
+
+
+def _join_all(threads) -> None:
+    """Join every thread against one deadline (a hung server costs JOIN_GRACE_S once, not once per worker)."""
+    end = time.monotonic() + JOIN_GRACE_S
+    for t in threads:
+        t.join(max(0.0, end - time.monotonic()))
 
 
 def open_loop(
@@ -186,6 +196,7 @@ def open_loop(
     finished = np.full(n_q, -1, np.int64)
     errors: list[str | None] = ["not sent"] * n_q
     jobs: queue.Queue = queue.Queue()
+    abandon = threading.Event()
     gate = _Start(len(senders), warmup_each, until_s)
     done = [0]
     lock = threading.Lock()
@@ -197,12 +208,15 @@ def open_loop(
             i = jobs.get()
             if i is None:
                 return
+            if abandon.is_set():
+                return  # the run is over: what is still queued is not sent
             s = _now()
             if cut is not None and s >= cut:
                 continue  # offline by time: the rest are not sent
+            started[i] = s - t0  # before the send: a query in flight at the end is "no answer", not "not sent"
             err = _call(send)
             e = _now()
-            started[i], finished[i], errors[i] = s - t0, e - t0, err
+            finished[i], errors[i] = e - t0, err
             with lock:
                 done[0] += 1
 
@@ -241,10 +255,10 @@ def open_loop(
                 break
     for _ in threads:
         jobs.put(None)
-    end = time.monotonic() + JOIN_GRACE_S
-    for t in threads:
-        t.join(max(0.0, end - time.monotonic()))
+    _join_all(threads)
+    abandon.set()  # workers still busy past the grace send nothing more once their query returns
     wall = (_now() - t0) / 1e9
+    started, finished, errors = started.copy(), finished.copy(), list(errors)  # what stragglers write is not ours
     sent = started >= 0
     # queries never sent are not queries of this run when it was stopped or cut by time; otherwise they failed
     keep = sent if stopped or cut is not None else np.ones(n_q, bool)
@@ -262,20 +276,19 @@ def _call(send: Sender) -> str | None:
         return type(err).__name__
 
 
-def _wait(threads, stop, queries, duration_s, t0, rows, should_stop, progress) -> bool:
+def _wait(threads, stop, queries, t0, rows, should_stop, progress) -> bool:
     """Wait for the workers of a closed loop, with progress and stop checks; True when stopped early."""
     last = 0.0
-    while any(t.is_alive() for t in threads):
-        for t in threads:
-            t.join(0.1)
-            break
+    while True:
+        alive = [t for t in threads if t.is_alive()]
+        if not alive:
+            return False
+        alive[0].join(0.1)  # a live one: never a spin on one that has already ended
         el = (_now() - t0) / 1e9
         if should_stop is not None and should_stop():
             stop.set()
-            for t in threads:
-                t.join(JOIN_GRACE_S)
+            _join_all(threads)
             return True
         if progress is not None and el - last >= 1.0:
             last = el
             progress(len(rows), queries, el)
-    return False

@@ -83,6 +83,11 @@ def host_result(
         err = (run.started_ns - run.intended_ns)[idle]
         service = (run.finished_ns - run.started_ns)[run.ok]
         scenario["send_error_us"] = {"p50": _pct(err, 50), "p99": _pct(err, 99)}
+        if run.concurrency > 1:
+            scenario["send_error_note"] = (
+                "with several connections the send lag includes waiting for a free one: a saturated server shows "
+                "here too, not only the issuer's error"
+            )
         scenario["service_us"] = {"p50": _pct(service, 50), "p99": _pct(service, 99)}
     env = environment(SystemRoot("/"), None, {"edge-runtime": __version__, "numpy": np.__version__,
                                                **packages(["tritonclient", "grpcio", "geventhttpclient"])})  # fmt: skip

@@ -79,7 +79,8 @@ def parse_url(url: str) -> dict:
         raise UserError(f"target {url!r}: tensors {opts['tensors']!r}: binary or json")
     metrics = opts.get("metrics")
     if metrics is not None:
-        metrics = metrics if ":" in metrics else f"{u.hostname}:{metrics}"
+        bracketed = f"[{u.hostname}]" if ":" in u.hostname else u.hostname
+        metrics = metrics if (":" in metrics and not metrics.isdigit()) else f"{bracketed}:{metrics}"
         if not re.fullmatch(r"[A-Za-z0-9.\-\[\]:]+:\d{1,5}", metrics):
             raise UserError(f"target {url!r}: metrics {opts['metrics']!r}: PORT or HOST:PORT")
     host = f"[{u.hostname}]" if ":" in u.hostname else u.hostname
@@ -163,7 +164,10 @@ class KServeTarget:
             raise self._fail(f"no KServe v2 server at {self.opts['address']}", err) from None
         if not live:
             raise TargetError(f"{self.url}: the server at {self.opts['address']} is not live", "user-error")
-        server = _plain(c.get_server_metadata(headers=h, **self.limit))
+        try:
+            server = _plain(c.get_server_metadata(headers=h, **self.limit))
+        except Exception as err:  # noqa: BLE001 - live, but it will not say what it is (a restricted API?)
+            raise self._fail(f"the server at {self.opts['address']} refused its metadata", err) from None
         try:
             meta = _plain(c.get_model_metadata(name, version, headers=h, **self.limit))
         except Exception as err:  # noqa: BLE001
@@ -373,7 +377,7 @@ class KServeTarget:
             metrics.stop()
             self._running = None
         after = stats.read()
-        run.warmup = warm
+        run.warmup, run.samples_per_query = warm, spq
         split = stats.split(marks.get("before"), after, run)
         run.examples = examples
         at = marks.get("at", time.time())

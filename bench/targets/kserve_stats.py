@@ -53,7 +53,7 @@ class StatsReader:
         per = {k: round((after[k][1] - before[k][1]) / max(1, after[k][0] - before[k][0]) / 1e3, 2) for k in STAGES}
         server_us = round((after["success"][1] - before["success"][1]) / n / 1e3, 2)
         ok = run.ok
-        spq = max(1, getattr(run, "samples_per_query", 1))
+        spq = max(1, run.samples_per_query)
         service = (run.finished_ns - run.started_ns)[ok] / spq
         client_us = round(float(np.mean(service)) / 1e3, 2) if len(service) else None
         return {
@@ -98,6 +98,7 @@ class MetricsSampler:
         self.error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._t0: float | None = None
 
     def scrape(self) -> dict[str, float] | None:
         try:
@@ -111,7 +112,7 @@ class MetricsSampler:
     def start(self) -> None:
         if self.address is None:
             return
-        t0 = time.monotonic()
+        t0 = self._t0 = time.monotonic()
 
         def loop() -> None:
             while not self._stop.is_set() and len(self.samples) < MAX_SCRAPES:
@@ -127,6 +128,9 @@ class MetricsSampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(5.0)
+            last = self.scrape()  # the end of the run, not up to a second before it (energy is a difference)
+            if last is not None and self._t0 is not None:
+                self.samples.append((round(time.monotonic() - self._t0, 3), last))
 
     def summary(self) -> dict:
         if self.address is None:
@@ -138,7 +142,8 @@ class MetricsSampler:
         for k in names:
             vals = [s[k] for _, s in self.samples if k in s]
             if k == "gpu_energy_j":
-                out["gpu_energy_j"] = round(vals[-1] - vals[0], 3)
+                if len(vals) >= 2:  # a difference of two readings; one reading says nothing about the run
+                    out["gpu_energy_j"] = round(vals[-1] - vals[0], 3)
             else:
                 out[k] = {"mean": round(float(np.mean(vals)), 3), "max": round(float(np.max(vals)), 3)}
         if not any(k.startswith("gpu_") for k in names):

@@ -8,6 +8,7 @@ import threading
 import time
 
 import numpy as np
+import pytest
 
 from bench.scenarios.engine import closed_loop, open_loop
 from edge_runtime.measure.schedule import poisson_schedule
@@ -88,3 +89,53 @@ def test_a_stop_ends_either_loop_and_keeps_what_was_sent():
     threading.Timer(0.3, stop2.set).start()
     run = closed_loop([lambda: time.sleep(0.001)], duration_s=60, should_stop=stop2.is_set)
     assert run.stopped and run.wall_s < 5
+
+
+def test_queries_still_out_at_the_end_are_no_answer_and_nothing_is_sent_after(monkeypatch):
+    from bench.scenarios import engine
+
+    monkeypatch.setattr(engine, "JOIN_GRACE_S", 0.3)
+    calls = [0]
+
+    def slow():
+        calls[0] += 1
+        time.sleep(0.5)
+
+    run = open_loop([slow], np.zeros(10, np.int64))  # ten due at once, one connection, 0.5 s each
+    returned_with = calls[0]
+    time.sleep(1.0)
+    assert run.kinds["no answer"] == 1 and run.kinds["not sent"] == 9 and run.failed == 10
+    assert calls[0] == returned_with  # the backlog is not sent after the run has returned
+
+
+def test_waiting_for_a_slow_worker_does_not_spin():
+    checks = [0]
+
+    def should_stop():
+        checks[0] += 1
+        return False
+
+    run = closed_loop([lambda: None, lambda: time.sleep(1.0)], duration_s=0.1, should_stop=should_stop)
+    assert run.failed == 0 and checks[0] < 100  # ~10 checks a second while the slow one finishes, not millions
+
+
+def test_each_model_and_scenario_gets_its_own_edge_versus_server_comparison():
+    from bench.report.edge_vs_server import pairs
+
+    def res(sha, server, kind="single-stream", p50=100.0, spq=1):
+        r = {"model": {"sha256": sha}, "latency_us": {"p50": p50, "p99": p50 * 2, "mean": p50},
+             "scenario": {"kind": kind, "samples_per_query": spq}}  # fmt: skip
+        if server:
+            r["backend"] = {"name": "kserve"}
+            r["server"] = {"network": {"rtt_ms": 0.1}, "statistics": {"available": False, "reason": "none"}}
+        return r
+
+    items = [("board", res("a", False)), ("triton", res("a", True, p50=300.0)), ("board", res("b", False)),
+             ("triton", res("b", True, p50=50.0)), ("board", res("a", False, "multi-stream", 800.0, 8)),
+             ("triton", res("a", True, "multi-stream", 2000.0, 8))]  # fmt: skip
+    comps = pairs(items)
+    assert [(c["model"], c["scenario"]) for c in comps] == [("a", "single-stream"), ("b", "single-stream"),
+                                                             ("a", "multi-stream")]  # fmt: skip
+    assert comps[0]["crossover_rtt_ms"]["p50"] < 0 and comps[1]["crossover_rtt_ms"]["p50"] > 0
+    # eight samples a query: eight round trips to the server, eight inferences on the board
+    assert comps[2]["crossover_rtt_ms"]["p50"] == pytest.approx((800 - (2000 - 8 * 100)) / 8 / 1000, abs=1e-4)
