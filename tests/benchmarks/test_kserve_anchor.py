@@ -70,7 +70,11 @@ def test_the_harness_against_perf_analyzer(benchmark, triton, tmp_path, concurre
                 got[who] = perf_analyzer(exe, triton.http, concurrency, str(tmp_path / f"pa{i}.csv"))
             else:
                 doc = harness(url, "--concurrency", str(concurrency), "--duration", "6", "--warmup", "100")
+                # the same work as perf_analyzer's: this concurrency, a closed loop, every query answered
+                assert doc["scenario"]["concurrency"] == concurrency and doc["scenario"]["kind"] == "single-stream"
+                assert doc["latency_us"]["count"] > 100 and doc["errors"]["failed"] == 0
                 got[who] = {"throughput": doc["throughput_ips"], "p50_us": doc["latency_us"]["p50"]}
+        assert got["pa"]["throughput"] > 0 and got["pa"]["p50_us"] > 0
         tp_ref.append(got["pa"]["throughput"])
         tp_cand.append(got["harness"]["throughput"])
         lat_ref.append(got["pa"]["p50_us"])
@@ -89,6 +93,8 @@ def test_the_harness_against_perf_analyzer(benchmark, triton, tmp_path, concurre
 def test_an_open_loop_run_keeps_its_rate_against_the_server(benchmark, triton):
     doc = harness(f"kserve+http://{triton.http}/digits", "--scenario", "server", "--rate", "100", "--duration", "10")
     sc = doc["scenario"]
+    assert sc["kind"] == "server" and sc["rate_qps"] == 100 and sc["queries"] == doc["latency_us"]["count"] > 500
+    assert sc["latency_from"].startswith("intended")  # open loop: timed from the schedule, not the send
     asked = sc["queries"] / 10.0
     benchmark.pedantic(lambda: None, rounds=1)
     report_ratio(benchmark, "kserve server scenario: achieved / scheduled rate (qps, not us)", [asked],
