@@ -222,7 +222,8 @@ def test_offline_sends_everything_at_once_and_times_each_query_from_its_start():
     fn = Sleeper(0.0002)
     m, run = measure_open_loop(fn, plan, warmup=0)
     assert len(m.samples_ns) == 600 and fn.calls == 1200
-    assert np.all(np.diff(run.started_ns) >= 0) and run.latency_ns[-1] > 100 * m.samples_ns.max()  # queued at 0
+    # queued at 0: the last query waited for every one before it (from the times the loop itself recorded)
+    assert np.all(np.diff(run.started_ns) >= 0) and run.latency_ns[-1] >= run.service_ns[:-1].sum()
     assert np.median(m.samples_ns) < 5_000_000  # each from its own start: two samples, not the queue ahead
     timed = plan_for(req, iterations=None, duration_s=0.3)
     m, _ = measure_open_loop(Sleeper(0.0002), timed, until_s=0.3, warmup=0)

@@ -7,6 +7,7 @@ cut into chunks of about half a second so progress can be reported between chunk
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import time
 from collections.abc import Callable
@@ -76,6 +77,20 @@ def _timed(fn: Callable[[], object], out: np.ndarray, start: int, stop: int, dea
         out[i] = t() - t0
         i += 1
     return i
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """Collect now, then no garbage collection until the block ends (turned back on only if it was on): a
+    collection inside a timed loop would land in one sample as a latency the model never had."""
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def timer_overhead_ns(n: int = 20_000) -> int:
@@ -150,16 +165,13 @@ def measure(
 
     if on_start is not None:
         on_start()
-    was_enabled = gc.isenabled()
-    gc.collect()
-    gc.disable()
-    start_wall = time.time_ns()
-    begin = time.perf_counter_ns()
-    deadline = begin + int(duration_s * 1e9) if duration_s is not None else None
-    n = 0
-    chunks: list[tuple[int, float]] = [(0, 0.0)]
-    stopped = False
-    try:
+    with gc_paused():  # collected now; no collection inside the timed part
+        start_wall = time.time_ns()
+        begin = time.perf_counter_ns()
+        deadline = begin + int(duration_s * 1e9) if duration_s is not None else None
+        n = 0
+        chunks: list[tuple[int, float]] = [(0, 0.0)]
+        stopped = False
         while True:
             if n >= capacity:
                 if deadline is None or capacity >= MAX_SAMPLES:
@@ -180,9 +192,6 @@ def measure(
             if should_stop is not None and should_stop():
                 stopped = True
                 break
-    finally:
-        if was_enabled:
-            gc.enable()
     wall_s = (time.perf_counter_ns() - begin) / 1e9
     if on_end is not None:
         on_end()

@@ -257,9 +257,7 @@ def measure_open_loop(
     """An open-loop scenario with the contract of `loop.measure`: warm-up (closed loop, single samples, untimed),
     then the plan in chunks, progress and stop checks between chunks; `until_s` ends an offline run by time.
     Returns (Measurement whose samples are the query latencies, OpenLoopRun)."""
-    import gc
-
-    from edge_runtime.measure.loop import Measurement, timer_overhead_ns, warm_up
+    from edge_runtime.measure.loop import Measurement, gc_paused, timer_overhead_ns, warm_up
 
     overhead = timer_overhead_ns()
     warm, _ = warm_up(fn, warmup, warmup_s, should_stop)
@@ -270,15 +268,12 @@ def measure_open_loop(
     total = None if plan.intended_ns is None else len(plan.intended_ns)
     if on_start is not None:
         on_start()
-    was_enabled = gc.isenabled()
-    gc.collect()
-    gc.disable()
-    start_wall = time.time_ns()
-    begin = time.perf_counter_ns()
-    parts: list[OpenLoopRun] = []
-    chunks: list[tuple[int, float]] = [(0, 0.0)]
-    done, stopped = 0, False
-    try:
+    with gc_paused():  # collected now; no collection inside the timed part
+        start_wall = time.time_ns()
+        begin = time.perf_counter_ns()
+        parts: list[OpenLoopRun] = []
+        chunks: list[tuple[int, float]] = [(0, 0.0)]
+        done, stopped = 0, False
         for piece in _chunks(plan, int(chunk_s * 1e9)):
             part = run_open_loop(call, piece, t0=begin)
             parts.append(part)
@@ -292,9 +287,6 @@ def measure_open_loop(
                 break
             if until_s is not None and elapsed >= until_s:
                 break
-    finally:
-        if was_enabled:
-            gc.enable()
     wall_s = (time.perf_counter_ns() - begin) / 1e9
     if on_end is not None:
         on_end()
