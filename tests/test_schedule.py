@@ -84,9 +84,11 @@ def test_open_loop_latency_carries_the_queue_behind_a_stall_and_a_closed_loop_do
         s = time.perf_counter_ns()
         target2()
         closed.append(time.perf_counter_ns() - s)
-    assert np.percentile(closed, 99) / 1e6 < 5  # 3 stalls among ~2,000 queries: under p99
+    # 3 stalls among ~2,400 queries: the closed loop's share of slow queries is ~0.1%, the open loop's ~17%. (The
+    # bound is 20 ms, not the 1 ms service time: a loaded VM delays a good share of 1 ms sleeps by a few ms.)
+    open_slow, closed_slow = np.mean(run.latency_ns > 20e6), np.mean(np.array(closed) > 20e6)
+    assert open_slow > 0.1 and closed_slow < 0.02 and open_slow > 5 * closed_slow, (open_slow, closed_slow)
     assert np.median(run.send_error_ns) / 1e3 < 500  # the issuer kept to its plan when the target was free
-
 
 
 def test_edge_runtime_bench_runs_the_server_scenario():

@@ -10,6 +10,7 @@ import sys
 from bench.cli.common import (
     add_store,
     add_target_options,
+    after_stalls,
     campaign_progress,
     check_reconnect,
     open_store,
@@ -226,7 +227,7 @@ def format_link(url: str, link: dict, rerun: bool) -> str:
     text = (
         f"link         {url}: {link.get('frames_out', 0) + link.get('frames_in', 0):,} frames, "
         f"{link.get('bytes_out', 0) + link.get('bytes_in', 0):,} bytes, {link.get('retransmissions', 0)} "
-        f"retransmitted, {link.get('crc_errors', 0)} CRC errors, {link.get('resyncs', 0)} resyncs, "
+        f"retransmitted{after_stalls(link)}, {link.get('crc_errors', 0)} CRC errors, {link.get('resyncs', 0)} resyncs, "
         f"{link.get('reconnects', 0)} reconnects, {rtt}"
     )
     if rerun:

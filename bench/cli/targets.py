@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from bench.cli.common import add_store, add_target_options, check_reconnect, token
+from bench.cli.common import add_store, add_target_options, after_stalls, check_reconnect, token
 from edge_runtime.cli.common import add_json, plan_outputs
 
 HELP = "reachable? what board, CPUs, backends and versions, link quality; exit 1 if any is not reachable"
@@ -98,7 +98,8 @@ def render(rows: list[dict]) -> str:
             f"  cpus      {r.get('cpu_model') or '?'}; online {format_cpu_list(cpus.get('online') or []) or '?'}, "
             f"isolated {format_cpu_list(cpus.get('isolated') or []) or 'none'}",
             f"  backends  {backends}; python {r.get('python') or '?'}",
-            f"  link      rtt {rtt}, {link.get('retransmissions', 0)} retransmitted, {link.get('crc_errors', 0)} CRC "
+            f"  link      rtt {rtt}, {link.get('retransmissions', 0)} retransmitted{after_stalls(link)}, "
+            f"{link.get('crc_errors', 0)} CRC "
             f"errors, {link.get('resyncs', 0)} resyncs; frames up to {r.get('max_payload', '?')} bytes",
             f"  models    {_size(r.get('models_bytes', 0))} kept, of {_size(r.get('models_max_bytes', 0))}",
         ]

@@ -93,6 +93,7 @@ class LinkStats:
     messages_in: int = 0
     retransmissions: int = 0  # DATA frames sent again
     timeouts: int = 0
+    spurious_timeouts: int = 0  # timeouts undone: the first send's ACK came after the resend (a stall, not a loss)
     naks_sent: int = 0
     naks_received: int = 0
     duplicates: int = 0  # DATA frames received twice (their ACK was lost)
@@ -188,6 +189,8 @@ class Link:
         self._srtt: float | None = None
         self._rttvar = 0.0
         self._rto = INITIAL_RTO
+        self._before_timeout: set[int] | None = None  # stamps sent before a timeout, until an ACK decides it
+        self._timeouts_open = 0  # timeouts since then
         self.segment = self.agreed_payload
         self._clean = 0
 
@@ -248,6 +251,9 @@ class Link:
             return
         if self._unacked and now - self._unacked[0].last >= self._rto + self._unacked[0].ahead:
             self.stats.timeouts += 1
+            if self._before_timeout is None:
+                self._before_timeout, self._timeouts_open = set(self._stamps), 0
+            self._timeouts_open += 1
             self._rto = min(self._rto * 2, self.max_rto)
             self._shrink()
             self._resend_all(now)
@@ -327,6 +333,13 @@ class Link:
         elif f.kind == Kind.PING:
             self._emit(Frame(Kind.ACK, self.link, self._expected, stamp=f.stamp), now)
         elif f.kind in (Kind.ACK, Kind.NAK):
+            if self._before_timeout is not None and f.seq > self._lowest_unacked(f.seq):
+                # The first ACK that moves on after a timeout decides it (RFC 3522's Eifel detection): echoing a
+                # stamp sent before the timeout, it answers a first send that was late, not lost, and every resend
+                # of it since was needless.
+                if f.kind == Kind.ACK and f.stamp in self._before_timeout:
+                    self.stats.spurious_timeouts += self._timeouts_open
+                self._before_timeout = None
             sent = self._stamps.pop(f.stamp, None)
             if sent is not None:
                 self._rtt_sample(max(now - sent, 1e-4))  # sent: when the frame left the line (see _queue_delay)
@@ -393,6 +406,10 @@ class Link:
         self._nak_for = (self._expected, now)
         self.stats.naks_sent += 1
         self._emit(Frame(Kind.NAK, self.link, self._expected, stamp=stamp), now)
+
+    def _lowest_unacked(self, default: int) -> int:
+        offs = [q[0].off for q in (self._unacked, self._resend) if q]
+        return min(offs) if offs else default
 
     def _on_ack(self, nxt: int, now: float, nak: bool) -> None:
         progressed = bool(self._unacked) and self._unacked[0].off < nxt

@@ -104,6 +104,13 @@ class AgentProcess:
         self.stop()
 
 
+def lost_nothing(link: dict) -> bool:
+    """Over a lossless stream (TCP, a clean pty) no frame may be lost: no gap reported (NAK), and any resend followed
+    a stall (this VM's, or the peer's), which the link recognised because the first send's ACK came after it."""
+    resends_explained = link["retransmissions"] == 0 or link["timeouts"] == link["spurious_timeouts"]
+    return link["naks_received"] == 0 and resends_explained
+
+
 def comparable(result: dict) -> dict:
     """What two runs of the same request on the same machine must share: every key, and every field that is not a
     measurement (the model by hash, the backend, the configuration, what was pinned, the environment)."""

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from agentkit import AgentProcess, Cable, comparable, free_port
+from agentkit import AgentProcess, Cable, comparable, free_port, lost_nothing
 from conftest import MODELS, need
 from helpers import request, run_cli
 
@@ -63,7 +63,8 @@ def test_tcp_upload_bench_and_the_result_is_a_local_bench_of_the_same_request(tm
     assert comparable(remote) == comparable(local)
     assert remote["model"]["path"].startswith(str(tmp_path / "state" / "models"))
     assert remote["pinning"]["all_threads_pinned"] is True
-    assert got.record()["link"]["frames_out"] > 0 and got.link["retransmissions"] == 0
+    link = got.record()["link"]
+    assert link["frames_out"] > 0 and lost_nothing(link), link  # TCP loses nothing; a stall is not a loss
     sent_first = stats["bytes_out"]
     assert sent_first > DIGITS.stat().st_size  # the model went over
     assert stats2["bytes_out"] - sent_first < DIGITS.stat().st_size / 4  # ... once

@@ -205,6 +205,48 @@ def test_a_pulled_cable_is_survived_when_short_and_reported_when_long():
     assert any(isinstance(e, Down) for e in he) and any(isinstance(e, Down) for e in ae)
 
 
+class Held:
+    """A lossless pipe that can hold what it carries for a while (a stalled peer, a VM that was not scheduled)."""
+
+    def __init__(self):
+        self.held, self.buf = False, bytearray()
+
+    def __call__(self, data: bytes) -> bytes:
+        self.buf += data
+        if self.held:
+            return b""
+        out = bytes(self.buf)
+        self.buf.clear()
+        return out
+
+
+def test_a_stall_is_told_from_a_loss_by_the_stamp_the_ack_echoes():
+    def one_exchange(stall: bool):
+        h, a = pair()
+        h.connect(0.0)
+        up, down = Held(), Held()
+        _, _, now = run_links(h, a, up, down, 20)
+        for _ in range(20):  # a settled round trip, so the timer is short
+            h.send(b"ping", now)
+            _, _, now = run_links(h, a, up, down, 5, now)
+        h.send(b"x" * 1000, now)
+        if stall:
+            down.held = True  # the agent got the frame; its ACK is late
+        else:
+            assert h.outgoing()  # the frame, lost on the way
+        _, _, now = run_links(h, a, up, down, 1500, now)
+        down.held = False
+        run_links(h, a, up, down, 3000, now)
+        assert h.idle
+        return h.stats, a.stats
+
+    hs, ags = one_exchange(stall=True)
+    assert hs.timeouts >= 1 and hs.retransmissions >= 1
+    assert hs.spurious_timeouts == hs.timeouts and ags.duplicates >= 1  # nothing was lost: every resend arrived twice
+    hs, ags = one_exchange(stall=False)
+    assert hs.timeouts >= 1 and hs.spurious_timeouts == 0 and ags.duplicates == 0  # a loss is a loss
+
+
 def test_frames_of_an_old_connection_are_dropped_after_a_reconnect():
     h, a = pair()
     h.connect(0.0, link=1)
