@@ -17,7 +17,7 @@ PERF := .venv-perf
 GPU := .venv-gpu
 PIP_FLAGS := -q --disable-pip-version-check
 
-.PHONY: demo test lint bench models clean sys-tools sys-libs gpu-check
+.PHONY: demo test lint bench models models-speedup clean sys-tools sys-libs gpu-check
 
 $(VENV)/.done: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -117,6 +117,9 @@ gpu-check: $(GPU)/.done
 
 models: $(BUILD)/.done
 	$(BUILD)/bin/python models/build.py
+
+models-speedup: $(BUILD)/.done
+	$(BUILD)/bin/python models/build.py --speedup
 
 clean:
 	rm -rf $(VENV) $(TFLRT) $(BUILD) $(TRITON) $(MLSERVER) $(PERF) $(GPU) .pytest_cache .ruff_cache .benchmarks

@@ -258,6 +258,23 @@ def _fold_bn(kernel_out_last: np.ndarray, bias: np.ndarray | None, bn) -> tuple[
     return kernel_out_last * scale, (b - mean) * scale + beta
 
 
+def _folded(op: Op) -> tuple[np.ndarray, np.ndarray]:
+    """An op's kernel and bias with its batch norm folded in, float64 arithmetic in numpy (the same on any CPU)."""
+    layer = op.layers["dense" if op.kind == "dense" else "conv"]
+    w = layer.get_weights()
+    kernel = np.asarray(w[0], dtype=np.float64)
+    bias = np.asarray(w[1], dtype=np.float64) if len(w) > 1 else None
+    if op.kind == "dwconv":
+        kernel = kernel[..., 0]  # (kh, kw, c): depth multiplier 1
+    if op.attrs["bn"]:
+        kernel, bias = _fold_bn(kernel, bias, op.layers["bn"])
+    if bias is None:
+        bias = np.zeros(kernel.shape[-1])
+    if op.kind == "dwconv":
+        kernel = kernel[..., None]
+    return kernel.astype(np.float32), bias.astype(np.float32)
+
+
 def to_onnx(net: Net, opset: int = 17):
     """Export a trained Net to an ONNX graph with NHWC input (as the TFLite model) and folded batch norms."""
     import onnx
@@ -281,22 +298,13 @@ def to_onnx(net: Net, opset: int = 17):
         src = [onnx_name[i] for i in op.inputs]
         out = op.output
         if op.kind in ("conv", "dwconv"):
-            conv = op.layers["conv"]
-            w = conv.get_weights()
-            kernel = np.asarray(w[0], dtype=np.float64)
-            bias = np.asarray(w[1], dtype=np.float64) if len(w) > 1 else None
-            if op.kind == "dwconv":
-                kernel = kernel[..., 0]  # (kh, kw, c): depth multiplier 1
-            if op.attrs["bn"]:
-                kernel, bias = _fold_bn(kernel, bias, op.layers["bn"])
+            kernel, bias = _folded(op)
             if op.kind == "conv":
                 wt = kernel.transpose(3, 2, 0, 1)  # (kh, kw, in, out) -> (out, in, kh, kw)
                 group = 1
             else:
-                wt = kernel.transpose(2, 0, 1)[:, None]  # (kh, kw, c) -> (c, 1, kh, kw)
+                wt = kernel[..., 0].transpose(2, 0, 1)[:, None]  # (kh, kw, c, 1) -> (c, 1, kh, kw)
                 group = wt.shape[0]
-            if bias is None:
-                bias = np.zeros(wt.shape[0])
             h, w_ = net.shapes[op.inputs[0]][:2]
             kh, kw = op.attrs["k"]
             s = op.attrs["stride"]
@@ -319,12 +327,7 @@ def to_onnx(net: Net, opset: int = 17):
             )
             layout[out] = "nchw"
         elif op.kind == "dense":
-            dense = op.layers["dense"]
-            w = dense.get_weights()
-            kernel = np.asarray(w[0], dtype=np.float64)
-            bias = np.asarray(w[1], dtype=np.float64) if len(w) > 1 else None
-            if op.attrs["bn"]:
-                kernel, bias = _fold_bn(kernel, bias, op.layers["bn"])
+            kernel, bias = _folded(op)
             name = out + "_gemm" if op.attrs["act"] else out
             nodes.append(
                 helper.make_node(
@@ -419,13 +422,58 @@ def random_data(shape: tuple[int, ...], n: int, seed: int) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------------------- conversion
-def write_tflite(net: Net, model, calib: np.ndarray, fp32_path: Path, int8_path: Path) -> None:
+def folded_keras(net: Net, batch: int | None = None):
+    """The same network as Keras layers without batch norms, carrying the folded weights (what TFLite is built from)."""
     import keras
+
+    L = keras.layers
+    inp = keras.Input(batch_shape=(batch, *net.input_shape), name="input")
+    t = {"input": inp}
+    for op in net.ops:
+        x = [t[i] for i in op.inputs]
+        if op.kind in ("conv", "dwconv", "dense"):
+            kernel, bias = _folded(op)
+            if op.kind == "conv":
+                layer = L.Conv2D(kernel.shape[-1], op.attrs["k"], strides=op.attrs["stride"],
+                                 padding=op.attrs["padding"], name=op.output)  # fmt: skip
+            elif op.kind == "dwconv":
+                layer = L.DepthwiseConv2D(op.attrs["k"], strides=op.attrs["stride"], padding="same", name=op.output)
+            else:
+                layer = L.Dense(kernel.shape[-1], name=op.output)
+            y = layer(x[0])
+            layer.set_weights([kernel, bias])
+        elif op.kind == "add":
+            y = L.Add(name=op.output)(x)
+        elif op.kind == "maxpool":
+            y = L.MaxPooling2D(op.attrs["size"], name=op.output)(x[0])
+        elif op.kind == "gap":
+            y = L.GlobalAveragePooling2D(name=op.output)(x[0])
+        elif op.kind == "flatten":
+            y = L.Flatten(name=op.output)(x[0])
+        elif op.kind == "softmax":
+            y = L.Softmax(name=op.output)(x[0])
+        else:  # pragma: no cover - the spec has no other ops
+            raise ValueError(op.kind)
+        if op.attrs.get("act") == "relu":
+            y = L.ReLU(name=op.output + "_relu")(y)
+        t[op.output] = y
+    return keras.Model(inp, t[net.output], name=net.name)
+
+
+def write_tflite(net: Net, model, calib: np.ndarray, fp32_path: Path, int8_path: Path) -> None:
     import tensorflow as tf
 
-    # Batch 1, static: edge models run one sample at a time, and a static shape keeps every delegate usable.
-    inp = keras.Input(batch_shape=(1, *net.input_shape), name="input")
-    fixed = keras.Model(inp, model(inp), name=net.name)
+    # Batch 1, static: edge models run one sample at a time, and a static shape keeps every delegate usable. Batch
+    # norms folded here in numpy (float64, as for ONNX), not by the converter: TensorFlow's folding rounds differently
+    # on different x86 CPUs, and the files would then depend on the CPU that built them.
+    fixed = folded_keras(net, batch=1)
+    if model is not None:
+        probe = calib[:8]
+        ref = model.predict(probe, verbose=0)
+        got = np.concatenate([fixed.predict(probe[i : i + 1], verbose=0) for i in range(len(probe))])
+        err = float(np.max(np.abs(ref - got)))
+        if err > 1e-4 * max(1.0, float(np.max(np.abs(ref)))):
+            raise SystemExit(f"{net.name}: the folded Keras model differs from the original by {err}")
 
     conv = tf.lite.TFLiteConverter.from_keras_model(fixed)
     fp32_path.write_bytes(conv.convert())
@@ -453,7 +501,7 @@ ORT_QUANT = {
 }
 
 
-def write_onnx_int8(fp32_path: Path, calib: np.ndarray, int8_path: Path) -> None:
+def write_onnx_int8(fp32_path: Path, calib: np.ndarray, int8_path: Path, activations: str = "u8") -> None:
     sys.path.insert(0, str(ROOT))
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
@@ -468,7 +516,8 @@ def write_onnx_int8(fp32_path: Path, calib: np.ndarray, int8_path: Path) -> None
             str(int8_path),
             calibration_reader([{"input": calib[i : i + 1]} for i in range(len(calib))]),
             quant_format=QuantFormat.QDQ,
-            activation_type=QuantType.QUInt8,  # U8S8: on x86 without VNNI, S8S8 is slower than FP32 in ORT
+            # U8S8 by default: faster than FP32 on the x86 CPUs tried, where S8S8 was not (models/speedup.toml)
+            activation_type=QuantType.QUInt8 if activations == "u8" else QuantType.QInt8,
             weight_type=QuantType.QInt8,
             per_channel=ORT_QUANT["per_channel"],
             reduce_range=ORT_QUANT["reduce_range"],
@@ -555,7 +604,7 @@ def digits_accuracy(paths: dict[str, Path], x: np.ndarray, y: np.ndarray) -> dic
 
 
 # -------------------------------------------------------------------------------------------------------------- main
-def build_one(name: str, outdir: Path, log) -> dict:
+def build_one(name: str, outdir: Path, log, retrain: bool = False) -> dict:
     import keras
     import tensorflow as tf
 
@@ -568,14 +617,27 @@ def build_one(name: str, outdir: Path, log) -> dict:
         net = digits_cnn()
         model = keras.Model(net.inp, net.tensors[net.output])
         x_tr, x_te, y_tr, y_te = digits_data()
-        model.compile(
-            optimizer=keras.optimizers.Adam(3e-3),
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            metrics=["accuracy"],
-        )
-        model.fit(x_tr, y_tr, epochs=40, batch_size=32, verbose=0, shuffle=True)
+        weights = HERE / name / f"{name}_weights.npz"
+        if retrain or not weights.is_file():
+            # Training is seeded and deterministic on one CPU, but its float sums round differently on another x86
+            # CPU, and 40 epochs carry that into the last bits of every weight: the trained weights are therefore
+            # kept in the repository, and every artifact is built from them (byte-reproducible on any x86 CPU).
+            model.compile(
+                optimizer=keras.optimizers.Adam(3e-3),
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                metrics=["accuracy"],
+            )
+            model.fit(x_tr, y_tr, epochs=40, batch_size=32, verbose=0, shuffle=True)
+            weights = d / f"{name}_weights.npz"
+            np.savez_compressed(weights, **{w.path: np.asarray(w.numpy()) for w in model.weights})
+            how = "trained"
+        else:
+            with np.load(weights) as z:
+                for w in model.weights:
+                    w.assign(z[w.path])
+            how = f"weights from {weights.relative_to(ROOT)}"
         keras_acc = float(np.mean(np.argmax(model.predict(x_te, verbose=0), axis=1) == y_te))
-        log(f"  {name}: trained, Keras test top-1 {keras_acc:.4f}")
+        log(f"  {name}: {how}, Keras test top-1 {keras_acc:.4f}")
         calib = x_tr[:DIGITS_CALIBRATION]
         np.savez_compressed(d / "digits_test.npz", x=x_te, y=y_te)
         np.savez_compressed(d / "digits_calibration.npz", x=calib)
@@ -646,7 +708,8 @@ def write_manifest(results: list[dict], outdir: Path) -> None:
         "schema = 1",
         f"seed = {SEED}",
         f"build_versions = {toml_value(vers)}",
-        f"build_platform = {toml_value(platform.platform())}",
+        # The machine kind only: a kernel or host name would make every rebuild differ from the committed manifest.
+        f"build_machine = {toml_value(platform.machine())}",
         "",
     ]
     for r in results:
@@ -710,6 +773,10 @@ def write_manifest(results: list[dict], outdir: Path) -> None:
                 lines.append(f"weights_sha256 = {toml_value(sha256(bin_path))}")
             lines.append(f"format = {toml_value(fmt)}")
             lines.append(f"precision = {toml_value(precision)}")
+            if precision == "int8":  # the INT8 flavour: ONNX and its IR are U8S8; full-integer TFLite is S8S8
+                acts = "s8" if fmt == "tflite" else "u8"
+                lines.append(f'activations = "{acts}"')
+                lines.append('weights = "s8"')
             lines.append(f"calibration_samples = {r['calibration'] if precision == 'int8' else 0}")
             lines.append(f"provenance = {toml_value(how)}")
             lines.append(f"inputs = {toml_value(inputs)}")
@@ -718,15 +785,89 @@ def write_manifest(results: list[dict], outdir: Path) -> None:
     (outdir / "manifest.toml").write_text("\n".join(lines))
 
 
+# ---------------------------------------------------------------------------------------------------------- speed-up
+SPEEDUP_ROUNDS = 5
+
+
+def measure_speedups(names: list[str], outdir: Path, log, iterations: int = 500) -> None:
+    """The committed INT8 files against FP32 where they are built (`make models-speedup`): ONNX Runtime U8S8 (the
+    committed flavour) and S8S8 (quantized here, not kept) against the FP32 ONNX, and OpenVINO's INT8 IR against the
+    same FP32 ONNX read by OpenVINO; the median of interleaved rounds, one thread, with the measurement engine of
+    `edge-runtime quantize`. Timings are not artifacts: they go to speedup.toml, which `make models` leaves alone."""
+    sys.path.insert(0, str(ROOT))
+    from edge_runtime.quantize.evaluate import latency_us
+    from edge_runtime.system.root import SystemRoot
+
+    root = SystemRoot()
+    flags = sorted(root.cpu_flags() & {"avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8",
+                                       "asimddp", "i8mm"})  # fmt: skip
+    lines = [
+        "# INT8 speed-up over FP32 of the committed reference models, measured where they were built",
+        "# (`make models-speedup`: median latency of interleaved rounds, one thread, inputs bound once).",
+        "# Timings, not artifacts: they differ from run to run and CPU to CPU; `make models` does not touch this file.",
+        "",
+        f"cpu = {toml_value(root.cpu_model() or platform.machine())}",
+        f"cpu_flags = {toml_value(flags)}",
+        f"rounds = {SPEEDUP_ROUNDS}",
+        f"iterations = {iterations}",
+        "",
+    ]
+    for name in names:
+        d = outdir / name
+        if name == "digits_cnn":
+            with np.load(d / "digits_calibration.npz") as z:
+                calib = z["x"]
+        else:
+            calib = random_data(MLPERF_TINY[name]().input_shape, 100, SEED + 1)
+        sample = {"input": calib[:1]}
+        with tempfile.TemporaryDirectory() as tmp:
+            s8 = Path(tmp) / "s8s8.onnx"
+            write_onnx_int8(d / f"{name}_fp32.onnx", calib, s8, activations="s8")
+            runs = {
+                "onnxruntime_fp32": (d / f"{name}_fp32.onnx", "onnxruntime"),
+                "onnxruntime_u8s8": (d / f"{name}_int8.onnx", "onnxruntime"),
+                "onnxruntime_s8s8": (s8, "onnxruntime"),
+                "openvino_fp32": (d / f"{name}_fp32.onnx", "openvino"),
+                "openvino_u8s8": (d / f"{name}_int8.xml", "openvino"),
+            }
+            lat: dict[str, list[float]] = {k: [] for k in runs}
+            for _ in range(SPEEDUP_ROUNDS):
+                for k, (path, backend) in runs.items():
+                    lat[k].append(latency_us(path, backend, sample, iterations))
+        p50 = {k: float(np.median(v)) for k, v in lat.items()}
+        sp = {k: p50[f"{k.split('_')[0]}_fp32"] / v for k, v in p50.items() if not k.endswith("fp32")}
+        log(f"  {name}: " + ", ".join(f"{k} {v:.2f}x" for k, v in sp.items()))
+        lines += ["[[model]]", f"name = {toml_value(name)}", 'committed = "u8s8"']
+        lines += [f"{k}_p50_us = {p50[k]:.1f}" for k in p50 if k.endswith("fp32")]
+        lines += [f"{k}_speedup = {v:.3f}" for k, v in sp.items()]
+        lines.append("")
+    (outdir / "speedup.toml").write_text("\n".join(lines))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=HERE, help="output folder (default: models/)")
     ap.add_argument("--only", action="append", help="build only this model (repeatable)")
+    ap.add_argument(
+        "--retrain",
+        action="store_true",
+        help="train digits_cnn again and write its weights (the result depends on the CPU's float rounding)",
+    )
+    ap.add_argument(
+        "--speedup",
+        action="store_true",
+        help="measure the committed INT8 files against FP32 here and write speedup.toml (builds nothing)",
+    )
     args = ap.parse_args(argv)
     names = args.only or ["digits_cnn", *MLPERF_TINY]
 
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
+
+    if args.speedup:
+        measure_speedups(names, args.out, log)
+        log(f"wrote {args.out / 'speedup.toml'}")
+        return 0
 
     import tensorflow as tf
 
@@ -735,7 +876,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for i, name in enumerate(names, 1):
         log(f"[{i}/{len(names)}] {name}")
-        results.append(build_one(name, args.out, log))
+        results.append(build_one(name, args.out, log, args.retrain))
     write_manifest(results, args.out)
     for r in results:
         if r["accuracy"]:

@@ -127,7 +127,11 @@ def test_digits_int8_accuracy(backend, digits):
 
 
 def test_int8_qdq_onnx_uses_u8_activations():
-    """The QDQ model quantizes activations to uint8 (U8S8): S8S8 is slower than FP32 on x86 without VNNI."""
+    """The QDQ model quantizes activations to uint8 (U8S8), as the manifest says: S8S8 measured slower than FP32 on
+    x86 CPUs where U8S8 was faster (models/speedup.toml)."""
+    for a in ARTIFACTS:
+        if a["precision"] == "int8":
+            assert (a["activations"], a["weights"]) == ("s8" if a["format"] == "tflite" else "u8", "s8"), a["file"]
     onnx = pytest.importorskip("onnx", reason="onnx is in the dev extra: pip install 'edge-runtime[dev]'")
     m = onnx.load(str(artifact("resnet8", "_int8.onnx")))
     inits = {i.name: i for i in m.graph.initializer}
@@ -139,3 +143,62 @@ def test_int8_qdq_onnx_uses_u8_activations():
         inits[n.input[0]].data_type for n in m.graph.node if n.op_type == "DequantizeLinear" and n.input[0] in inits
     }
     assert onnx.TensorProto.INT8 in dq_weight_types
+
+
+def _weights(arrays) -> set[bytes]:
+    """Every float32 tensor of more than one value, by its sorted values' bytes (layout-free, bit-exact); all-zero
+    biases left out (TFLite drops them)."""
+    return {np.sort(a.ravel()).tobytes() for a in arrays if a.dtype == np.float32 and a.size > 1 and np.any(a)}
+
+
+@pytest.mark.parametrize("model", [m["name"] for m in MANIFEST["model"]])
+def test_tflite_carries_the_onnx_weights_bit_for_bit(model):
+    """Why `make models` gives the same bytes on any x86 CPU: batch norms are folded once, in numpy (float64), and
+    both the ONNX export and the Keras model given to the TFLite converter carry those folded weights, so the FP32
+    TFLite file holds exactly the ONNX file's numbers. (When TensorFlow folded them itself, its rounding followed the
+    CPU, and these differed in their last bits.)"""
+    onnx = pytest.importorskip("onnx", reason="onnx is in the dev extra: pip install 'edge-runtime[dev]'")
+    litert = pytest.importorskip(
+        "ai_edge_litert.interpreter", reason="ai-edge-litert: pip install 'edge-runtime[tflite]'"
+    )
+    from onnx import numpy_helper
+
+    ref = _weights(numpy_helper.to_array(i) for i in onnx.load(str(artifact(model, "_fp32.onnx"))).graph.initializer)
+    it = litert.Interpreter(str(artifact(model, "_fp32.tflite")))
+    it.allocate_tensors()
+    consts = []
+    for d in it.get_tensor_details():
+        try:
+            consts.append(it.get_tensor(d["index"]))
+        except ValueError:  # an intermediate tensor: no data outside an invocation
+            continue
+    assert ref and ref <= _weights(consts)
+
+
+def test_digits_weights_are_the_source_of_its_artifacts():
+    """Training rounds differently on different CPUs, so the trained weights are kept (digits_cnn_weights.npz) and
+    every digits artifact is built from them: the FP32 ONNX holds exactly those numbers."""
+    onnx = pytest.importorskip("onnx", reason="onnx is in the dev extra: pip install 'edge-runtime[dev]'")
+    from onnx import numpy_helper
+
+    with np.load(MODELS / "digits_cnn" / "digits_cnn_weights.npz") as z:
+        kept = _weights(z[k] for k in z.files)
+    exported = _weights(
+        numpy_helper.to_array(i) for i in onnx.load(str(artifact("digits_cnn", "_fp32.onnx"))).graph.initializer
+    )
+    assert len(kept) == 8 and kept == exported
+
+
+def test_speedups_recorded_where_the_models_were_built():
+    """models/speedup.toml (`make models-speedup`): each model's committed INT8 flavour (U8S8, fixed so the files
+    are the same wherever they are built) against FP32, and S8S8 beside it, measured on the machine that built them."""
+    import tomllib
+
+    with open(MODELS / "speedup.toml", "rb") as f:
+        sp = tomllib.load(f)
+    assert sp["cpu"] and sp["rounds"] >= 3
+    assert {m["name"] for m in sp["model"]} == {m["name"] for m in MANIFEST["model"]}
+    for m in sp["model"]:
+        assert m["committed"] == "u8s8"
+        for k in ("onnxruntime_u8s8_speedup", "onnxruntime_s8s8_speedup", "openvino_u8s8_speedup"):
+            assert 0 < m[k] < 100, (m["name"], k)
