@@ -208,6 +208,29 @@ def test_auto_quantizes_both_flavours_and_keeps_the_faster(tmp_path):
                      "--json", "-")  # fmt: skip
     fdoc = json.loads(forced.stdout)
     assert fdoc["activations"]["type"] == "s8" and "measured" not in fdoc["activations"]
+    entry = tomllib.loads(Path(str(tmp_path / "q.onnx") + ".manifest.toml").read_text())["artifact"][0]
+    assert (entry["activations"], entry["weights"]) == (act["type"], "s8")
+    assert entry["speedup"] == pytest.approx(doc["latency_us"]["speedup"], abs=1e-3)
+
+
+def test_openvino_auto_measures_both_nncf_presets_and_keeps_the_faster(tmp_path):
+    need("openvino")
+    pytest.importorskip("nncf", reason="nncf: pip install 'edge-runtime[quantize]'")
+    model, cal = str(artifact("resnet8", "_fp32.onnx")), str(calibration_for("resnet8", tmp_path))
+    out = tmp_path / "q.xml"
+    proc = run_cli("quantize", model, "--calibration", cal, "--backend", "openvino", "--out", str(out), "--json", "-")
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    doc = json.loads(proc.stdout)
+    act, m = doc["activations"], doc["activations"]["measured"]
+    assert act["type"] in ("performance", "mixed")
+    other = "mixed" if act["type"] == "performance" else "performance"
+    assert m[f"{act['type']}_p50_us"] <= m[f"{other}_p50_us"] and m["fp32_p50_us"] > 0
+    assert act["faster_than_fp32"] == (m[f"{act['type']}_p50_us"] < m["fp32_p50_us"])
+    assert "Performance" in proc.stderr and "Mixed" in proc.stderr
+    entry = tomllib.loads(Path(str(out) + ".manifest.toml").read_text())["artifact"][0]
+    assert entry["nncf_preset"] == act["type"] and entry["weights_sha256"]
 
 
 def test_calibration_folder_of_several_files(tmp_path):

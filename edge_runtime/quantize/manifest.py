@@ -8,6 +8,18 @@ from pathlib import Path
 import numpy as np
 
 
+def _flavour(doc: dict) -> list[str]:
+    """The INT8 flavour, as models/manifest.toml says it (ONNX Runtime: activations and weights; OpenVINO: NNCF's
+    preset), and the speed-up over FP32 measured when it was written."""
+    act = doc.get("activations") or {}
+    kind = act.get("type", "")
+    lines = [f'activations = "{kind}"', 'weights = "s8"'] if kind in ("u8", "s8") else [f'nncf_preset = "{kind}"']
+    speedup = (doc.get("latency_us") or {}).get("speedup")
+    if speedup is not None and np.isfinite(speedup):
+        lines.append(f"speedup = {round(float(speedup), 3)}")
+    return lines
+
+
 def manifest_entry(doc: dict) -> str:
     """A [[artifact]] block in models/manifest.toml's layout."""
     out = doc["out"]
@@ -27,6 +39,7 @@ def manifest_entry(doc: dict) -> str:
     lines += [
         f'format = "{fmt}"',
         f'precision = "{doc["precision"]}"',
+        *_flavour(doc),
         f"calibration_samples = {doc['calibration_samples']}",
         f'provenance = "{how}"',
         "kept_fp32 = [" + ", ".join(f'"{k}"' for k in doc["kept_fp32"]) + "]",

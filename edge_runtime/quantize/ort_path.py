@@ -37,27 +37,37 @@ def choose_activations(requested: str, machine: str | None = None, flags: set[st
     return "s8", f"{machine}: S8S8 (ONNX Runtime's default)"
 
 
-def choose_flavour(p50_us: dict[str, float], drops: dict[str, float | None], budget: float | None) -> dict:
+ORT_FLAVOURS = {"u8": "U8S8", "s8": "S8S8"}
+
+
+def choose_flavour(
+    p50_us: dict[str, float],
+    drops: dict[str, float | None],
+    budget: float | None,
+    labels: dict[str, str] | None = None,
+) -> dict:
     """The INT8 flavour to keep, from what was measured (a pure function: the chooser's tests inject both).
 
-    `p50_us`: the median latency of "fp32", "u8" and "s8" (interleaved rounds); `drops`: each flavour's accuracy drop
-    in points (None: unknown, counted as 0); `budget`: the allowed drop, or None. The faster of the flavours within
-    the budget is kept; when neither is within it, the one that drops least (mixed precision then works on it).
-    Says whether the kept one beats FP32 at all."""
-    flavours = ("u8", "s8")
+    `labels`: the two flavours and their names (ONNX Runtime's "u8" and "s8" activations by default; NNCF's presets on
+    the OpenVINO path); `p50_us`: the median latency of "fp32" and of each flavour (interleaved rounds); `drops`: each
+    flavour's accuracy drop in points (None: unknown, counted as 0); `budget`: the allowed drop, or None. The faster
+    of the flavours within the budget is kept; when neither is within it, the one that drops least (mixed precision
+    then works on it). Says whether the kept one beats FP32 at all."""
+    labels = labels or ORT_FLAVOURS
+    flavours = tuple(labels)
     within = [f for f in flavours if budget is None or (drops.get(f) or 0.0) <= budget + 1e-9]
     speed = {f: p50_us["fp32"] / p50_us[f] for f in flavours}
     if within:
         kept = min(within, key=lambda f: p50_us[f])
         other = next(f for f in flavours if f != kept)
         if len(within) == 2:
-            why = f"{kept.upper()}S8 measured faster ({speed[kept]:.2f}x FP32 against {speed[other]:.2f}x)"
+            why = f"{labels[kept]} measured faster ({speed[kept]:.2f}x FP32 against {speed[other]:.2f}x)"
         else:
-            why = (f"{kept.upper()}S8 is the one within the {budget:g}-point budget ({other.upper()}S8 dropped "
+            why = (f"{labels[kept]} is the one within the {budget:g}-point budget ({labels[other]} dropped "
                    f"{drops.get(other) or 0:.2f})")  # fmt: skip
     else:
         kept = min(flavours, key=lambda f: (drops.get(f) or 0.0, p50_us[f]))
-        why = f"neither flavour is within the {budget:g}-point budget: {kept.upper()}S8 drops least"
+        why = f"neither flavour is within the {budget:g}-point budget: {labels[kept]} drops least"
     faster = p50_us[kept] < p50_us["fp32"]
     return {
         "type": kept,

@@ -17,7 +17,7 @@ from edge_runtime.quantize.config import FEW_SAMPLES, METHODS, QuantizeConfig, R
 from edge_runtime.quantize.data import check_label_range, load_labels, load_samples
 from edge_runtime.quantize.evaluate import compare, latency_us, predict
 from edge_runtime.quantize.manifest import manifest_entry
-from edge_runtime.quantize.nncf_path import nncf_quantize
+from edge_runtime.quantize.nncf_path import PRESETS, nncf_plain, nncf_quantize
 from edge_runtime.quantize.ort_path import (
     already_quantized,
     choose_activations,
@@ -106,6 +106,37 @@ def _measured_flavour(fp32, pre, out, calib, val, labels, fp32_pred, cfg, doc, r
                             "size and accuracy, not its speed")  # fmt: skip
     doc["activations"] = choice
     out.write_bytes(paths[choice["type"]].read_bytes())
+    return choice["type"], accs[choice["type"]]
+
+
+def _measured_preset(fp32, out, calib, val, labels, fp32_pred, cfg, doc, res, say, tmp):
+    """The OpenVINO path's `--activations auto`: NNCF's two presets quantized, measured against FP32 on OpenVINO
+    (interleaved), the faster within the budget kept (the same chooser). The kept IR is written to `out`. Returns
+    (preset, its accuracy)."""
+    paths, accs = {}, {}
+    for p in PRESETS:
+        say(f"NNCF quantize ({PRESETS[p]})")
+        paths[p] = tmp / f"int8_{p}.xml"
+        nncf_plain(fp32, paths[p], calib, p)
+        accs[p] = compare(fp32_pred, predict(paths[p], "openvino", val), labels)
+    say("measuring FP32 and both presets' latency on OpenVINO, interleaved, 3 rounds")
+    runs = {"fp32": fp32, **paths}
+    lat: dict[str, list[float]] = {k: [] for k in runs}
+    for _ in range(3):
+        for k, path in runs.items():
+            lat[k].append(latency_us(path, "openvino", calib[0], cfg.bench_iterations))
+    p50 = {k: float(np.median(v)) for k, v in lat.items()}
+    names = {p: p.capitalize() for p in PRESETS}
+    choice = choose_flavour(p50, {p: accs[p].get("drop_points") for p in accs}, cfg.max_accuracy_drop, names)
+    m = choice["measured"]
+    speeds = ", ".join(f"{names[p]} {m[f'{p}_speedup']:.2f}x" for p in PRESETS)
+    say(f"{speeds} FP32: kept {names[choice['type']]} ({choice['why']})")
+    if not choice["faster_than_fp32"]:
+        res.warnings.append(f"neither NNCF preset runs faster than FP32 here ({speeds}): the model is kept for its "
+                            "size and accuracy, not its speed")  # fmt: skip
+    doc["activations"] = choice
+    for suffix in (".xml", ".bin"):
+        out.with_suffix(suffix).write_bytes(paths[choice["type"]].with_suffix(suffix).read_bytes())
     return choice["type"], accs[choice["type"]]
 
 
@@ -205,9 +236,14 @@ def run(cfg: QuantizeConfig, say=lambda _m: None, outputs: dict[str, Output] | N
                 res.warnings.append(f"{', '.join(ignored)}: the openvino path uses NNCF's own scheme (ignored)")
             doc["method"], doc["per_channel"] = "nncf", True
             plain_int8 = tmp / "int8.xml"
-            acc, kept = nncf_quantize(mf.path, out, calib, val, labels, fp32_pred, cfg, say, plain_int8)
+            if cfg.activations == "auto":  # both presets, measured against FP32 as on the ONNX Runtime path
+                preset, acc = _measured_preset(mf.path, out, calib, val, labels, fp32_pred, cfg, doc, res, say, tmp)
+            else:
+                preset = "performance"
+                doc["activations"] = {"type": preset, "weights": "s8", "why": f"NNCF {PRESETS[preset]}"}
+            if (cfg.max_accuracy_drop is not None and labels is not None) or cfg.activations != "auto":
+                acc, kept = nncf_quantize(mf.path, out, calib, val, labels, fp32_pred, cfg, say, plain_int8, preset)
             doc["accuracy_int8"] = acc
-            doc["activations"] = {"type": "u8/s8 per NNCF preset", "weights": "s8", "why": "NNCF performance preset"}
             runner = "openvino"
         else:
             raise UserError(f"--backend {cfg.backend!r}: quantize supports onnxruntime and openvino")
