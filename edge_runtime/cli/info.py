@@ -24,7 +24,9 @@ def run(args) -> int:
 
     root = sysroot(args.sysroot)
     outs = plan_outputs([("--json", args.json)], root=root)
-    found = {name: backends.get(name).status() for name in backends.names()}
+    from edge_runtime.runtime.sandbox import statuses
+
+    found = statuses(backends.names())  # each library imported in its own child: one that crashes is reported
     iso = root.isolation()
     profile = detect(root)
     doc = {
@@ -77,8 +79,10 @@ def render(doc: dict) -> str:
     lines.append(f"  isolation {'  '.join(parts) or 'none on the kernel command line'}")
     lines.append("backends")
     for name, b in doc["backends"].items():
-        if not b["installed"]:
-            lines.append(f"  {name:<12} not installed   ({b['install']})")
+        if b.get("unusable"):
+            lines.append(f"  {name:<12} unusable        {b['error']}")
+        elif not b["installed"]:
+            lines.append(f"  {name:<12} not installed   ({b.get('install') or b.get('error', '')})")
         else:
             lines.append(f"  {name:<12} {b['version']:<10} devices: {', '.join(b['devices'])}   {b['summary']}")
     return "\n".join(lines) + "\n"

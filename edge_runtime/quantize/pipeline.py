@@ -161,7 +161,11 @@ def run(cfg: QuantizeConfig, say=lambda _m: None, outputs: dict[str, Output] | N
     if cfg.max_accuracy_drop is not None and not cfg.validation:
         raise UserError("--max-accuracy-drop needs --validation data to measure the drop on")
     outs = outputs if outputs is not None else plan_outputs(cfg)
-    # The first load runs in the crash-check child: a corrupted file is refused with one line, never a crash here.
+    if cfg.backend == "openvino":  # imported by NNCF below, outside load(): a library that crashes is refused first
+        from edge_runtime.runtime.sandbox import require_usable
+
+        require_usable("openvino")
+    # The first load runs in the crash-check child: a corrupted file (or a crashing library) is refused with one line.
     with load(mf.path, backend="onnxruntime") as s:
         inputs = list(s.inputs)
         classes = int(np.prod([d or 1 for d in s.outputs[0].shape]))

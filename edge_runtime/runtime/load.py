@@ -76,7 +76,6 @@ def load(
         raise ModelError(
             f"model {str(model)!r}: backend {name!r} cannot load {mf.format} files", hint=f"it reads: {readable}"
         )
-    version = cls.library_version()
     cpu_list = tuple(sorted(set(cpus))) if cpus is not None else None
     if threads is not None and threads < 1:
         raise UserError(f"threads {threads!r}: must be at least 1")
@@ -101,6 +100,8 @@ def load(
         crashed = crash_check.check(mf, name, opts, timeout_s=sandbox_timeout_s)
         if crashed:  # the delegate crashed the child and fallback is allowed: load on CPU, and say so
             opts = replace(opts, delegate=None, delegate_options={}, device=None)
+    # The library is imported here, after the crash check: one that crashes when imported ends the child, not us.
+    version = cls.library_version()
     if cpu_list:
         pin_all_threads(list(cpu_list))  # before the backend starts its pools, which inherit the mask
     impl = cls(mf, opts)

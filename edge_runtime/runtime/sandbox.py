@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import edge_runtime.errors as errors
-from edge_runtime.errors import DeviceError, ModelError
+from edge_runtime.errors import BackendNotInstalledError, DeviceError, ModelError
 from edge_runtime.runtime.backends.base import LoadOptions
 from edge_runtime.runtime.model import ModelFile
 from edge_runtime.system.process import dies_with_parent, signal_name
@@ -36,6 +36,83 @@ def _key(model: ModelFile, backend: str, opts: LoadOptions) -> tuple:
         tuple(sorted(opts.options.items())),
         opts.fallback,
     )
+
+
+def _json(line: str) -> dict | None:
+    try:
+        doc = json.loads(line)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _import_crash(backend: str, sig: str) -> tuple[str, str]:
+    """(message, hint) for a backend library that kills the process importing it."""
+    return (
+        f"backend {backend!r} cannot be used here: importing its library crashes the process ({sig}) (checked in a "
+        "child process)",
+        "a broken install, or a build for another CPU: reinstall it, or choose another backend with --backend",
+    )
+
+
+def _child_env() -> tuple[dict, str]:
+    package_root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    return env, package_root
+
+
+def statuses(names: list[str], timeout_s: float = 120.0) -> dict[str, dict]:
+    """Each backend's `status()` (`edge-runtime info`), each taken in its own child process, all at once: a library
+    that crashes or hangs when imported is reported as unusable, with the reason, instead of ending the caller."""
+    import time
+
+    env, package_root = _child_env()
+    procs = {}
+    for name in names:
+        procs[name] = subprocess.Popen(
+            dies_with_parent([sys.executable, "-m", "edge_runtime.runtime.sandbox_child"]),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            cwd=package_root,
+        )
+    deadline = time.monotonic() + timeout_s
+    out = {}
+    for name, proc in procs.items():
+        try:
+            stdout, _ = proc.communicate(json.dumps({"status": name}), timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            why = f"importing its library did not finish within {timeout_s:g} s (checked in a child process)"
+            out[name] = {"installed": False, "unusable": True, "error": why}
+            continue
+        docs = [_json(line) for line in stdout.splitlines() if line.startswith("{")]
+        doc = next((d for d in reversed(docs) if d and "installed" in d), None)
+        if proc.returncode < 0:
+            sig = signal_name(-proc.returncode)
+            why = f"importing its library crashes the process ({sig}) (checked in a child process)"
+            out[name] = {"installed": False, "unusable": True, "error": why}
+        elif doc is None:
+            why = f"its check process failed (exit {proc.returncode})"
+            out[name] = {"installed": False, "unusable": True, "error": why}
+        else:
+            out[name] = doc
+    return out
+
+
+def require_usable(name: str) -> None:
+    """Raise BackendNotInstalledError when importing backend `name`'s library crashes or fails (checked in a child):
+    for the commands that import a library outside `load()` (quantize's NNCF path)."""
+    st = statuses([name])[name]
+    if st.get("unusable"):
+        raise BackendNotInstalledError(
+            f"backend {name!r} cannot be used here: {st['error']}",
+            hint="a broken install, or a build for another CPU: reinstall it, or choose another backend with --backend",
+        )
 
 
 def check(model: ModelFile, backend: str, opts: LoadOptions, timeout_s: float = 120.0) -> str | None:
@@ -58,9 +135,7 @@ def check(model: ModelFile, backend: str, opts: LoadOptions, timeout_s: float = 
         "threads": 1,
         "fallback": opts.fallback,
     }
-    package_root = str(Path(__file__).resolve().parents[2])
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    env, package_root = _child_env()
     shown = str(model.path)
     try:
         proc = subprocess.run(
@@ -78,8 +153,12 @@ def check(model: ModelFile, backend: str, opts: LoadOptions, timeout_s: float = 
         raise ModelError(
             f"model {shown!r}: {backend} did not load and run it within {timeout_s:g} s (checked in a child process)"
         ) from err
+    lines = [_json(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode < 0:
         sig = signal_name(-proc.returncode)
+        if not any(d and "imported" in d for d in lines):
+            message, hint = _import_crash(backend, sig)
+            raise BackendNotInstalledError(message, hint=hint)
         accelerator = opts.delegate or (opts.device if (opts.device or "cpu").lower() != "cpu" else None)
         if accelerator:
             # A vendor delegate or device plugin that crashes: the device's fault, and CPU may still work.
@@ -93,14 +172,7 @@ def check(model: ModelFile, backend: str, opts: LoadOptions, timeout_s: float = 
             f"model {shown!r}: crashes the {backend} backend ({sig}) when loaded or run; refused "
             "(checked in a child process)"
         )
-    answer = None
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith("{"):
-            try:
-                answer = json.loads(line)
-            except ValueError:
-                continue
-            break
+    answer = next((d for d in reversed(lines) if d and "ok" in d), None)
     if answer is None:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise ModelError(f"model {shown!r}: the {backend} check process failed (exit {proc.returncode}): {last[:300]}")

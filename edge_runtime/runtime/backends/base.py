@@ -8,6 +8,7 @@ device or delegate it cannot use raises `DeviceError`, unless `LoadOptions.fallb
 from __future__ import annotations
 
 import abc
+import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -114,6 +115,34 @@ class FastHandles:
     set_input: Callable[[np.ndarray], object] | None
     run: Callable[[], object]
     outputs: tuple[tuple[str, Callable[[], np.ndarray]], ...]
+
+
+@contextlib.contextmanager
+def filtered_stderr(drop: Callable[[str], bool]):
+    """Native libraries print on file descriptor 2 where Python cannot catch it: capture it for the call, and pass on
+    every line `drop` does not match (a library's noise goes, its warnings and errors stay visible)."""
+    import os
+    import sys
+    import tempfile
+
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):
+        yield
+        return
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            kept = [ln for ln in tmp.read().decode(errors="replace").splitlines(True) if not drop(ln)]
+            if kept:
+                sys.stderr.write("".join(kept))
+                sys.stderr.flush()
 
 
 def distribution_version(dist: str) -> str:

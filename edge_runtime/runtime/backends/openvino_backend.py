@@ -10,7 +10,14 @@ import functools
 import numpy as np
 
 from edge_runtime.errors import DeviceError, ModelError, UserError
-from edge_runtime.runtime.backends.base import Backend, FastHandles, LoadOptions, TensorInfo, require
+from edge_runtime.runtime.backends.base import (
+    Backend,
+    FastHandles,
+    LoadOptions,
+    TensorInfo,
+    filtered_stderr,
+    require,
+)
 from edge_runtime.runtime.model import ModelFile
 
 DEVICES = ("CPU", "GPU", "NPU", "AUTO")
@@ -18,13 +25,22 @@ DEVICES = ("CPU", "GPU", "NPU", "AUTO")
 CORE_PROPERTIES = {"CACHE_DIR", "CACHE_MODE", "ENABLE_MMAP", "FORCE_TBB_TERMINATE", "CACHE_ENCRYPTION_CALLBACKS"}
 
 
+def _arm_noise():
+    """On ARM, OpenVINO's CPU plugin (oneDNN's xbyak_aarch64) prints "<file>, <line>: Can't open MIDR_EL1 sysfs
+    entry" on stderr where /sys has no midr_el1 (containers, emulation, some kernels) at every load: dropped, so an
+    error stays one line."""
+    return filtered_stderr(lambda line: "Can't open MIDR_EL1 sysfs entry" in line)
+
+
 def _ov():
-    return require("openvino", "openvino", "openvino")
+    with _arm_noise():
+        return require("openvino", "openvino", "openvino")
 
 
 def _core():
     ov = _ov()
-    return ov, ov.Core()
+    with _arm_noise():
+        return ov, ov.Core()
 
 
 def _version(ov) -> str:
@@ -85,11 +101,13 @@ class OpenVinoBackend(Backend):
             config = {"PERFORMANCE_HINT": "LATENCY", **user}
 
         try:
-            ov_model = core.read_model(str(model.path))
+            with _arm_noise():
+                ov_model = core.read_model(str(model.path))
         except Exception as err:
             raise ModelError(f"model {str(model.path)!r}: openvino cannot read it: {_short(err)}") from err
         try:
-            compiled = core.compile_model(ov_model, device, config)
+            with _arm_noise():
+                compiled = core.compile_model(ov_model, device, config)
         except Exception as err:
             if device == "CPU":
                 raise _compile_error(model, err) from err
@@ -97,7 +115,8 @@ class OpenVinoBackend(Backend):
             device = "CPU"
             config = _cpu_config(options, self._user_options_for_cpu(core, user, options, fallback=True))
             try:
-                compiled = core.compile_model(ov_model, "CPU", config)
+                with _arm_noise():
+                    compiled = core.compile_model(ov_model, "CPU", config)
             except Exception as err2:
                 raise _compile_error(model, err2) from err2
         self._compiled = compiled

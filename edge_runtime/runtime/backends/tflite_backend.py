@@ -7,12 +7,9 @@ a delegate can fail later with RuntimeError: all of them are a delegate that can
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import re
-import sys
-import tempfile
 
 import numpy as np
 
@@ -24,6 +21,7 @@ from edge_runtime.runtime.backends.base import (
     Quantization,
     TensorInfo,
     distribution_version,
+    filtered_stderr,
 )
 from edge_runtime.runtime.model import ModelFile
 from edge_runtime.system.files import check_input
@@ -263,28 +261,11 @@ class TfliteBackend(Backend):
         self._interp = None
 
 
-@contextlib.contextmanager
 def _drop_info_logs():
     """LiteRT prints "INFO: Created TensorFlow Lite XNNPACK delegate for CPU." on stderr for every interpreter, which
-    breaks the one-line error promise of the CLI and no environment variable silences it. Capture file descriptor 2
-    for the call and pass on every line that is not an INFO line (warnings and errors stay visible)."""
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError):
-        yield
-        return
-    with tempfile.TemporaryFile() as tmp:
-        os.dup2(tmp.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            tmp.seek(0)
-            kept = [ln for ln in tmp.read().decode(errors="replace").splitlines(True) if not ln.startswith("INFO: ")]
-            if kept:
-                sys.stderr.write("".join(kept))
+    breaks the one-line error promise of the CLI and no environment variable silences it: drop INFO lines (warnings
+    and errors stay visible)."""
+    return filtered_stderr(lambda line: line.startswith("INFO: "))
 
 
 def _check_delegate_library(path: str) -> None:
