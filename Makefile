@@ -4,6 +4,7 @@
 # make bench  the project's own benchmarks (pytest-benchmark; not part of make test)
 # make gpu-check  on a machine with an NVIDIA GPU: the GPU targets and NVML (tests/gpu; skips elsewhere)
 # make models rebuild the reference models in their own environment (TensorFlow; ~1.5 GB)
+# make test-arm64  as root: the board side on aarch64 under QEMU user-mode (a Debian arm64 root; ~25 min, ~1.5 GB)
 PYTHON ?= python3
 VENV := .venv
 TFLRT := .venv-tflite-runtime
@@ -17,7 +18,7 @@ PERF := .venv-perf
 GPU := .venv-gpu
 PIP_FLAGS := -q --disable-pip-version-check
 
-.PHONY: demo test lint bench models models-speedup clean sys-tools sys-libs gpu-check
+.PHONY: demo test lint bench models models-speedup test-arm64 clean sys-tools sys-libs gpu-check
 
 $(VENV)/.done: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -70,8 +71,8 @@ demo: $(VENV)/.done $(TRITON)/.done sys-tools
 lint: $(VENV)/.done sys-tools
 	$(VENV)/bin/ruff check .
 	@if command -v shellcheck >/dev/null; then \
-		echo "shellcheck -x -s sh system_tuning/*.sh system_tuning/*.init tests/servers/*.sh"; \
-		shellcheck -x -s sh system_tuning/*.sh system_tuning/*.init tests/servers/*.sh; \
+		echo "shellcheck -x -s sh system_tuning/*.sh system_tuning/*.init tests/servers/*.sh; shellcheck tests/arm64/*.sh"; \
+		shellcheck -x -s sh system_tuning/*.sh system_tuning/*.init tests/servers/*.sh && shellcheck tests/arm64/*.sh; \
 	else echo "shellcheck not installed: scripts not linted (apt-get install shellcheck)"; fi
 
 # Tools some tests drive (stress-ng, cyclictest, busybox and dash for the scripts, shellcheck, chromium to open the
@@ -120,6 +121,15 @@ models: $(BUILD)/.done
 
 models-speedup: $(BUILD)/.done
 	$(BUILD)/bin/python models/build.py --speedup
+
+# Not part of make test: needs root (debootstrap, chroot, binfmt) and ~25 min; the root in .arm64/ is reused.
+test-arm64:
+	@if [ "$$(id -u)" = 0 ]; then \
+		missing=""; for t in debootstrap qemu-aarch64-static update-binfmts; do \
+			command -v $$t >/dev/null || missing=1; done; \
+		[ -z "$$missing" ] || (apt-get update -qq >/dev/null 2>&1 && \
+			apt-get install -y -qq debootstrap qemu-user-static binfmt-support >/dev/null 2>&1); fi
+	tests/arm64/lane.sh
 
 clean:
 	rm -rf $(VENV) $(TFLRT) $(BUILD) $(TRITON) $(MLSERVER) $(PERF) $(GPU) .pytest_cache .ruff_cache .benchmarks

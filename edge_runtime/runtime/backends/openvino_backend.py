@@ -61,11 +61,12 @@ class OpenVinoBackend(Backend):
     def describe(cls) -> dict:
         ov, core = _core()
         devices = {}
-        for d in core.available_devices:
-            try:
-                devices[d] = str(core.get_property(d, "FULL_DEVICE_NAME"))
-            except Exception:  # noqa: BLE001 - a device that cannot name itself is still listed
-                devices[d] = ""
+        with _arm_noise():
+            for d in core.available_devices:
+                try:
+                    devices[d] = str(core.get_property(d, "FULL_DEVICE_NAME"))
+                except Exception:  # noqa: BLE001 - a device that cannot name itself is still listed
+                    devices[d] = ""
         return {
             "version": _version(ov),
             "devices": list(devices),
@@ -74,6 +75,10 @@ class OpenVinoBackend(Backend):
         }
 
     def __init__(self, model: ModelFile, options: LoadOptions) -> None:
+        with _arm_noise():  # the CPU plugin prints it when first loaded, by whichever call comes first
+            self._init(model, options)
+
+    def _init(self, model: ModelFile, options: LoadOptions) -> None:
         ov, core = _core()
         self._ov = ov
         if options.delegate:
@@ -101,13 +106,11 @@ class OpenVinoBackend(Backend):
             config = {"PERFORMANCE_HINT": "LATENCY", **user}
 
         try:
-            with _arm_noise():
-                ov_model = core.read_model(str(model.path))
+            ov_model = core.read_model(str(model.path))
         except Exception as err:
             raise ModelError(f"model {str(model.path)!r}: openvino cannot read it: {_short(err)}") from err
         try:
-            with _arm_noise():
-                compiled = core.compile_model(ov_model, device, config)
+            compiled = core.compile_model(ov_model, device, config)
         except Exception as err:
             if device == "CPU":
                 raise _compile_error(model, err) from err
@@ -115,8 +118,7 @@ class OpenVinoBackend(Backend):
             device = "CPU"
             config = _cpu_config(options, self._user_options_for_cpu(core, user, options, fallback=True))
             try:
-                with _arm_noise():
-                    compiled = core.compile_model(ov_model, "CPU", config)
+                compiled = core.compile_model(ov_model, "CPU", config)
             except Exception as err2:
                 raise _compile_error(model, err2) from err2
         self._compiled = compiled
