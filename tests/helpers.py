@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,25 @@ def x86_tree(tmp: Path) -> Path:
     (t / "etc/default").mkdir(parents=True)
     (t / "etc/default/irqbalance").write_text("#IRQBALANCE_ONESHOT=\nIRQBALANCE_BANNED_CPULIST=1\n")
     return t
+
+
+def read_until(proc: subprocess.Popen, needle: str, timeout: float = 60.0) -> list[str]:
+    """proc's stderr lines up to the first that holds `needle`. Fails (and kills proc) if none comes within `timeout`
+    s, or if the stream ends first. The lines after it are left to proc.communicate()."""
+    seen: list[str] = []
+
+    def read() -> None:
+        for line in proc.stderr:
+            seen.append(line)
+            if needle in line:
+                return
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        proc.kill()  # the reader ends with the pipe
+        t.join(10)
+        raise AssertionError(f"no {needle!r} line within {timeout:g} s: {''.join(seen)[-2000:]}")
+    assert seen and needle in seen[-1], f"ended (exit {proc.wait(10)}) before a {needle!r} line: {''.join(seen)}"
+    return seen

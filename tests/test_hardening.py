@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import FIXTURES, ROOT, artifact, need
-from helpers import assert_one_line_error, write_tree, x86_tree
+from helpers import assert_one_line_error, read_until, write_tree, x86_tree
 
 MODEL = artifact("digits_cnn", "_int8.onnx")
 FP32 = artifact("digits_cnn", "_fp32.onnx")
@@ -36,6 +36,14 @@ def cli(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
         timeout=timeout,
         **kw,
     )
+
+
+def end(*procs: subprocess.Popen) -> None:
+    """Kill and reap whichever of `procs` is still running (a test's finally: no child outlives it)."""
+    for p in procs:
+        if p is not None and p.poll() is None:
+            p.kill()
+            p.wait(10)
 
 
 def strict_json(text: str):
@@ -686,11 +694,17 @@ def test_a_one_sample_run_is_not_called_stable():
 
 def test_a_second_bench_on_the_same_cpu_sees_the_first():
     need("onnxruntime")
-    first = measuring_bench("--cpus", "1", "--duration", "6")
+    # The first measures until it is told to stop, after the second has returned: it competes for the whole of the
+    # second's measured part, however long the second takes to start.
+    first = measuring_bench("--cpus", "1", "--duration", "60")
     try:
         r = strict_json(cli("bench", MODEL, "--cpus", "1", "--duration", "2", "--json").stdout)
     finally:
-        first.wait(timeout=60)
+        first.send_signal(signal.SIGINT)
+        try:
+            first.wait(timeout=60)
+        finally:
+            end(first)
     inter = r["interference"]
     assert inter["runqueue_wait_share"] is not None and inter["runqueue_wait_share"] > 0.2, inter
     assert first.pid in [t["pid"] for t in inter["other_tasks"]], inter["other_tasks"]
@@ -866,6 +880,11 @@ def test_quantize_on_openvino_sends_nothing_and_exits(tmp_path, digits):
         assert proc.returncode == 0, proc.stderr
     proc = cli("run", MODEL, timeout=60, env=env)  # ONNX Runtime: no device ID, no upload
     assert proc.returncode == 0, proc.stderr
+    # OpenVINO itself (not only NNCF) writes ~/intel when imported with its telemetry package there: a run on it,
+    # and info (which imports every backend in a child), must not either.
+    for args in (("run", tmp_path / "q0.xml"), ("info",)):
+        proc = cli(*args, timeout=60, env=env)
+        assert proc.returncode == 0, proc.stderr
     assert list(home.iterdir()) == []  # no ~/intel, no ~/.cache/Microsoft
 
 
@@ -1221,21 +1240,34 @@ def measuring_bench(*args: str) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 60
-    line = ""
-    while "measuring" not in line and time.monotonic() < deadline and proc.poll() is None:
-        line = proc.stderr.readline()
-    assert "measuring" in line, "the background bench never started measuring"
+    read_until(proc, "measuring")  # (its later progress lines stay in the pipe: a few KB a minute)
     return proc
 
 
 def test_a_competitor_that_ends_first_is_still_named():
     need("onnxruntime")
-    first = measuring_bench("--cpus", "1", "--duration", "3")
+    first = measuring_bench("--cpus", "1", "--duration", "60")
+    second = None
+    # the second measures until told to stop, after the first has ended
+    cmd = [sys.executable, "-m", "edge_runtime.cli", "bench", str(MODEL), "--cpus", "1", "--duration", "60", "--json"]
     try:
-        r = strict_json(cli("bench", MODEL, "--cpus", "1", "--duration", "4", "--json").stdout)
+        second = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        read_until(second, "measuring")  # the second's measured part began with the first running beside it
+        first.send_signal(signal.SIGINT)
+        first.wait(timeout=60)  # the first has ended (and is reaped) while the second still measures
+        assert second.poll() is None, "the second bench ended before the first"
+        second.send_signal(signal.SIGINT)  # it ends now, its partial result whole
+        out, err = second.communicate(timeout=60)
     finally:
-        first.wait(timeout=60)
+        end(first, second)
+    assert second.returncode == 130, err
+    r = strict_json(out)
     inter = r["interference"]
     row = next((t for t in inter["other_tasks"] if t["pid"] == first.pid), None)
     assert row is not None, (first.pid, inter["other_tasks"], inter["runqueue_wait_share"])
@@ -1510,32 +1542,37 @@ def _first(path: Path) -> Path:
 
 def test_a_short_idle_run_waits_little_for_its_cpu():
     need("onnxruntime")
+    shares = []
     for _ in range(3):
         r = strict_json(cli("bench", MODEL, "--iterations", "200", "--cpus", "1", "--json").stdout)
-        assert 0 <= r["interference"]["runqueue_wait_share"] < 0.5, r["interference"]
+        share = r["interference"]["runqueue_wait_share"]
+        assert share is not None and 0 <= share <= 1, r["interference"]  # a share of the measured part
+        shares.append(share)
+    # Waits little: a run this short can land on a moment the (shared, loaded) machine is busy, not all three.
+    assert min(shares) < 0.5, shares
 
 
 def test_a_sensor_that_vanishes_is_not_a_cool_board(tmp_path):
     need("onnxruntime")
     root = _thermal_tree(tmp_path, {"cpu-thermal": "90000"})
     temp = root / "sys/class/thermal/thermal_zone0/temp"
-    threading.Timer(1.0, lambda: temp.write_text("garbage\n")).start()
-    proc = cli(
-        "bench",
-        MODEL,
-        "--sysroot",
-        root,
-        "--cooldown-to",
-        "50",
-        "--cooldown-timeout",
-        "3",
-        "--iterations",
-        "10",
-        "--thermal-limit",
-        "100",
+    args = ["--sysroot", root, "--cooldown-to", "50", "--cooldown-timeout", "3", "--iterations", "10"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edge_runtime.cli", "bench", str(MODEL), *map(str, args), "--thermal-limit", "100"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
-    lines = proc.stderr.strip().splitlines()  # progress while it waits, then the verdict
-    assert proc.returncode == 1 and "cooling down: no temperature reading" in proc.stderr
+    try:
+        seen = read_until(proc, "cooling down:")  # the wait has begun (with a reading): now the sensor goes
+        temp.write_text("garbage\n")
+        _, err = proc.communicate(timeout=60)
+    finally:
+        end(proc)
+    stderr = "".join(seen) + err
+    lines = stderr.strip().splitlines()  # progress while it waits, then the verdict
+    assert proc.returncode == 1 and "cooling down: no temperature reading" in stderr, stderr
     assert lines[-1].startswith("edge-runtime: error: --cooldown-to 50: no temperature reading (the sensors went")
 
 
@@ -1549,10 +1586,12 @@ def test_a_partial_run_is_marked_in_the_prometheus_file(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    while "measuring" not in proc.stderr.readline():
-        pass
-    proc.send_signal(signal.SIGINT)
-    proc.communicate(timeout=60)
+    try:
+        read_until(proc, "measuring")
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    finally:
+        end(proc)
     text = prom.read_text()
     assert "edge_runtime_run_complete{" in text and text.split("edge_runtime_run_complete{")[1].split()[1] == "0.0"
     assert 'kind="interrupted"' in text

@@ -202,14 +202,16 @@ class Sleeper:
 
 
 def test_multi_stream_queries_carry_all_their_samples_and_say_when_they_overrun():
-    req = BenchRequest("m.onnx", scenario="multi-stream", samples_per_query=4, interval_ms=20.0)
+    # 4 ms of work a query in a 200 ms interval: only a VM stall of ~200 ms could make one overrun, not the few ms a
+    # loaded vCPU adds to a sleep
+    req = BenchRequest("m.onnx", scenario="multi-stream", samples_per_query=4, interval_ms=200.0)
     fn = Sleeper(0.001)
-    m, run = measure_open_loop(fn, plan_for(req, iterations=15, duration_s=None), warmup=2)
-    assert len(m.samples_ns) == 15 and fn.calls == 2 + 15 * 4  # warm-up is single samples; a query is four
+    m, run = measure_open_loop(fn, plan_for(req, iterations=5, duration_s=None), warmup=2)
+    assert len(m.samples_ns) == 5 and fn.calls == 2 + 5 * 4  # warm-up is single samples; a query is four
     assert np.all(m.samples_ns >= 4_000_000)  # a query's latency covers its four samples
-    assert np.all(np.diff(run.intended_ns) == 20_000_000)
-    sec = scenario_section(req, plan_for(req, 15, None), run, m.wall_s)
-    assert sec["queries_over_interval"] == 0 and sec["samples_per_query"] == 4 and sec["interval_ms"] == 20.0
+    assert np.all(np.diff(run.intended_ns) == 200_000_000)
+    sec = scenario_section(req, plan_for(req, 5, None), run, m.wall_s)
+    assert sec["queries_over_interval"] == 0 and sec["samples_per_query"] == 4 and sec["interval_ms"] == 200.0
     # 4 samples of 1 ms do not fit a 3 ms interval: every query but the first waits, and the section says so
     fast = BenchRequest("m.onnx", scenario="multi-stream", samples_per_query=4, interval_ms=3.0)
     m, run = measure_open_loop(Sleeper(0.001), plan_for(fast, 15, None), warmup=0)
@@ -226,17 +228,28 @@ def test_offline_sends_everything_at_once_and_times_each_query_from_its_start():
     assert len(m.samples_ns) == 600 and fn.calls == 1200
     # queued at 0: the last query waited for every one before it (from the times the loop itself recorded)
     assert np.all(np.diff(run.started_ns) >= 0) and run.latency_ns[-1] >= run.service_ns[:-1].sum()
-    assert np.median(m.samples_ns) < 5_000_000  # each from its own start: two samples, not the queue ahead
+    # each from its own start: two samples, not the queue ahead (from time 0 the median query waited for ~300 others)
+    assert np.array_equal(m.samples_ns, run.service_ns)
+    own, queued = np.median(m.samples_ns), np.median(run.latency_ns)
+    assert own * 10 < queued, (own, queued)
     timed = plan_for(req, iterations=None, duration_s=0.3)
     m, _ = measure_open_loop(Sleeper(0.0002), timed, until_s=0.3, warmup=0)
-    assert 0.3 <= m.wall_s < 1.0 and len(m.samples_ns) > 100  # by time: as many as 0.3 s allows, then it stops
+    # by time: it sends until 0.3 s have passed and stops at the next check (from the loop's own chunk times, as long
+    # as a loaded VM makes each chunk of queries)
+    (done_before, at_before), (done, at) = m.chunks[-2], m.chunks[-1]
+    assert at_before < 0.3 <= at <= m.wall_s and len(m.samples_ns) == done > done_before, m.chunks
 
 
 def test_a_burst_run_is_quiet_between_bursts():
     req = BenchRequest("m.onnx", scenario="burst", rate_qps=500.0, burst_on_s=0.2, burst_off_s=0.3)
     m, run = measure_open_loop(Sleeper(0.0001), plan_for(req, None, 1.5), warmup=0)
     phase = (run.started_ns / 1e9) % 0.5
-    assert np.mean(phase < 0.21) > 0.98  # sent in the bursts (a late send can spill by a few us)
+    assert np.all((run.intended_ns / 1e9) % 0.5 < 0.2) and np.all(run.started_ns >= run.intended_ns)  # never early
+    # Quiet between bursts: the rate of sends in the off parts is a small fraction of the rate in the bursts (a send
+    # late behind a VM stall spills past a burst's end: a 100 ms stall at its end pushes up to 50 queries out).
+    on = phase < 0.2
+    rate_on, rate_off = on.sum() / 0.2, (~on).sum() / 0.3
+    assert rate_off < rate_on / 10, (rate_on, rate_off)
     assert 200 < len(m.samples_ns) < 400  # 500/s for 3 x 0.2 s: ~300
     sec = scenario_section(req, plan_for(req, None, 1.5), run, m.wall_s)
     assert sec["kind"] == "burst" and sec["burst_on_s"] == 0.2
@@ -271,7 +284,8 @@ def test_edge_runtime_bench_runs_every_scenario(tmp_path):
         if kind == "multi-stream":
             assert sc["queries"] == 50 and sc["samples_per_query"] == 3 and sc["interval_ms"] == 10
         if kind == "replay":
-            assert sc["queries"] == 100 and sc["arrivals"] == 100 and abs(doc["wall_s"] - 0.198) < 0.1
+            # never before the last arrival is due (0.198 s); the upper bound only says it did not hang
+            assert sc["queries"] == 100 and sc["arrivals"] == 100 and 0.198 <= doc["wall_s"] < 2.0
         if kind == "offline":
             assert sc["queries"] == 400 and sc["latency_from"].startswith("each query's own start")
         if kind == "burst":

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from conftest import artifact, need
-from helpers import bench, fixture, request, run_cli
+from conftest import ROOT, artifact, need
+from helpers import bench, fixture, read_until, request, run_cli
 
 from edge_runtime.system.firmware import decode_throttled, parse_tegrastats, parse_throttled
 from edge_runtime.system.root import SystemRoot
@@ -183,16 +185,43 @@ def heater(temp: Path, schedule: list[tuple[float, float]]) -> threading.Thread:
     return th
 
 
+class AtFirst:
+    """A bench's progress callback that calls `then(msg)` once, at the first message starting with `prefix` (the
+    first "measuring" message: the measured part has been running for a second), and keeps every message."""
+
+    def __init__(self, prefix: str, then):
+        self.prefix, self.then = prefix, then
+        self.said: list[str] = []
+        self.got = None
+
+    def __call__(self, msg: str) -> None:
+        self.said.append(msg)
+        if self.got is None and msg.startswith(self.prefix):
+            self.got = self.then(msg)
+
+    def result(self):
+        assert self.got is not None, f"the bench never said {self.prefix!r}: {self.said}"
+        return self.got
+
+
+def elapsed_in(msg: str) -> float:
+    """The measured part's elapsed seconds in a progress message ("measuring: 1.0/3 s, ..."), rounded down from the
+    0.1 s it was printed to."""
+    return float(msg.split("measuring:")[1].split("/")[0]) - 0.05
+
+
 def test_timeline_follows_a_heating_board_and_the_sampler_stays_off_the_measured_cpu(tmp_path):
     need("onnxruntime")
     root, temp = board_tree(tmp_path, 40.0)
     ina3221(root)
-    h = heater(temp, [(0.5 + 0.4 * i, 41.0 + 4 * i) for i in range(6)])  # 41 .. 61 C
+    # The heater starts at the first "measuring" message (1 s or more into the measured part) and is done 0.75 s
+    # later, well before the 4 s run ends, however long start-up took.
+    at = AtFirst("measuring", lambda _: heater(temp, [(0.15 * i, 41.0 + 4 * i) for i in range(6)]))  # 41 .. 61 C
     cfg = request(
-        model=str(artifact("digits_cnn", "_int8.onnx")), cpus=[1], duration_s=3.0, sample_interval_s=0.1, sandbox=False
+        model=str(artifact("digits_cnn", "_int8.onnx")), cpus=[1], duration_s=4.0, sample_interval_s=0.1, sandbox=False
     )
-    r = bench(cfg, SystemRoot(root))
-    h.join()
+    r = bench(cfg, SystemRoot(root), at)
+    at.result().join(30)
     t = r["thermal"]
     line = [p["max_c"] for p in t["timeline"] if p["t_s"] >= 0]
     assert len(line) >= 15
@@ -214,8 +243,8 @@ def test_cooldown_waits_until_the_board_is_cool(tmp_path):
     need("onnxruntime")
     root, temp = board_tree(tmp_path, 40.0)
     temp.write_text("70000\n")
-    h = heater(temp, [(1.2, 45.0)])
-    said: list[str] = []
+    # Cooled 1.1 s after the first "cooling down" message (the wait's first reading, at 0 s): at least 1 s waited
+    at = AtFirst("cooling down", lambda _: heater(temp, [(1.1, 45.0)]))
     cfg = request(
         model=str(artifact("digits_cnn", "_int8.onnx")),
         cpus=[1],
@@ -224,40 +253,42 @@ def test_cooldown_waits_until_the_board_is_cool(tmp_path):
         sample_interval_s=0.1,
         sandbox=False,
     )
-    r = bench(cfg, SystemRoot(root), said.append)
-    h.join()
+    r = bench(cfg, SystemRoot(root), at)
+    at.result().join(30)
     cd = r["thermal"]["cooldown"]
     assert cd["start_c"] == 70.0 and cd["reached_c"] <= 50.0 and cd["waited_s"] >= 1.0
-    assert any(m.startswith("cooling down: 70.0 C > 50 C") for m in said)
+    assert any(m.startswith("cooling down: 70.0 C > 50 C") for m in at.said)
 
 
 def test_the_limit_aborts_the_run_and_keeps_a_partial_result(tmp_path):
     need("onnxruntime")
     root, temp = board_tree(tmp_path, 50.0)
-    heater(temp, [(4.0, 66.0)])  # well after start-up: the measured part is running by then
     out = tmp_path / "result.json"
-    proc = run_cli(
-        "bench",
-        str(artifact("digits_cnn", "_int8.onnx")),
-        "--cpus",
-        "1",
-        "--duration",
-        "20",
-        "--thermal-limit",
-        "60",
-        "--sample-interval",
-        "0.1",
-        "--sysroot",
-        str(root),
-        "--json",
-        str(out),
-    )
-    assert proc.returncode == 1, proc.stderr
+    args = ["--cpus", "1", "--duration", "20", "--thermal-limit", "60", "--sample-interval", "0.1"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edge_runtime.cli", "bench", str(artifact("digits_cnn", "_int8.onnx")), *args,
+         "--sysroot", str(root), "--json", str(out)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        said = read_until(proc, "measuring:")  # the measured part is running: heat the board now
+        heated_at = elapsed_in(said[-1])
+        heater(temp, [(0.0, 66.0)]).join(10)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 1, stderr
     r = json.loads(out.read_text())
     assert r["aborted"]["partial"] is True and "thermal limit 60 C exceeded (66.0 C)" in r["aborted"]["reason"]
-    assert 0 < r["aborted"]["at_s"] < 5 and r["wall_s"] < 10  # stopped long before its 20 s
+    # after the heat, and long before its 20 s (the sampler reads every 0.1 s, the loop checks between chunks)
+    assert heated_at < r["aborted"]["at_s"] < heated_at + 5 and r["wall_s"] < heated_at + 10, (heated_at, r["aborted"])
     assert r["latency_us"]["count"] > 0 and r["thermal"]["max_c"] == 66.0 and r["thermal"]["headroom_c"] == -6.0
-    assert "ABORTED      thermal limit 60 C exceeded" in proc.stdout
+    assert "ABORTED      thermal limit 60 C exceeded" in stdout
 
 
 def test_prometheus_textfile(tmp_path):
@@ -309,14 +340,22 @@ def test_throttling_is_detected_with_the_time_it_started(tmp_path):
     (d / "cpuinfo_max_freq").write_text("1800000\n")
     (d / "scaling_max_freq").write_text("1800000\n")
     (d / "scaling_cur_freq").write_text("1800000\n")
-    heater(d / "scaling_max_freq", [(1.5, 1200.0)])  # the cooling device caps CPU1 at 1.2 GHz (kHz / 1000 below)
+    cap = d / "scaling_max_freq"
+
+    def throttle(msg: str) -> float:  # the cooling device caps CPU1 at 1.2 GHz (kHz / 1000 below)
+        cap.with_suffix(".new").write_text("1200000\n")
+        os.replace(cap.with_suffix(".new"), cap)
+        return elapsed_in(msg)
+
+    # capped at the first "measuring" message (1 s or more into the measured part), with 2 s or more still to run
+    at = AtFirst("measuring", throttle)
     cfg = request(
-        model=str(artifact("digits_cnn", "_int8.onnx")), cpus=[1], duration_s=2.5, sample_interval_s=0.1, sandbox=False
+        model=str(artifact("digits_cnn", "_int8.onnx")), cpus=[1], duration_s=3.0, sample_interval_s=0.1, sandbox=False
     )
-    r = bench(cfg, SystemRoot(root))
+    r = bench(cfg, SystemRoot(root), at)
     t = r["thermal"]
-    assert t["throttled"] is True
-    assert 0 < t["throttle_started_s"] < 2.5
+    assert t["throttled"] is True, at.said
+    assert 0 < at.result() <= t["throttle_started_s"] < cfg.duration_s, (at.said, t["throttle_started_s"])
     assert t["throttle_reasons"] == ["CPU1 capped at 1200 of 1800 MHz"]
     before = [p for p in t["timeline"] if 0 <= p["t_s"] < t["throttle_started_s"]]
     assert before and not any(p["throttled"] for p in before)
@@ -327,15 +366,16 @@ def test_a_sensor_that_appears_mid_run_and_a_sampler_with_no_housekeeping_cpu(tm
     root, temp = board_tree(tmp_path, 50.0)
     for t in root.glob("sys/class/thermal/thermal_zone*/temp"):
         t.write_text("garbled\n")
-    heater(temp, [(0.8, 55.0)])  # the driver comes back during the run
+    at = AtFirst("measuring", lambda _: heater(temp, [(0.0, 55.0)]))  # the driver comes back during the run
     cfg = request(
         model=str(artifact("digits_cnn", "_int8.onnx")),
         cpus=[0, 1],
-        duration_s=1.5,
+        duration_s=2.0,
         sample_interval_s=0.1,
         sandbox=False,
     )
-    r = bench(cfg, SystemRoot(root))
+    r = bench(cfg, SystemRoot(root), at)
+    at.result().join(30)
     t = r["thermal"]
     assert t["start_c"] is None and t["max_c"] == 55.0 and t["available"] is True
     assert any("no housekeeping CPU left for the thermal sampler" in w for w in r["quality"]["warnings"])

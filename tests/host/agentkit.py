@@ -1,5 +1,6 @@
 """Real parts for the host-side tests: `edge-runtime agent` as a child process, and the software null-modem cable
-(bench.transports.nullmodem: two pseudo-terminals, pyserial at both ends, faults and pulls on demand)."""
+(bench.transports.nullmodem: two pseudo-terminals, pyserial at both ends, faults and pulls on demand); `read_until`
+waits for a child's progress line."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import time
 from pathlib import Path
 
 from conftest import ROOT
+from helpers import read_until as _read_until
 
 from bench.transports.nullmodem import NullModem
 
@@ -26,6 +28,11 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def read_until(proc: subprocess.Popen, needle: str, timeout: float = 120.0) -> list[str]:
+    """helpers.read_until with the host tests' longer default (a server or an agent starts first)."""
+    return _read_until(proc, needle, timeout)
 
 
 class AgentProcess:
@@ -56,7 +63,8 @@ class AgentProcess:
             stderr=subprocess.PIPE,
             text=True,
         )
-        threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()
+        self.reader = threading.Thread(target=self._read, args=(self.proc,), daemon=True)
+        self.reader.start()
         if wait:
             self.wait_for("listening on")
 
@@ -71,7 +79,7 @@ class AgentProcess:
                 if text in line:
                     return line
             if self.proc.poll() is not None:
-                time.sleep(0.2)
+                self.reader.join(10)  # its last words
                 raise AssertionError(f"agent exited {self.proc.returncode}: {self.lines}")
             time.sleep(0.05)
         raise AssertionError(f"agent never said {text!r}: {self.lines}")
@@ -82,6 +90,13 @@ class AgentProcess:
             m = re.search(r"listening on (tcp://\S+)", self.wait_for("listening on"))
             return m.group(1)
         return self.endpoint
+
+    def wait(self, timeout: float = 60.0) -> int:
+        """Wait for the agent to exit and for its stderr to be read to the end (self.lines complete); its status."""
+        code = self.proc.wait(timeout=timeout)
+        self.reader.join(timeout)
+        assert not self.reader.is_alive(), f"the agent's stderr is still open after it exited: {self.lines}"
+        return code
 
     def kill(self) -> None:
         self.proc.kill()

@@ -10,7 +10,7 @@ import warnings
 import xml.etree.ElementTree as ET
 
 import pytest
-from agentkit import AgentProcess, Cable
+from agentkit import AgentProcess, Cable, read_until
 from conftest import MODELS, ROOT, need
 
 from bench.campaign import CampaignWarning, load
@@ -159,7 +159,6 @@ def test_campaign_mistakes_are_one_line_and_name_the_key(tmp_path):
 def test_ctrl_c_stops_a_campaign_and_keeps_what_finished(tmp_path):
     need("onnxruntime")
     import signal
-    import time
 
     camp = write(
         tmp_path,
@@ -180,14 +179,16 @@ duration_s = 3
     proc = subprocess.Popen([sys.executable, "-m", "bench.cli", "run", str(camp), "--store", str(store), "--json",
                              str(tmp_path / "r.json")], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)  # fmt: skip
-    lines = []
-    for line in proc.stderr:
-        lines.append(line)
-        if line.startswith("[2/3]"):
-            break
-    time.sleep(1.5)  # the second run is measuring
-    proc.send_signal(signal.SIGINT)
-    _out, err = proc.communicate(timeout=60)
+    try:
+        lines = read_until(proc, "[2/3]")
+        lines += read_until(proc, "measuring")  # the second run is measuring (a second in; 2 s of it left)
+        assert lines[-1].startswith("target1 digits_cnn_int8 single-stream rep 2: measuring"), lines
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
     assert proc.returncode == 130, [*lines, err]
     assert "interrupted: 2 of 3 runs kept" in err
     runs = json.loads((tmp_path / "r.json").read_text())["runs"]

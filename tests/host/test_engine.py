@@ -42,7 +42,10 @@ def test_open_loop_latency_carries_the_stall_and_a_closed_loop_hides_it():
     service_ms = (run.finished_ns - run.started_ns) / 1e6
     assert np.percentile(service_ms, 50) < 20
     closed = closed_loop([Stalling()], duration_s=3.2)
-    assert np.percentile(closed.latency_ns / 1e6, 99) < 5  # 3 slow queries among ~2,500: under p99
+    # 3 stalls among ~2,500 queries: the closed loop's share of slow queries is ~0.1%, the open loop's ~18%. (The
+    # bound is 20 ms, not the 1 ms service time: a loaded VM delays a good share of 1 ms sleeps by a few ms.)
+    open_slow, closed_slow = np.mean(lat_ms > 20), np.mean(closed.latency_ns / 1e6 > 20)
+    assert open_slow > 0.1 and closed_slow < 0.02 and open_slow > 5 * closed_slow, (open_slow, closed_slow)
 
 
 def test_closed_loop_keeps_n_in_flight_and_stops_at_its_count():
@@ -58,7 +61,10 @@ def test_closed_loop_keeps_n_in_flight_and_stops_at_its_count():
 
     run = closed_loop([send] * 4, queries=200)
     assert len(run.errors) == 200 and run.failed == 0 and peak[0] == 4 and run.concurrency == 4
-    assert 200 * 0.002 / 4 <= run.wall_s < 200 * 0.002  # four at once: about a quarter of the serial time
+    # Four at once, from the run's own times: the queries' summed time (however long a loaded VM made each) fits in
+    # the wall time four times at most (four workers), and at least twice (they overlapped, not one after another).
+    busy_s = run.latency_ns.sum() / 1e9
+    assert busy_s / 4 <= run.wall_s < busy_s / 2, (busy_s, run.wall_s)
 
 
 def test_failures_are_counted_by_kind_and_a_dead_server_does_not_end_the_run():
@@ -84,7 +90,10 @@ def test_a_stop_ends_either_loop_and_keeps_what_was_sent():
     threading.Timer(0.3, stop.set).start()
     run = open_loop([lambda: time.sleep(0.001)] * 2, np.arange(10_000, dtype=np.int64) * 1_000_000,
                     should_stop=stop.is_set)  # fmt: skip
-    assert run.stopped and 100 < len(run.errors) < 1000 and run.failed == 0  # unsent queries are not this run's
+    # Stopped, and only what was due by then was sent (one query a ms: never more than the wall time holds, however
+    # late a loaded VM let the stop land); the unsent queries are not this run's.
+    assert run.stopped and run.wall_s < 5 and run.failed == 0
+    assert 0 < len(run.errors) <= run.wall_s * 1e3 + 1, (len(run.errors), run.wall_s)
     stop2 = threading.Event()
     threading.Timer(0.3, stop2.set).start()
     run = closed_loop([lambda: time.sleep(0.001)], duration_s=60, should_stop=stop2.is_set)
@@ -94,18 +103,28 @@ def test_a_stop_ends_either_loop_and_keeps_what_was_sent():
 def test_queries_still_out_at_the_end_are_no_answer_and_nothing_is_sent_after(monkeypatch):
     from bench.scenarios import engine
 
-    monkeypatch.setattr(engine, "JOIN_GRACE_S", 0.3)
+    # The grace the run gives a query in flight. The slow query below never returns within it (it waits for the test),
+    # so the run always takes the whole grace: 1 s leaves the worker time to pick up its first query on a loaded VM.
+    monkeypatch.setattr(engine, "JOIN_GRACE_S", 1.0)
     calls = [0]
+    release = threading.Event()
 
     def slow():
         calls[0] += 1
-        time.sleep(0.5)
+        release.wait(60)
 
-    run = open_loop([slow], np.zeros(10, np.int64))  # ten due at once, one connection, 0.5 s each
-    returned_with = calls[0]
-    time.sleep(1.0)
+    before = set(threading.enumerate())
+    try:
+        run = open_loop([slow], np.zeros(10, np.int64))  # ten due at once, one connection, each out until released
+        returned_with = calls[0]
+        workers = [t for t in threading.enumerate() if t not in before]
+    finally:
+        release.set()
     assert run.kinds["no answer"] == 1 and run.kinds["not sent"] == 9 and run.failed == 10
-    assert calls[0] == returned_with  # the backlog is not sent after the run has returned
+    for t in workers:  # the worker returns from its query now: it must end without sending the backlog
+        t.join(10)
+        assert not t.is_alive()
+    assert calls[0] == returned_with == 1  # the backlog is not sent after the run has returned
 
 
 def test_waiting_for_a_slow_worker_does_not_spin():

@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
 
 import numpy as np
 import pytest
 import servers
+from agentkit import read_until
 from conftest import MODELS, ROOT, need
 
 from bench.store import Store
@@ -105,11 +105,20 @@ def test_a_server_stopped_mid_run_costs_queries_not_the_run(tmp_path):
     with servers.triton(DIGITS, "digits") as srv:
         store = tmp_path / "s.sqlite"
         cmd = [sys.executable, "-m", "bench.cli", "run", "--target", f"kserve+http://{srv.http}/digits?timeout=2",
-               "--scenario", "server", "--rate", "50", "--duration", "4", "--json", "-", "--store", str(store),
+               "--scenario", "server", "--rate", "50", "--duration", "6", "--json", "-", "--store", str(store),
                "--slo", "p99=10s", "--slo", "error_budget=0.01"]  # fmt: skip
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        threading.Timer(2.0, srv.stop).start()
-        out, err = proc.communicate(timeout=120)
+        try:
+            # The first "measuring" line comes a second into the measured part (~50 queries answered): the server
+            # stops then, and the 5 s left of the schedule (~250 queries) meet a dead server.
+            seen = read_until(proc, "measuring:")
+            srv.stop()
+            out, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+        err = "".join(seen) + err
     assert proc.returncode == 1, err  # the error budget is blown: exit 1, and the run is whole
     doc = json.loads(out)
     e = doc["errors"]
@@ -269,9 +278,14 @@ def test_ctrl_c_keeps_what_the_server_answered(triton, tmp_path):
            "--duration", "60", "--json", "-", "--store", str(store)]  # fmt: skip
     for sig in (signal.SIGINT, signal.SIGTERM):
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(6)  # warmed up and measuring
-        proc.send_signal(sig)
-        out, err = proc.communicate(timeout=90)
+        try:
+            read_until(proc, "measuring:")  # warmed up, and a second (~50 queries) into the measured part
+            proc.send_signal(sig)
+            out, err = proc.communicate(timeout=90)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
         assert proc.returncode == 128 + sig, err
         doc = json.loads(out)
         assert doc["aborted"]["signal"] == sig.name and doc["latency_us"]["count"] > 20
