@@ -337,13 +337,16 @@ class Environment(Record):
 
 @dataclass(frozen=True)
 class Aborted(Record):
-    """A run that stopped early and kept what it measured: `kind` thermal (limit crossed) or interrupted (a signal)."""
+    """A run that stopped early and kept what it measured: `kind` thermal (limit crossed) or interrupted (a signal).
+    `at_s`: when, from the start of the measured part (never negative); `phase`: for a thermal stop, the part of the run
+    the limit was crossed in (load, warm-up or measure: on a slow board the heat can come before the measured part)."""
 
     kind: str = ""
     reason: str = ""
     signal: str | None = field(default=None, metadata=OMIT_NONE)
     at_s: float | None = None
     partial: bool = True
+    phase: str | None = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass(frozen=True)

@@ -291,6 +291,39 @@ def test_the_limit_aborts_the_run_and_keeps_a_partial_result(tmp_path):
     assert "ABORTED      thermal limit 60 C exceeded" in stdout
 
 
+def test_a_limit_crossed_in_warm_up_names_the_phase_and_never_a_negative_time(tmp_path):
+    """On a slow board the heat can come before the measured part (an arm64 run gave at_s = -0.035): the stop names
+    the phase it happened in and never gives a negative time."""
+    from edge_runtime.measure.bench import thermal_phase
+
+    assert thermal_phase(None, 5.0, 10.0) == ("measure", 0.0)
+    assert thermal_phase(5.0, 5.0, 10.0) == ("load", 0.0)  # over at the first reading: loading heated it
+    assert thermal_phase(9.965, 5.0, 10.0) == ("warm-up", 0.0)  # crossed 35 ms before the measured part
+    assert thermal_phase(12.5, 5.0, 10.0) == ("measure", 2.5)
+    need("onnxruntime")
+    root, temp = board_tree(tmp_path, 50.0)
+    args = ["--cpus", "1", "--duration", "5", "--warmup-time", "20", "--thermal-limit", "60"]
+    args += ["--sample-interval", "0.1"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edge_runtime.cli", "bench", str(artifact("digits_cnn", "_int8.onnx")), *args,
+         "--sysroot", str(root)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        read_until(proc, "warming up: 20 s")  # the warm-up is running: heat the board now
+        heater(temp, [(0.0, 66.0)]).join(10)
+        _, stderr = proc.communicate(timeout=60)  # long before the 20 s warm-up would have ended
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 1, stderr
+    assert "thermal limit 60 C exceeded during warm-up (66.0 C): nothing measured" in stderr
+
+
 def test_prometheus_textfile(tmp_path):
     need("onnxruntime")
     parser = pytest.importorskip("prometheus_client.parser", reason="pip install 'edge-runtime[prom]'")

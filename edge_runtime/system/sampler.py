@@ -48,6 +48,7 @@ class Sampler:
         self.throttle_started_s: float | None = None
         self.throttle_why: list[str] = []
         self._stop = threading.Event()
+        self._first = threading.Event()  # set once the first reading is in the timeline
         self._t0 = time.perf_counter()
         self._base = None
         self._thread = threading.Thread(target=self._run, name="edge-sampler", daemon=True)
@@ -106,10 +107,14 @@ class Sampler:
             mx = point["max_c"]
             if self.limit_c is not None and mx is not None and mx > self.limit_c and self.over_limit_at is None:
                 self.over_limit_at, self.over_limit_c = t, mx
+            self._first.set()
             self._stop.wait(self.interval_s)
 
     def __enter__(self) -> Sampler:
         self.start(t0=0.0)  # raw perf_counter times: the run subtracts its own start
+        # The first reading is the board as the model left it, before the warm-up: wait for it (bounded: a sensor
+        # that hangs is reported at the end, not waited on), so a limit already crossed is told from one crossed later.
+        self._first.wait(timeout=2.0)
         return self
 
     def __exit__(self, *exc) -> None:
