@@ -9,6 +9,7 @@ import argparse
 import math
 import os
 import re
+import sys
 
 import numpy as np
 
@@ -256,6 +257,22 @@ def cpus_arg(text: str | None, root=None) -> list[int] | None:
         board = detect(root)
         where = "this machine" if root.is_live else f"the tree {root.root}"
         if board is None:
+            from edge_runtime.system.armcpu import big_cores
+
+            groups = root.cpu_clusters()
+            big = big_cores(groups)
+            online = set(root.online_cpus())
+            chosen = [c for c in (big or ()) if c in online]
+            if chosen:  # big.LITTLE without a profile: measure on the big cores, the little ones keep the housekeeping
+                from edge_runtime.system.cpulist import format_cpu_list
+
+                print(
+                    f"{PROG}: --cpus board: no board profile matches {where}; using its big cores, CPU "
+                    f"{format_cpu_list(chosen)} ({next(c.name for c in groups if c.cpus == big)}); the others keep "
+                    "the housekeeping",
+                    file=sys.stderr,
+                )
+                return chosen
             raise UsageError(f"--cpus board: no board profile matches {where}", hint="give --cpus LIST")
         chosen = board.suggested_isolated(root.online_cpus())
         if not chosen:

@@ -46,6 +46,7 @@ def run(args) -> int:
             "cmdline_file": profile.cmdline.file,
         },
         "cpu_model": root.cpu_model() or None,
+        "cpu_clusters": [c.to_dict() for c in root.cpu_clusters()],
         "kernel": root.kernel() or None,
         "cpus": {"online": root.online_cpus(), "isolated": iso.get("sysfs_isolated", [])},
         "isolation": {k: v for k, v in iso.items() if k != "sysfs_isolated"},
@@ -67,6 +68,9 @@ def render(doc: dict) -> str:
         iso_hint = format_cpu_list(bp["suggested_isolated_cpus"]) or "-"
         lines.append(f"  profile  {bp['name']}: {bp['description']}; isolate CPU {iso_hint} (--cpus board)")
     lines.append(f"  cpu      {doc['cpu_model'] or 'unknown'}")
+    if len(doc.get("cpu_clusters") or []) > 1:
+        parts = [f"{c['name']} on CPU {format_cpu_list(c['cpus'])}" for c in doc["cpu_clusters"]]
+        lines.append(f"  clusters {'; '.join(parts)} (smallest first)")
     lines.append(f"  kernel   {doc['kernel'] or 'unknown'}")
     online, isolated = doc["cpus"]["online"], doc["cpus"]["isolated"]
     lines.append(f"  cpus     online {format_cpu_list(online) or '?'}, isolated {format_cpu_list(isolated) or 'none'}")

@@ -108,8 +108,34 @@ class SystemRoot:
     def kernel(self) -> str:
         return self.read("/proc/sys/kernel/osrelease", "") or ""
 
+    def cpu_cores(self) -> dict[int, str]:
+        """CPU -> core name decoded from an arm64 /proc/cpuinfo's implementer and part ({} on x86)."""
+        from edge_runtime.system.armcpu import cores_from_cpuinfo
+
+        return cores_from_cpuinfo(self.read("/proc/cpuinfo", "") or "")
+
+    def cpu_clusters(self) -> list:
+        """The ARM cores grouped by kind and capacity (`armcpu.Cluster`, smallest first); [] on x86. Capacity from
+        the kernel's cpu_capacity, else cpufreq's cpuinfo_max_freq."""
+        from edge_runtime.system.armcpu import clusters
+
+        cores = self.cpu_cores()
+        capacity: dict[int, int] = {}
+        for cpu in cores:
+            for rel in (f"cpu{cpu}/cpu_capacity", f"cpu{cpu}/cpufreq/cpuinfo_max_freq"):
+                value = self.read(f"/sys/devices/system/cpu/{rel}", None)
+                if value is not None and value.strip().isdigit():
+                    capacity[cpu] = int(value.strip())
+                    break
+        return clusters(cores, capacity)
+
     def cpu_model(self) -> str:
         text = self.read("/proc/cpuinfo", "") or ""
+        from edge_runtime.system.armcpu import summary
+
+        arm = summary(self.cpu_clusters())
+        if arm:  # "4x Cortex-A55 + 4x Cortex-A76": arm64 has no model name (a Pi's "Hardware" names another SoC)
+            return arm
         fields: dict[str, str] = {}
         for line in text.splitlines():
             key, sep, value = line.partition(":")
