@@ -260,19 +260,18 @@ def test_cooldown_waits_until_the_board_is_cool(tmp_path):
     assert any(m.startswith("cooling down: 70.0 C > 50 C") for m in at.said)
 
 
+def spawn_bench(root, *args: str) -> subprocess.Popen:
+    """`edge-runtime bench` of digits INT8 on CPU 1 against the tree `root`, limit 60 C, sampled every 0.1 s."""
+    cmd = [sys.executable, "-m", "edge_runtime.cli", "bench", str(artifact("digits_cnn", "_int8.onnx")), "--cpus", "1",
+           "--thermal-limit", "60", "--sample-interval", "0.1", "--sysroot", str(root), *args]  # fmt: skip
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 def test_the_limit_aborts_the_run_and_keeps_a_partial_result(tmp_path):
     need("onnxruntime")
     root, temp = board_tree(tmp_path, 50.0)
     out = tmp_path / "result.json"
-    args = ["--cpus", "1", "--duration", "20", "--thermal-limit", "60", "--sample-interval", "0.1"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "edge_runtime.cli", "bench", str(artifact("digits_cnn", "_int8.onnx")), *args,
-         "--sysroot", str(root), "--json", str(out)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
+    proc = spawn_bench(root, "--duration", "20", "--json", str(out))
     try:
         said = read_until(proc, "measuring:")  # the measured part is running: heat the board now
         heated_at = elapsed_in(said[-1])
@@ -302,16 +301,7 @@ def test_a_limit_crossed_in_warm_up_names_the_phase_and_never_a_negative_time(tm
     assert thermal_phase(12.5, 5.0, 10.0) == ("measure", 2.5)
     need("onnxruntime")
     root, temp = board_tree(tmp_path, 50.0)
-    args = ["--cpus", "1", "--duration", "5", "--warmup-time", "20", "--thermal-limit", "60"]
-    args += ["--sample-interval", "0.1"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "edge_runtime.cli", "bench", str(artifact("digits_cnn", "_int8.onnx")), *args,
-         "--sysroot", str(root)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )  # fmt: skip
+    proc = spawn_bench(root, "--duration", "5", "--warmup-time", "20")
     try:
         read_until(proc, "warming up: 20 s")  # the warm-up is running: heat the board now
         heater(temp, [(0.0, 66.0)]).join(10)
