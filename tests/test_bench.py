@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 from conftest import FIXTURES, ROOT, artifact, need
 from helpers import assert_one_line_error, bench, read_until, request, run_cli
@@ -49,8 +50,15 @@ def spawn_bench(*args: str) -> subprocess.Popen:
 
 
 def stress_processes() -> list[str]:
-    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout.splitlines()
-    return [ln for ln in out if "stress-ng" in ln or "edge_runtime_hog" in ln]
+    """The co-runners running now, by their whole command line. (Not `ps -eo args`: it cuts lines at 80 columns when it
+    decides so, and under QEMU user-mode every command line starts with the ~90-character interpreter path, so the
+    hog's marker fell past the cut and the tests saw no co-runner on arm64.)"""
+    out = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        line = " ".join(p.info["cmdline"] or [])
+        if "stress-ng" in line or "edge_runtime_hog" in line:
+            out.append(f"{p.info['pid']} {line}")
+    return out
 
 
 def stress_left(timeout: float = 10.0) -> list[str]:

@@ -713,8 +713,10 @@ def test_a_second_bench_on_the_same_cpu_sees_the_first():
 
 # ------------------------------------------------------------------------------------ 11. signals and children
 def _ps(needle: str) -> list[str]:
-    out = subprocess.run(["ps", "-eo", "pid,cls,rtprio,args"], capture_output=True, text=True).stdout.splitlines()
-    return [ln for ln in out if needle in ln and "ps -eo" not in ln]
+    # -ww: whole command lines (ps may cut them at 80 columns; under QEMU they start with the interpreter's path)
+    cmd = ["ps", "-ww", "-eo", "pid,cls,rtprio,args"]
+    out = subprocess.run(cmd, capture_output=True, text=True).stdout.splitlines()
+    return [ln for ln in out if needle in ln and "ps -ww" not in ln]
 
 
 def test_sigkill_takes_the_realtime_cyclictest_with_it():
