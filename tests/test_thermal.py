@@ -293,7 +293,7 @@ def test_the_limit_aborts_the_run_and_keeps_a_partial_result(tmp_path):
 def test_a_limit_crossed_in_warm_up_names_the_phase_and_never_a_negative_time(tmp_path):
     """On a slow board the heat can come before the measured part (an arm64 run gave at_s = -0.035): the stop names
     the phase it happened in and never gives a negative time."""
-    from edge_runtime.measure.bench import thermal_phase
+    from edge_runtime.system.sampler import thermal_phase
 
     assert thermal_phase(None, 5.0, 10.0) == ("measure", 0.0)
     assert thermal_phase(5.0, 5.0, 10.0) == ("load", 0.0)  # over at the first reading: loading heated it

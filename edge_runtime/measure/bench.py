@@ -145,7 +145,7 @@ def run_bench(
                 f"--duration {request.duration_s:g}: no inference completed in that time{per_call}",
                 hint="give a longer --duration",
             )
-        phase, _ = thermal_phase(got.sampler.over_limit_at, _first_reading(got.sampler), float("inf"))
+        phase, _ = got.sampler.crossing(float("inf"))
         raise CheckFailedError(
             f"thermal limit {prep.limit_c:g} C exceeded during {phase} ({got.sampler.over_limit_c:.1f} C): "
             "nothing measured",
@@ -225,8 +225,8 @@ def _measure(
 
         if stop is not None:
             stop.armed = True
-        if request.warmup_s or request.warmup:  # a slow board can spend seconds here: say so (and where a limit trips)
-            say(f"warming up: {f'{request.warmup_s:g} s' if request.warmup_s else f'{request.warmup:,} calls'}")
+        if request.warmup_s:  # a timed warm-up: say it is under way (a count of calls is over before anyone looks)
+            say(f"warming up: {request.warmup_s:g} s")
         open_loop = plan = None
         common = dict(  # the warm-up, progress, stop checks and counter marks both loops share
             warmup=request.warmup,
@@ -390,34 +390,8 @@ def _aborted(m: Measurement, stop: StopRequest | None, prep: Prepared, sampler: 
     if stop is not None and stop.requested:
         name = signal_name(stop.signum or 2)
         return Aborted("interrupted", f"interrupted by {name}", name, round(m.wall_s, 3), True)
-    phase, at_s = thermal_phase(sampler.over_limit_at, _first_reading(sampler), m.begin_perf_s)
+    phase, at_s = sampler.crossing(m.begin_perf_s)
     where = "" if phase == "measure" else f" during {phase}"
-    return Aborted(
-        "thermal",
-        f"thermal limit {prep.limit_c:g} C exceeded{where} ({sampler.over_limit_c:.1f} C)",
-        None,
-        at_s,
-        True,
-        phase,
-    )
+    reason = f"thermal limit {prep.limit_c:g} C exceeded{where} ({sampler.over_limit_c:.1f} C)"
+    return Aborted("thermal", reason, None, at_s, True, phase)
 
-
-def _first_reading(sampler: Sampler) -> float | None:
-    return sampler.timeline[0]["t_s"] if sampler.timeline else None
-
-
-def thermal_phase(over_at: float | None, first_reading_at: float | None, measure_from: float) -> tuple[str, float]:
-    """(phase, at_s) of a thermal stop, from raw perf_counter times: "load" when the sampler's first reading (taken
-    once the model is loaded and has run once) was already over the limit, "warm-up" when the limit was crossed
-    before the measured part began (the loop only notices between chunks, so a run can stop with samples after a
-    warm-up crossing), else "measure". at_s counts from the measured part's start and is never negative: a crossing
-    before it is at 0."""
-    if over_at is None:
-        return "measure", 0.0
-    if first_reading_at is not None and over_at <= first_reading_at:
-        phase = "load"
-    elif over_at < measure_from:
-        phase = "warm-up"
-    else:
-        phase = "measure"
-    return phase, round(max(0.0, over_at - measure_from), 3)

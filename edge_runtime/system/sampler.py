@@ -60,6 +60,11 @@ class Sampler:
     def over_limit(self) -> bool:
         return self.over_limit_at is not None
 
+    def crossing(self, measure_from: float) -> tuple[str, float]:
+        """(phase, at_s) of the limit crossing against the measured part's start (`thermal_phase`)."""
+        first = self.timeline[0]["t_s"] if self.timeline else None
+        return thermal_phase(self.over_limit_at, first, measure_from)
+
     def _pin(self) -> None:
         self.tid = threading.get_native_id()
         housekeeping = sorted(self.allowed - self.measured)
@@ -129,3 +134,20 @@ class Sampler:
         if self.tegra is not None:
             self.tegra.close()
             self.tegra = None
+
+
+def thermal_phase(over_at: float | None, first_reading_at: float | None, measure_from: float) -> tuple[str, float]:
+    """(phase, at_s) of a thermal stop, from raw perf_counter times: "load" when the sampler's first reading (taken
+    once the model is loaded and has run once) was already over the limit, "warm-up" when the limit was crossed
+    before the measured part began (the loop only notices between chunks, so a run can stop with samples after a
+    warm-up crossing), else "measure". at_s counts from the measured part's start and is never negative: a crossing
+    before it is at 0."""
+    if over_at is None:
+        return "measure", 0.0
+    if first_reading_at is not None and over_at <= first_reading_at:
+        phase = "load"
+    elif over_at < measure_from:
+        phase = "warm-up"
+    else:
+        phase = "measure"
+    return phase, round(max(0.0, over_at - measure_from), 3)
