@@ -3,6 +3,7 @@ x86 system tree built from the fixtures (tune and audit tests use it)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -118,3 +119,15 @@ def read_until(proc: subprocess.Popen, needle: str, timeout: float = 60.0) -> li
         raise AssertionError(f"no {needle!r} line within {timeout:g} s: {''.join(seen)[-2000:]}")
     assert seen and needle in seen[-1], f"ended (exit {proc.wait(10)}) before a {needle!r} line: {''.join(seen)}"
     return seen
+
+
+@contextlib.contextmanager
+def reaped(proc: subprocess.Popen):
+    """`with reaped(Popen(...)) as proc:` the child is killed and reaped when the block ends, however it ends (a
+    failed assertion must not leave a bench running behind the next test)."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)

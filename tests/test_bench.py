@@ -15,7 +15,7 @@ import numpy as np
 import psutil
 import pytest
 from conftest import FIXTURES, ROOT, artifact, need
-from helpers import assert_one_line_error, bench, read_until, request, run_cli
+from helpers import assert_one_line_error, bench, read_until, reaped, request, run_cli
 
 from edge_runtime import results
 from edge_runtime.measure.corunners import StressSpec
@@ -247,18 +247,13 @@ def test_stress_is_stopped_when_the_run_fails(tmp_path):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_stress_is_stopped_on_ctrl_c_and_sigterm(sig):
     need("onnxruntime")
-    proc = spawn_bench("--cpus", "1", "--duration", "30", "--stress", "cpu:0")
-    try:
+    with reaped(spawn_bench("--cpus", "1", "--duration", "30", "--stress", "cpu:0")) as proc:
         # The co-runner starts before the measured part, which a slow board (or QEMU) reaches in its own time: wait
         # for the bench to say so, not for a guess at its start-up.
         read_until(proc, "measuring", timeout=300)
         assert stress_processes(), "no co-runner while the bench measures"
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
     assert proc.returncode == 128 + sig, err  # 130 for SIGINT, 143 for SIGTERM
     assert "interrupted" in err and "Traceback" not in err
     assert stress_left() == []

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, artifact, need
-from helpers import bench, fixture, read_until, request, run_cli
+from helpers import bench, fixture, read_until, reaped, request, run_cli
 
 from edge_runtime.system.firmware import decode_throttled, parse_tegrastats, parse_throttled
 from edge_runtime.system.root import SystemRoot
@@ -271,16 +271,11 @@ def test_the_limit_aborts_the_run_and_keeps_a_partial_result(tmp_path):
     need("onnxruntime")
     root, temp = board_tree(tmp_path, 50.0)
     out = tmp_path / "result.json"
-    proc = spawn_bench(root, "--duration", "20", "--json", str(out))
-    try:
+    with reaped(spawn_bench(root, "--duration", "20", "--json", str(out))) as proc:
         said = read_until(proc, "measuring:")  # the measured part is running: heat the board now
         heated_at = elapsed_in(said[-1])
         heater(temp, [(0.0, 66.0)]).join(10)
         stdout, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
     assert proc.returncode == 1, stderr
     r = json.loads(out.read_text())
     assert r["aborted"]["partial"] is True and "thermal limit 60 C exceeded (66.0 C)" in r["aborted"]["reason"]
@@ -301,15 +296,10 @@ def test_a_limit_crossed_in_warm_up_names_the_phase_and_never_a_negative_time(tm
     assert thermal_phase(12.5, 5.0, 10.0) == ("measure", 2.5)
     need("onnxruntime")
     root, temp = board_tree(tmp_path, 50.0)
-    proc = spawn_bench(root, "--duration", "5", "--warmup-time", "20")
-    try:
+    with reaped(spawn_bench(root, "--duration", "5", "--warmup-time", "20")) as proc:
         read_until(proc, "warming up: 20 s")  # the warm-up is running: heat the board now
         heater(temp, [(0.0, 66.0)]).join(10)
         _, stderr = proc.communicate(timeout=60)  # long before the 20 s warm-up would have ended
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
     assert proc.returncode == 1, stderr
     assert "thermal limit 60 C exceeded during warm-up (66.0 C): nothing measured" in stderr
 

@@ -15,6 +15,7 @@ import pytest
 import servers
 from agentkit import read_until
 from conftest import MODELS, ROOT, need
+from helpers import reaped
 
 from bench.store import Store
 
@@ -277,15 +278,10 @@ def test_ctrl_c_keeps_what_the_server_answered(triton, tmp_path):
            "--header", f"triton-access-token: {triton.token}", "--scenario", "server", "--rate", "50",
            "--duration", "60", "--json", "-", "--store", str(store)]  # fmt: skip
     for sig in (signal.SIGINT, signal.SIGTERM):
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
+        with reaped(subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)) as proc:
             read_until(proc, "measuring:")  # warmed up, and a second (~50 queries) into the measured part
             proc.send_signal(sig)
             out, err = proc.communicate(timeout=90)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
         assert proc.returncode == 128 + sig, err
         doc = json.loads(out)
         assert doc["aborted"]["signal"] == sig.name and doc["latency_us"]["count"] > 20
