@@ -847,7 +847,9 @@ def measure_speedups(names: list[str], outdir: Path, log, iterations: int = 500)
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=HERE, help="output folder (default: models/)")
-    ap.add_argument("--only", action="append", help="build only this model (repeatable)")
+    ap.add_argument(
+        "--only", action="append", choices=["digits_cnn", *MLPERF_TINY], help="build only this model (repeatable)"
+    )
     ap.add_argument(
         "--retrain",
         action="store_true",
