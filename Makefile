@@ -4,8 +4,18 @@
 # make bench  the project's own benchmarks (pytest-benchmark; not part of make test)
 # make gpu-check  on a machine with an NVIDIA GPU: the GPU targets and NVML (tests/gpu; skips elsewhere)
 # make models rebuild the reference models in their own environment (TensorFlow; ~1.5 GB)
+# make wheelhouse  every wheel a board needs, for installing with no network (PLATFORM=aarch64 PYTHON=3.11 EXTRAS=...)
+# make test-pythons  the suite on Python 3.10, 3.11 and 3.13 (the ones found; a missing one is said and skipped)
 # make test-arm64  as root: the board side on aarch64 under QEMU user-mode (a Debian arm64 root; ~25 min, ~1.5 GB)
 PYTHON ?= python3
+# make wheelhouse PLATFORM=aarch64 PYTHON=3.11: a bare version names the board's Python, not this machine's interpreter.
+ifneq ($(shell echo '$(PYTHON)' | grep -E '^3\.[0-9]+$$'),)
+WHEEL_PYTHON := $(PYTHON)
+override PYTHON := python3
+endif
+PLATFORM ?= $(shell uname -m)
+EXTRAS ?= onnxruntime,openvino,tflite,agent
+GLIBC ?= 2.35
 VENV := .venv
 TFLRT := .venv-tflite-runtime
 BUILD := .venv-build
@@ -18,7 +28,7 @@ PERF := .venv-perf
 GPU := .venv-gpu
 PIP_FLAGS := -q --disable-pip-version-check
 
-.PHONY: demo test lint bench models models-speedup test-arm64 clean sys-tools sys-libs gpu-check
+.PHONY: demo test test-pythons wheelhouse lint bench models models-speedup test-arm64 clean sys-tools sys-libs gpu-check
 
 $(VENV)/.done: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -71,8 +81,8 @@ demo: $(VENV)/.done $(TRITON)/.done sys-tools
 lint: $(VENV)/.done sys-tools
 	$(VENV)/bin/ruff check .
 	@if command -v shellcheck >/dev/null; then \
-		echo "shellcheck -x -s sh system_tuning/*.sh system_tuning/*.init tests/servers/*.sh; shellcheck tests/arm64/*.sh"; \
-		shellcheck -x -s sh system_tuning/*.sh system_tuning/*.init tests/servers/*.sh && shellcheck tests/arm64/*.sh; \
+		echo "shellcheck -x -s sh system_tuning/*.sh system_tuning/*.init tests/servers/*.sh; shellcheck tests/arm64/*.sh tests/pythons/*.sh"; \
+		shellcheck -x -s sh system_tuning/*.sh system_tuning/*.init tests/servers/*.sh && shellcheck tests/arm64/*.sh tests/pythons/*.sh; \
 	else echo "shellcheck not installed: scripts not linted (apt-get install shellcheck)"; fi
 
 # Tools some tests drive (stress-ng, cyclictest, busybox and dash for the scripts, shellcheck, chromium to open the
@@ -107,6 +117,16 @@ test: $(VENV)/.done $(TFLRT)/.done $(TRITON)/.done $(MLSERVER)/.done sys-tools l
 	EDGE_RUNTIME_TFLITE_IMPL=tflite-runtime $(TFLRT)/bin/pytest -q -p no:cacheprovider -m tflite_runtime \
 		tests/test_tflite_runtime.py
 
+# dist/wheelhouse-PLATFORM-pyVERSION/ and its .tar.gz (tools/wheelhouse.py; README: deploying to a board).
+wheelhouse: $(VENV)/.done
+	$(VENV)/bin/python tools/wheelhouse.py --platform $(PLATFORM) --python $(or $(WHEEL_PYTHON),$$($(VENV)/bin/python \
+		-c 'import sys; print("%d.%d" % sys.version_info[:2])')) --extras $(EXTRAS) --glibc $(GLIBC) --tar
+
+# Each version in its own .venv-pyX.Y (make test's .venv where it is that version); the server venvs are shared.
+PYTHONS ?= 3.10 3.11 3.13
+test-pythons: $(VENV)/.done $(TFLRT)/.done $(TRITON)/.done $(MLSERVER)/.done sys-tools
+	sh tests/pythons/run.sh $(PYTHONS)
+
 bench: $(VENV)/.done $(TRITON)/.done $(PERF)/.done sys-libs
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests/benchmarks --benchmark-only \
 		--benchmark-columns=min,median,mean,stddev,rounds --benchmark-sort=name
@@ -123,7 +143,7 @@ models-speedup: $(BUILD)/.done
 	$(BUILD)/bin/python models/build.py --speedup
 
 # Not part of make test: needs root (debootstrap, chroot, binfmt) and ~25 min; the root in .arm64/ is reused.
-test-arm64:
+test-arm64: $(VENV)/.done
 	@if [ "$$(id -u)" = 0 ]; then \
 		missing=""; for t in debootstrap qemu-aarch64-static update-binfmts; do \
 			command -v $$t >/dev/null || missing=1; done; \
@@ -132,4 +152,4 @@ test-arm64:
 	tests/arm64/lane.sh
 
 clean:
-	rm -rf $(VENV) $(TFLRT) $(BUILD) $(TRITON) $(MLSERVER) $(PERF) $(GPU) .pytest_cache .ruff_cache .benchmarks
+	rm -rf $(VENV) .venv-py3.* $(TFLRT) $(BUILD) $(TRITON) $(MLSERVER) $(PERF) $(GPU) .pytest_cache .ruff_cache .benchmarks

@@ -1424,7 +1424,7 @@ def test_a_failed_or_interrupted_apply_never_leaves_the_tree_stuck(tmp_path):
         state,
         env={**os.environ, "EDGE_RUNTIME_SCRIPTS": "/nonexistent"},
     )
-    assert_one_line_error(proc, "tuning script '/nonexistent/isolate_cpus.sh' not found")
+    assert_one_line_error(proc, "EDGE_RUNTIME_SCRIPTS '/nonexistent': no such file")
     # A script that is slow to start, and a SIGTERM before it changed anything.
     scripts = tmp_path / "scripts"
     shutil.copytree(ROOT / "system_tuning", scripts)

@@ -5,6 +5,7 @@ time, and no module over ~400 lines without a reason at its top."""
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -158,6 +159,11 @@ def test_every_module_says_what_it_is_for():
 
 def test_subpackages_show_the_layers():
     parts = {p.name for p in PACKAGE.iterdir() if p.is_dir() and not p.name.startswith("__")}
-    assert parts == {"runtime", "measure", "system", "quantize", "cli", "wire", "agent"}
+    assert parts == {"runtime", "measure", "system", "quantize", "cli", "wire", "agent", "_data"}
+    # _data holds data, not code: links to the top-level boards/ and system_tuning/ that a wheel build copies.
+    assert {p.name: os.readlink(p) for p in (PACKAGE / "_data").iterdir()} == {
+        "boards": "../../boards",
+        "system_tuning": "../../system_tuning",
+    }
     assert (PACKAGE / "runtime" / "backends" / "base.py").exists()
     assert {p.name for p in PACKAGE.glob("*.py")} == {"__init__.py", "errors.py", "results.py"}

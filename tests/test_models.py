@@ -192,7 +192,7 @@ def test_digits_weights_are_the_source_of_its_artifacts():
 def test_speedups_recorded_where_the_models_were_built():
     """models/speedup.toml (`make models-speedup`): each model's committed INT8 flavour (U8S8, fixed so the files
     are the same wherever they are built) against FP32, and S8S8 beside it, measured on the machine that built them."""
-    import tomllib
+    from conftest import tomllib
 
     with open(MODELS / "speedup.toml", "rb") as f:
         sp = tomllib.load(f)

@@ -16,11 +16,15 @@ from edge_runtime.cli.common import (
 from edge_runtime.system.audit import audit
 from edge_runtime.system.outputs import check_outside
 
-HELP = "audit CPU isolation (show), or apply/reset it with the system_tuning scripts"
+HELP = "audit CPU isolation (show), or apply/reset it with the system_tuning scripts (files: where they are)"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("action", choices=["show", "apply", "reset"], help="show: audit (exit 1 when not tuned)")
+    p.add_argument(
+        "action",
+        choices=["show", "apply", "reset", "files"],
+        help="show: audit (exit 1 when not tuned); files: print the folder of the scripts, unit and init files",
+    )
     p.add_argument("--cpus", metavar="LIST", help="CPUs to set apart (default: the board profile's, or isolated ones)")
     p.add_argument("--governor", help="apply: cpufreq governor (default performance)")
     p.add_argument("--dry-run", action="store_true", help="apply/reset: print what would change, change nothing")
@@ -73,7 +77,8 @@ def run(args) -> int:
         "--state-dir": bool(args.state_dir),
         "--cpus": args.cpus is not None,
     }
-    allowed = {"show": {"--cpus"}, "apply": set(given), "reset": {"--dry-run", "--state-dir"}}[args.action]
+    allowed = {"show": {"--cpus"}, "apply": set(given), "reset": {"--dry-run", "--state-dir"}, "files": set()}
+    allowed = allowed[args.action]
     stray = [flag for flag, on in given.items() if on and flag not in allowed]
     if stray:
         raise UsageError(f"tune {args.action}: {', '.join(stray)} does not apply here (ignored flags hide mistakes)")
@@ -82,6 +87,8 @@ def run(args) -> int:
     # The tree this command reads and the state it keeps are inputs: no output may land inside them.
     check_outside(outs.values(), [(root.root, "the --sysroot tree")] if not root.is_live else [])
     check_outside(outs.values(), [(state, "the tune state dir")])
+    if args.action == "files":
+        return _files(outs)
     if args.action == "show":
         cpus = _tune_cpus(args, root)
         checks = audit(root, cpus)
@@ -126,4 +133,19 @@ def run(args) -> int:
     if emit_json(doc, outs):
         return 0
     print("\n".join(lines))
+    return 0
+
+
+def _files(outs) -> int:
+    """Where the installed package keeps the tuning scripts with their systemd units and init scripts, and the board
+    profiles: one line for `cp -r "$(edge-runtime tune files)" /usr/local/lib/edge-runtime/system_tuning`."""
+    from edge_runtime.system.boards import boards_dir
+    from edge_runtime.system.tuning import scripts_dir
+
+    scripts = scripts_dir().resolve()
+    doc = {"schema": "edge-runtime/tune/1", "action": "files", "system_tuning": str(scripts)}
+    doc["boards"] = str(boards_dir().resolve())
+    if emit_json(doc, outs):
+        return 0
+    print(scripts)
     return 0

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from edge_runtime.errors import UserError
 from edge_runtime.system.cpulist import MAX_CPUS
+from edge_runtime.system.data import data_dir
 from edge_runtime.system.files import check_input, open_input
 from edge_runtime.system.root import SystemRoot
 from edge_runtime.system.thermal import SILICON_RANGE_C
@@ -225,11 +226,11 @@ def load_profile(path: str | os.PathLike[str]) -> BoardProfile:
 
 
 def boards_dir() -> Path:
-    """boards/ beside the package (source or editable install), or EDGE_RUNTIME_BOARDS, which must be a directory
-    (a mistyped variable would otherwise mean "no profile" without a word)."""
+    """The profiles the package carries (system/data.py), or EDGE_RUNTIME_BOARDS, which must be a directory (a
+    mistyped variable would otherwise mean "no profile" without a word)."""
     env = os.environ.get("EDGE_RUNTIME_BOARDS")
     if not env:
-        return Path(__file__).resolve().parents[2] / "boards"
+        return data_dir("boards")
     check_input(env, "EDGE_RUNTIME_BOARDS", error=BoardProfileError, directory=True)
     return Path(env)
 

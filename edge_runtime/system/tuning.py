@@ -16,14 +16,15 @@ from pathlib import Path
 
 from edge_runtime.errors import CheckFailedError, UserError
 from edge_runtime.system.cpulist import format_cpu_list
+from edge_runtime.system.data import data_dir
 from edge_runtime.system.files import check_input, open_input, reason
 from edge_runtime.system.locks import drop_lock, lock_dir, take_lock
 from edge_runtime.system.root import SystemRoot
 
 
 def scripts_dir() -> Path:
-    env = os.environ.get("EDGE_RUNTIME_SCRIPTS")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "system_tuning"
+    """The scripts the package carries (system/data.py), or EDGE_RUNTIME_SCRIPTS."""
+    return data_dir("system_tuning")
 
 
 def state_dir(explicit: str | None) -> Path:

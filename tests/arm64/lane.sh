@@ -4,7 +4,8 @@
 # Builds (once, then reuses) a Debian bookworm arm64 root with debootstrap in .arm64/root, installs the project there
 # from PyPI's aarch64 wheels (numpy, psutil, onnxruntime, openvino, ai-edge-litert), then runs, as a board would:
 # `edge-runtime info`, `run` on every reference model with every backend that reads it, `bench`, `thermal`,
-# `tune show`, the busybox tuning scripts, and the core tests. Timings under emulation mean nothing: this lane checks
+# `tune show`, the busybox tuning scripts, and the core tests; then, as a board with no network, installs the aarch64
+# wheelhouse (make wheelhouse) with pip --no-index and runs `info` and `run` from it. Timings under emulation mean nothing: this lane checks
 # behaviour. Facts it relies on (measured here): qemu 7.2 shows the host's /proc/cpuinfo, so an ARM one (a two-core
 # Cortex-A72) is bind-mounted over it; pip in the root needs the host's CA bundle; numerical results follow the
 # emulated CPU, so QEMU_CPU=cortex-a72 (the default `max` CPU has instructions the wheels take other paths for).
@@ -145,6 +146,47 @@ tests/test_bench.py::test_stress_is_stopped_on_ctrl_c_and_sigterm}
 check "pytest (core)" "python3 -m pytest -q -p no:cacheprovider $TESTS > /tmp/pytest.log 2>&1; \
 rc=\$?; tail -3 /tmp/pytest.log; exit \$rc"
 in_root /bin/sh -c "tail -1 /tmp/pytest.log" 2>/dev/null | sed 's/^/        /' || true
+
+# --- a board with no network: the aarch64 wheelhouse (make wheelhouse, built here on the host, which has the network)
+# installed into a fresh venv by pip --no-index, inside a network namespace of its own (no interface up), then run.
+say "building the aarch64 wheelhouse on the host (tools/wheelhouse.py)"
+PYV=$(in_root python3 -c 'import sys; print("{}.{}".format(*sys.version_info[:2]))')
+if "$REPO/.venv/bin/python" "$REPO/tools/wheelhouse.py" --platform aarch64 --python "$PYV" --out "$LANE/wheelhouse" \
+    >"$LANE/wheelhouse.log" 2>&1; then
+    rm -rf "$RFS/opt/wheelhouse" "$RFS/opt/board"
+    cp -r "$LANE/wheelhouse" "$RFS/opt/wheelhouse"
+    offline() {  # offline CMD...: in the root, with no network at all
+        unshare --net chroot "$RFS" /usr/bin/env -i HOME=/root PATH=/opt/board/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+            LANG=C.UTF-8 QEMU_CPU=cortex-a72 PIP_DISABLE_PIP_VERSION_CHECK=1 "$@"
+    }
+    offline_check() {  # offline_check WHAT CMD...
+        local what=$1
+        shift
+        if offline /bin/sh -c "cd /tmp && $*" >"$LANE/last.log" 2>&1; then
+            say "ok    $what"
+        else
+            say "FAIL  $what"
+            sed 's/^/        /' "$LANE/last.log" | tail -20
+            FAILED=$((FAILED + 1))
+        fi
+    }
+    offline_check "no network in the board's namespace (a connection fails)" \
+        "! python3 -c 'import socket; socket.create_connection((\"deb.debian.org\", 80), timeout=5)' 2>/dev/null"
+    offline_check "pip install --no-index from the wheelhouse ($(find "$LANE/wheelhouse" -name '*.whl' | wc -l) wheels)" \
+        "python3 -m venv /opt/board && /opt/board/bin/pip install -q --no-index --find-links /opt/wheelhouse \
+'edge-runtime[onnxruntime,openvino,tflite,agent]'"
+    offline_check "info from the wheel (every backend usable, the Cortex-A72 named, its files in the venv)" \
+        "edge-runtime info --json - > i.json && python3 -c \"import json; d = json.load(open('i.json')); \
+b = d['backends']; assert all(v['installed'] for v in b.values()), b; assert 'Cortex-A72' in d['cpu_model'], d\" \
+&& edge-runtime tune files | grep -q '^/opt/board/'"
+    for model in resnet8/resnet8_int8.onnx resnet8/resnet8_int8.xml resnet8/resnet8_int8.tflite; do
+        offline_check "run $model from the wheel" "cp /src/models/${model%.*}.* /tmp/ && edge-runtime run /tmp/${model#*/} > /dev/null"
+    done
+else
+    say "FAIL  the aarch64 wheelhouse did not build"
+    sed 's/^/        /' "$LANE/wheelhouse.log" | tail -5
+    FAILED=$((FAILED + 1))
+fi
 
 say "done: $FAILED failed"
 [ "$FAILED" = 0 ]
