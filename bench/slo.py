@@ -22,9 +22,10 @@ def evaluate(result: dict, slo: SLO) -> dict | None:
     budget = None
     if slo.error_budget is not None:
         bound_ms = min(slo.bounds_ms.values()) if slo.bounds_ms else None
-        total = sum(c for _, c in result.get("histogram_us") or []) or (lat.get("count") or 0)
+        answered = sum(c for _, c in result.get("histogram_us") or []) or (lat.get("count") or 0)
         over = sum(c for v, c in result.get("histogram_us") or [] if bound_ms is not None and v > bound_ms * 1000)
         failed = int(result.get("failed_queries") or 0)
+        total = answered + failed  # the share of every query sent: a failed one has no latency, but it was asked
         share = (over + failed) / total if total else 1.0
         spent = share / slo.error_budget if slo.error_budget else (0.0 if share == 0 else float("inf"))
         budget = {"slo": f"at most {slo.error_budget:.3%} over {bound_ms:g} ms or failed" if bound_ms is not None

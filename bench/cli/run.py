@@ -186,9 +186,11 @@ def run(args) -> int:
     print(f"edge-bench: stored as run {got.store_id} in {args.store}", file=sys.stderr)
     on_stdout = any(outs[f].is_stdout for f in ("--json", "--html") if f in outs)
     if not on_stdout:
-        from bench.report import server_text
+        from bench.report import gpu_text, server_text
 
         sys.stdout.write(server_text(doc) if server else bench_cmd.format_report(doc))
+        if doc.get("gpu"):
+            sys.stdout.write(gpu_text(doc["gpu"]))
         if got.link:
             sys.stdout.write(format_link(args.target, got.link, got.rerun_after_restart))
         for line in verdict_lines(verdict.get("slo")):

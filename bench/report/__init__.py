@@ -138,6 +138,23 @@ def _since(sc: dict) -> str:
     return "the " + since if since.startswith("intended") else since
 
 
+def gpu_text(g: dict) -> str:
+    """A local GPU's run (NVML, over the measured part) in one or two lines."""
+    if not g.get("available"):
+        return f"gpu          {g.get('reason', 'not sampled')}\n"
+    parts = [f"{k.replace('_pct', ' %').replace('_w', ' W').replace('_c', ' C')} {g[k]['mean']:g} (max {g[k]['max']:g})"
+             for k in ("utilization_pct", "power_w", "temperature_c") if isinstance(g.get(k), dict)]  # fmt: skip
+    if g.get("energy_per_inference_uj") is not None:
+        energy = f"{g['energy_per_inference_uj']:,.1f} uJ per inference ({g['energy_j']:g} J)"
+    else:
+        energy = g.get("energy_note", "no energy figure")
+    where = f"{g.get('name')} (NVML, the measured {g.get('window_s') or '?'} s)"
+    lines = [f"gpu          {where}: " + "; ".join(x for x in (", ".join(parts), energy) if x)]
+    if g.get("throttle_reasons"):
+        lines.append(f"             clocks held down: {', '.join(g['throttle_reasons'])}")
+    return "\n".join(lines) + "\n"
+
+
 def server_text(r: dict) -> str:
     """A server target's run for people: where it ran, how it was sent, what the client saw, what failed, and the
     server's own split of the time."""

@@ -37,7 +37,7 @@ DTYPES = {"BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint3
           "FP64": "float64"}  # fmt: skip
 GRPC_TOKEN = "triton-grpc-protocol-triton-access-token"
 OPEN_LOOP_WORKERS = 16  # the client's connections in an open loop unless a concurrency is given
-METRICS = {  # Triton's Prometheus names -> the result's (summed over GPUs where there are several)
+METRICS = {  # Triton's Prometheus names -> the result's (several GPUs: see kserve_stats.COMBINE)
     "nv_gpu_utilization": "gpu_utilization",
     "nv_gpu_memory_used_bytes": "gpu_memory_used_bytes",
     "nv_gpu_power_usage": "gpu_power_w",

@@ -69,11 +69,16 @@ class StatsReader:
         }
 
 
+# Several GPUs (one label set each): memory, power and energy add up; utilisation is their mean; the temperature is
+# the hottest one's (as a board's is its hottest sensor).
+COMBINE = {"gpu_utilization": "mean", "gpu_temperature_c": "max", "cpu_utilization": "mean"}
+
+
 def parse_prometheus(text: str) -> dict[str, float]:
-    """name -> value summed over label sets (several GPUs), for the metric names we keep."""
+    """name -> value over label sets (several GPUs, combined as COMBINE says), for the metric names we keep."""
     from bench.targets.kserve import METRICS
 
-    out: dict[str, float] = {}
+    seen: dict[str, list[float]] = {}
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
@@ -85,8 +90,9 @@ def parse_prometheus(text: str) -> dict[str, float]:
         except ValueError:
             continue
         if np.isfinite(v):
-            out[METRICS[m.group(1)]] = out.get(METRICS[m.group(1)], 0.0) + v
-    return out
+            seen.setdefault(METRICS[m.group(1)], []).append(v)
+    how = {"mean": lambda vs: sum(vs) / len(vs), "max": max}
+    return {k: how.get(COMBINE.get(k, ""), sum)(vs) for k, vs in seen.items()}
 
 
 class MetricsSampler:

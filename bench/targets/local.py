@@ -120,6 +120,7 @@ class LocalTarget:
         finally:
             self._running = None
             if gpu is not None:
+                gpu.mark_end()
                 gpu.stop()
         answer = box.get("answer") or {"ok": False, "error": {"kind": "internal", "message": "no answer"}}
         if not answer.get("ok"):
@@ -130,7 +131,7 @@ class LocalTarget:
         result = answer["result"]
         if gpu is not None:
             count = (result.get("latency_us") or {}).get("count")
-            result = {**result, "gpu": gpu.summary(count)}
+            result = {**result, "gpu": gpu.summary(count, result.get("wall_s"))}
         got = AgentResult(rid, result, warnings=list(answer.get("warnings") or []), stopped_by=stopped_by)
         if sink is not None:
             sink(got)

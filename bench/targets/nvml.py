@@ -66,6 +66,8 @@ class GpuSampler:
         self.samples: list[dict] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._t0: float | None = None
+        self.end_s: float | None = None
 
     def identity(self) -> dict:
         nv, h = self.nv, self.handle
@@ -95,7 +97,7 @@ class GpuSampler:
         return out
 
     def start(self) -> None:
-        t0 = time.monotonic()
+        t0 = self._t0 = time.monotonic()
 
         def loop() -> None:
             while not self._stop.is_set() and len(self.samples) < MAX_SAMPLES:
@@ -110,22 +112,40 @@ class GpuSampler:
         if self._thread is not None:
             self._thread.join(5.0)
 
-    def summary(self, inferences: int | None = None) -> dict:
-        out: dict = {"available": True, "source": "NVML", **self.identity(), "samples": len(self.samples)}
-        for key in ("utilization_pct", "memory_utilization_pct", "memory_used_bytes", "power_w", "temperature_c",
-                    "sm_clock_mhz", "memory_clock_mhz"):  # fmt: skip
-            vals = [s[key] for s in self.samples if key in s]
-            if vals:
-                out[key] = {"mean": round(sum(vals) / len(vals), 3), "max": max(vals)}
-        energy = [s["energy_mj"] for s in self.samples if "energy_mj" in s]
-        if len(energy) >= 2:
-            out["energy_j"] = round((energy[-1] - energy[0]) / 1000.0, 3)
-            if inferences:
-                out["energy_per_inference_uj"] = round(out["energy_j"] * 1e6 / inferences, 2)
-        reasons = sorted({r for s in self.samples for r in s.get("throttle", [])})
-        out["throttle_reasons"] = reasons
-        out["timeline"] = self.samples[:: max(1, len(self.samples) // 200)]
-        return out
+    def mark_end(self) -> None:
+        """The measured part has just ended (the run's answer came): its window is [now - wall_s, now]."""
+        if self._t0 is not None:
+            self.end_s = time.monotonic() - self._t0
+
+    def summary(self, inferences: int | None = None, measured_s: float | None = None) -> dict:
+        out: dict = {"available": True, "source": "NVML", **self.identity()}
+        start = None if self.end_s is None or not measured_s else max(0.0, self.end_s - measured_s)
+        return {**out, **window_summary(self.samples, start, self.end_s, inferences)}
+
+
+def window_summary(samples: list[dict], start_s: float | None, end_s: float | None, inferences: int | None) -> dict:
+    """Means, maxima and energy over the measured part only: the sampler also ran while the child loaded the model,
+    initialised CUDA and warmed up, and counting that energy against the measured inferences overstated it. The
+    energy is the counter's rise across the window, from the samples inside it, scaled to the window's length."""
+    inside = samples if start_s is None else [s for s in samples if start_s <= s["t_s"] <= (end_s or s["t_s"])]
+    out: dict = {"samples": len(inside), "window_s": None if start_s is None else round((end_s or 0) - start_s, 3)}
+    for key in ("utilization_pct", "memory_utilization_pct", "memory_used_bytes", "power_w", "temperature_c",
+                "sm_clock_mhz", "memory_clock_mhz"):  # fmt: skip
+        vals = [s[key] for s in inside if key in s]
+        if vals:
+            out[key] = {"mean": round(sum(vals) / len(vals), 3), "max": max(vals)}
+    energy = [(s["t_s"], s["energy_mj"]) for s in inside if "energy_mj" in s]
+    if len(energy) >= 2 and energy[-1][0] > energy[0][0]:
+        (t0, e0), (t1, e1) = energy[0], energy[-1]
+        span = ((end_s or t1) - start_s) if start_s is not None else t1 - t0
+        out["energy_j"] = round((e1 - e0) / 1000.0 * span / (t1 - t0), 3)
+        if inferences:
+            out["energy_per_inference_uj"] = round(out["energy_j"] * 1e6 / inferences, 2)
+    else:
+        out["energy_note"] = "the measured part was shorter than two NVML readings: no energy figure"
+    out["throttle_reasons"] = sorted({r for s in inside for r in s.get("throttle", [])})
+    out["timeline"] = samples[:: max(1, len(samples) // 200)]
+    return out
 
 
 def _text(v) -> str:

@@ -50,7 +50,7 @@ def textfile(result: dict) -> bytes:
     Gauge("edge_runtime_latency_samples", "Inferences timed in the last run", names, registry=reg).labels(**labels).set(
         result["latency_us"]["count"]
     )
-    t = result["thermal"]
+    t = result.get("thermal") or {}  # a server's record has none: the board's sensors are not the server's
     if t.get("available"):
         temp = Gauge(
             "edge_runtime_temperature_celsius", "Hottest sensor during the last run", [*names, "stage"], registry=reg

@@ -338,3 +338,20 @@ iterations = 200
     assert last and "━" in last[-1] and "ETA" in last[-1] and "bars[/]" in last[-1], screen[-500:]
     assert "x[red]y digits_cnn_int8" in screen and "1/2" in screen
     assert "x[red]y" in out  # and the table on stdout, not drawn over
+
+
+def test_the_error_budget_is_a_share_of_every_query_sent():
+    """Failed queries have no latency but were asked: the share is (over the bound + failed) / (answered + failed),
+    so a run exactly at its budget passes and no share exceeds 1."""
+    from bench.campaign import SLO
+    from bench.slo import evaluate
+
+    slo = SLO(bounds_ms={"p99_ms": 10.0}, error_budget=0.001)
+    at_budget = {"latency_us": {"count": 999, "p99": 900.0}, "histogram_us": [[900, 999]], "failed_queries": 1}
+    got = evaluate(at_budget, slo)["error_budget"]
+    assert got["share"] == 0.001 and got["pass"] and got["spent_pct"] == 100.0
+    over = {"latency_us": {"count": 1000, "p99": 900.0}, "histogram_us": [[900, 990], [20000, 10]], "failed_queries": 0}
+    assert evaluate(over, slo)["error_budget"]["share"] == 0.01
+    dead = {"latency_us": {"count": 10, "p99": 900.0}, "histogram_us": [[900, 10]], "failed_queries": 990}
+    got = evaluate(dead, slo)["error_budget"]
+    assert got["share"] == 0.99 and not got["pass"]

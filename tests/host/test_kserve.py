@@ -126,6 +126,12 @@ def test_a_server_stopped_mid_run_costs_queries_not_the_run(tmp_path):
     assert e["failed"] > 10 and e["share"] > 0.2 and doc["latency_us"]["count"] > 20
     assert set(e["kinds"]) <= {"unreachable", "connection lost", "timeout"} and set(e["examples"]) == set(e["kinds"])
     assert doc["failed_queries"] == e["failed"]
+    # The error budget counts the same queries: failed or over the bound, out of every query sent (not only the
+    # answered ones, which once gave a share over 100%).
+    with Store(store) as st:
+        (run,) = st.runs()
+    budget = run.verdict["slo"]["error_budget"]
+    assert budget["share"] == pytest.approx(e["share"], abs=1e-5) and budget["share"] <= 1 and not budget["pass"]
 
 
 def test_mlserver_gets_json_tensors_and_no_statistics(tmp_path):
@@ -141,9 +147,12 @@ def test_mlserver_gets_json_tensors_and_no_statistics(tmp_path):
             for k in want:
                 np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5)
         proc = edge_bench("run", "--target", f"kserve+http://{srv.http}/digits", "--iterations", "50", "--json", "-",
-                          "--store", str(tmp_path / "s.sqlite"))  # fmt: skip
+                          "--store", str(tmp_path / "s.sqlite"), "--prom", str(tmp_path / "m.prom"))  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
+    # A server's record has no board thermal section: the Prometheus file has its latency and no temperature.
+    prom = (tmp_path / "m.prom").read_text()
+    assert 'edge_runtime_latency_samples{' in prom and "temperature" not in prom
     tensors = doc["backend"]["details"]["tensors"]
     assert tensors.startswith("json (the server refused binary tensors") and "422" in tensors
     assert doc["latency_us"]["count"] == 50 and doc["errors"]["failed"] == 0
@@ -288,3 +297,59 @@ def test_ctrl_c_keeps_what_the_server_answered(triton, tmp_path):
         assert doc["errors"]["failed"] == 0  # the queries not yet due are not this run's failures
     with Store(store) as st:
         assert len(st.runs()) == 2  # both partial runs kept
+
+
+def test_gpu_metrics_of_several_gpus_are_combined_as_each_means():
+    """Triton's /metrics on a two-GPU server (its metric names and labels): memory, power and energy add up, the
+    utilisation is the mean and the temperature the hottest GPU's (summing them gave 125 C and 120 %)."""
+    from bench.targets.kserve_stats import parse_prometheus
+
+    text = "\n".join(
+        [
+            "# HELP nv_gpu_utilization GPU utilization rate [0.0 - 1.0)",
+            "# TYPE nv_gpu_utilization gauge",
+            'nv_gpu_utilization{gpu_uuid="GPU-7a1b"} 0.5',
+            'nv_gpu_utilization{gpu_uuid="GPU-9c2d"} 0.7',
+            'nv_gpu_memory_used_bytes{gpu_uuid="GPU-7a1b"} 1.5e+09',
+            'nv_gpu_memory_used_bytes{gpu_uuid="GPU-9c2d"} 5e+08',
+            'nv_gpu_power_usage{gpu_uuid="GPU-7a1b"} 120.5',
+            'nv_gpu_power_usage{gpu_uuid="GPU-9c2d"} 80',
+            'nv_energy_consumption{gpu_uuid="GPU-7a1b"} 1000',
+            'nv_energy_consumption{gpu_uuid="GPU-9c2d"} 500',
+            'nv_gpu_temperature{gpu_uuid="GPU-7a1b"} 60',
+            'nv_gpu_temperature{gpu_uuid="GPU-9c2d"} 65',
+            'nv_gpu_temperature{gpu_uuid="GPU-dead"} NaN',
+            'nv_inference_count{model="digits",version="1"} 10',
+        ]
+    )
+    got = parse_prometheus(text)
+    assert got == pytest.approx(
+        {
+            "gpu_utilization": 0.6,
+            "gpu_memory_used_bytes": 2e9,
+            "gpu_power_w": 200.5,
+            "gpu_energy_j": 1500.0,
+            "gpu_temperature_c": 65.0,
+        }
+    )
+
+
+def test_gpu_energy_counts_the_measured_part_only():
+    """NVML is sampled from before the child loads the model: 4 s of loading and warm-up at 300 W, then 5 s
+    measured at 100 W (1000 inferences). The energy per inference is the measured part's, 100 W x 5 s / 1000."""
+    from bench.targets.nvml import window_summary
+
+    samples, energy_mj = [], 0.0
+    for i in range(37):  # every 0.25 s for 9 s
+        t = i * 0.25
+        power = 300.0 if t < 4.0 else 100.0
+        samples.append({"t_s": t, "power_w": power, "energy_mj": energy_mj, "utilization_pct": 90 if t >= 4 else 5})
+        energy_mj += power * 0.25 * 1000
+    got = window_summary(samples, 4.0, 9.0, 1000)
+    assert got["energy_j"] == pytest.approx(500.0, rel=0.06)
+    assert got["energy_per_inference_uj"] == pytest.approx(500_000.0, rel=0.06)
+    assert got["power_w"]["mean"] == pytest.approx(100.0, abs=10) and got["utilization_pct"]["mean"] >= 80
+    whole = window_summary(samples, None, None, 1000)
+    assert whole["energy_j"] > 1.5 * got["energy_j"]  # what counting the load and warm-up gave
+    short = window_summary(samples, 8.9, 9.0, 10)
+    assert "energy_j" not in short and "shorter than two NVML readings" in short["energy_note"]
