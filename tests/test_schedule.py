@@ -290,3 +290,11 @@ def test_edge_runtime_bench_runs_every_scenario(tmp_path):
             assert sc["queries"] == 400 and sc["latency_from"].startswith("each query's own start")
         if kind == "burst":
             assert 100 < sc["queries"] < 420 and sc["rate_qps"] == 1000  # ~300 in three bursts of 0.1 s
+
+
+def test_a_schedule_with_no_query_in_it_is_a_mistake_said():
+    """A rate of 1e-9 queries/s over 2 s schedules nothing: one UserError, not a run of zero queries that passes."""
+    req = BenchRequest(model="m.onnx", scenario="server", rate_qps=1e-9)
+    with pytest.raises(UserError, match=r"the server schedule holds no query in 2 s at 1e-09 queries/s"):
+        plan_for(req, iterations=None, duration_s=2.0)
+    assert len(plan_for(BenchRequest(model="m.onnx", scenario="server", rate_qps=50), None, 2.0).intended_ns) > 50

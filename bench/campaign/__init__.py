@@ -215,6 +215,10 @@ def _target(where: str, i: int, t: dict, base: str) -> Target:
             raise UserError(f"{where}: [[target]] {name!r}: headers go with server targets (kserve+http, kserve+grpc)")
         if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
             raise UserError(f"{where}: [target.headers] of {name!r}: a table of NAME = \"value\" strings")
+        from bench.targets.kserve import expand_headers
+
+        # Checked now, ${VAR}s included, not when the target's turn comes after the others have run.
+        expand_headers(headers, f"{where}: [target.headers] of {name!r}")
     if url.startswith("kserve+"):
         for key in ("cpus", "threads", "backend", "device", "token_file"):
             if t.get(key) is not None:

@@ -35,7 +35,8 @@ def run(args) -> int:
     with open_store(args) as store:
         runs = [store.run(r) for r in args.runs] if args.runs else list(reversed(store.runs(args.last)))
     rows = [report.stored_row(r) for r in runs]
-    comps = edge_vs_server.pairs([(r.target, r.result) for r in runs])
+    items = [(r.target, r.result) for r in runs]
+    comps = edge_vs_server.pairs(items)
     for flag, out in outs.items():
         if flag == "--json":
             listed = [{**row, "result": r.result} for row, r in zip(rows, runs, strict=True)]
@@ -46,7 +47,7 @@ def run(args) -> int:
             md = report.markdown("edge-bench runs", rows, report.stored_cases(runs)) + edge_vs_server.markdown(comps)
             write_output(out, md)
         else:
-            write_output(out, report.csv_text(rows))
+            write_output(out, edge_vs_server.csv_text(rows, items))
     if not any(o.is_stdout for o in outs.values()):
         sys.stdout.write(report.table(rows) + edge_vs_server.text(comps) if rows else f"no runs in {args.store}\n")
     return 0

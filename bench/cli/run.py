@@ -271,11 +271,12 @@ def run_campaign(args) -> int:
         store.close()
     rows = [o.row() for o in result.outcomes]
     cases = report.slo_cases(result.outcomes)
-    comps = edge_vs_server.pairs([(o.target, o.result) for o in result.outcomes if o.result])
+    items = [(o.target, o.result) for o in result.outcomes]  # aligned with rows (a failed run's result is None)
+    comps = edge_vs_server.pairs(items)
     docs = {
         "--json": lambda: None,
         "--md": lambda: report.markdown(f"Campaign {campaign.name}", rows, cases) + edge_vs_server.markdown(comps),
-        "--csv": lambda: report.csv_text(rows),
+        "--csv": lambda: edge_vs_server.csv_text(rows, items),
         "--junit": lambda: report.junit(campaign.name, cases, result.seconds),
         "--html": lambda: html.render(f"Campaign {campaign.name}", rows, [o.result for o in result.outcomes], cases),
     }

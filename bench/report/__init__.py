@@ -89,9 +89,10 @@ def stored_cases(runs) -> list[dict]:
     return slo_cases(outcomes)
 
 
-def csv_text(rows: list[dict]) -> str:
+def csv_text(rows: list[dict], extra: list[str] | None = None) -> str:
+    """One row per run; `extra` columns (the edge-vs-server ones) after the usual ones, when given."""
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
+    w = csv.DictWriter(buf, fieldnames=COLUMNS + (extra or []), extrasaction="ignore", lineterminator="\n")
     w.writeheader()
     for r in rows:
         w.writerow(r)

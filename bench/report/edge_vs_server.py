@@ -33,11 +33,16 @@ def _key(res: dict) -> str | None:
 def pairs(items: list[tuple[str, dict]]) -> list[dict]:
     """Each (board run, server run) of the same model file (sha256) and scenario kind: the comparison. `items` are
     (label, result); the first run of each target label is used when repetitions repeat it."""
-    boards = [(lbl, r) for lbl, r in items if r and not _is_server(r) and _key(r)]
-    servers = [(lbl, r) for lbl, r in items if r and _is_server(r) and _key(r)]
+    return [c for _, _, c in indexed_pairs(items)]
+
+
+def indexed_pairs(items: list[tuple[str, dict]]) -> list[tuple[int, int, dict]]:
+    """pairs(), with the index in `items` of the board run and of the server run each comparison was made from."""
+    boards = [(i, lbl, r) for i, (lbl, r) in enumerate(items) if r and not _is_server(r) and _key(r)]
+    servers = [(i, lbl, r) for i, (lbl, r) in enumerate(items) if r and _is_server(r) and _key(r)]
     out, seen = [], set()
-    for bl, b in boards:
-        for sl, s in servers:
+    for ib, bl, b in boards:
+        for is_, sl, s in servers:
             kind = (
                 (b.get("scenario") or {}).get("kind") or "single-stream",
                 (s.get("scenario") or {}).get("kind") or "single-stream",
@@ -46,7 +51,38 @@ def pairs(items: list[tuple[str, dict]]) -> list[dict]:
             if _key(b) != _key(s) or kind[0] != kind[1] or key in seen:
                 continue
             seen.add(key)
-            out.append(compare(bl, b, sl, s))
+            out.append((ib, is_, compare(bl, b, sl, s)))
+    return out
+
+
+# CSV: one row per run still; a run in an edge-vs-server comparison gets its side's budget and the crossover.
+CSV_COLUMNS = ["side", "versus", "compute_ms", "queue_ms", "network_ms", "client_ms", "energy_uj_per_inference",
+               "crossover_rtt_p50_ms", "crossover_rtt_p99_ms"]  # fmt: skip
+
+
+def csv_text(rows: list[dict], items: list[tuple[str, dict]]) -> str:
+    """The runs' CSV (rows and items aligned, one per run), with the comparison columns when a pair exists."""
+    from bench.report import csv_text as plain
+
+    cols = csv_columns(items)
+    if not cols:
+        return plain(rows)
+    return plain([{**row, **cols.get(i, {})} for i, row in enumerate(rows)], CSV_COLUMNS)
+
+
+def csv_columns(items: list[tuple[str, dict]]) -> dict[int, dict]:
+    """Index in `items` -> the comparison columns of that run (empty when no run is in a comparison)."""
+    out: dict[int, dict] = {}
+    for ib, is_, c in indexed_pairs(items):
+        cross = {f"crossover_rtt_{p}_ms": c["crossover_rtt_ms"][p] for p in ("p50", "p99")}
+        bb, sb = c["budget"]["board"], c["budget"]["server"]
+        e = c["energy_per_inference_uj"]
+        out.setdefault(ib, {"side": "board", "versus": c["server"], "compute_ms": bb["inference_ms"],
+                            "queue_ms": None, "network_ms": bb["link_ms"], "client_ms": None,
+                            "energy_uj_per_inference": e["board"], **cross})  # fmt: skip
+        out.setdefault(is_, {"side": "server", "versus": c["board"], "compute_ms": sb["compute_ms"],
+                             "queue_ms": sb["queue_ms"], "network_ms": sb["network_ms"], "client_ms": sb["client_ms"],
+                             "energy_uj_per_inference": e["server"], **cross})  # fmt: skip
     return out
 
 
@@ -155,9 +191,13 @@ def text(comps: list[dict]) -> str:
             f"    board ms     inference {_v(bb['inference_ms'])}, pre/post not measured, link rtt {_v(bb['link_ms'])}",
             f"    server ms    network {_v(sb['network_ms'])}, queue {_v(sb['queue_ms'])}, compute "
             f"{_v(sb['compute_ms'])}, client {_v(sb['client_ms'])}",
+            f"    totals ms    board {_v(bb['total_ms'])}, server {_v(sb['total_ms'])} (means per request)",
             f"    throughput   board {_v(c['throughput_ips']['board'])}/s, "
             f"server {_v(c['throughput_ips']['server'])}/s",
-            f"    crossover    p50: {c['verdict']['p50']}; p99: {c['verdict']['p99']}",
+            f"    energy       board {_v(c['energy_per_inference_uj']['board'], ' uJ')}, server "
+            f"{_v(c['energy_per_inference_uj']['server'], ' uJ')} per inference ('-': not known)",
+            f"    crossover    p50 {_v(c['crossover_rtt_ms']['p50'], ' ms')}: {c['verdict']['p50']}; "
+            f"p99 {_v(c['crossover_rtt_ms']['p99'], ' ms')}: {c['verdict']['p99']}",
         ]
     return "\n".join(lines) + "\n"
 

@@ -73,19 +73,23 @@ def parse_url(url: str) -> dict:
         t = float(timeout)
     except ValueError:
         t = float("nan")
-    if not 0 < t <= 3600:
-        raise UserError(f"target {url!r}: timeout {timeout!r}: seconds above 0 and at most 3600")
+    if not 0.001 <= t <= 3600:  # under a millisecond no request can be answered: every query would fail
+        raise UserError(f"target {url!r}: timeout {timeout!r}: seconds from 0.001 to 3600")
     if opts.get("tensors", "binary") not in ("binary", "json"):
         raise UserError(f"target {url!r}: tensors {opts['tensors']!r}: binary or json")
     metrics = opts.get("metrics")
     if metrics is not None:
         bracketed = f"[{u.hostname}]" if ":" in u.hostname else u.hostname
         metrics = metrics if (":" in metrics and not metrics.isdigit()) else f"{bracketed}:{metrics}"
-        if not re.fullmatch(r"[A-Za-z0-9.\-\[\]:]+:\d{1,5}", metrics):
-            raise UserError(f"target {url!r}: metrics {opts['metrics']!r}: PORT or HOST:PORT")
+        if not re.fullmatch(r"[A-Za-z0-9.\-\[\]:]+:\d{1,5}", metrics) or not 0 < int(metrics.rsplit(":", 1)[1]) < 65536:
+            raise UserError(f"target {url!r}: metrics {opts['metrics']!r}: PORT or HOST:PORT (a port from 1 to 65535)")
     host = f"[{u.hostname}]" if ":" in u.hostname else u.hostname
     return {"protocol": protocol, "address": f"{host}:{port}", "model": model, "version": opts.get("version", ""),
             "metrics": metrics, "timeout": t, "tensors": opts.get("tensors")}  # fmt: skip
+
+
+FRAMING_HEADERS = {"content-length", "content-type", "host", "transfer-encoding", "connection", "te", "upgrade",
+                   "keep-alive", "inference-header-content-length"}  # fmt: skip
 
 
 def expand_headers(headers: dict | None, where: str) -> dict[str, str]:
@@ -104,7 +108,14 @@ def expand_headers(headers: dict | None, where: str) -> dict[str, str]:
         control = any(ord(c) < 32 or ord(c) == 127 for c in k + value)
         if control or not re.fullmatch(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+", k.strip()):
             raise UserError(f"{where}: header {k!r}: a token name and a value without control characters")
-        out[k.strip().lower()] = value
+        name = k.strip().lower()
+        # gRPC metadata is printable ASCII (a "-bin" key means binary, which a token is not); the framing headers
+        # belong to the HTTP and gRPC libraries, and a wrong one breaks every request in a way no message explains.
+        if not value.isascii():
+            raise UserError(f"{where}: header {k!r}: the value must be ASCII (gRPC metadata and HTTP/1.1 headers are)")
+        if name in FRAMING_HEADERS or name.startswith("grpc-") or name.endswith("-bin"):
+            raise UserError(f"{where}: header {k!r}: set by the HTTP/gRPC client itself, not by a campaign")
+        out[name] = value
     return out
 
 
@@ -342,7 +353,10 @@ class KServeTarget:
 
         senders = [make_sender() for _ in range(conc)]
         stats = StatsReader(self, probe)
-        metrics = MetricsSampler(self.opts["metrics"], self.headers)
+        # The server's headers (its access token) go to its own host's metrics port only, never to another host.
+        host_of = lambda address: (address or "").rsplit(":", 1)[0]  # noqa: E731
+        same_host = host_of(self.opts["metrics"]) == host_of(self.opts["address"])
+        metrics = MetricsSampler(self.opts["metrics"], self.headers if same_host else {})
         self._stop.clear()
         self._running = rid
         warm = 0

@@ -138,7 +138,7 @@ def plan_for(request, iterations: int | None, duration_s: float | None) -> Plan:
         sched = replay_schedule(request.arrivals_ms)
         if duration_s is not None:
             sched = sched[sched < duration_s * 1e9]
-        return Plan(kind, sched[:iterations] if iterations is not None else sched, spq)
+        return _nonempty(Plan(kind, sched[:iterations] if iterations is not None else sched, spq), request, duration_s)
     # for a number of queries, a schedule long enough to hold them, then cut
     length = duration_s
     if length is None:
@@ -156,7 +156,19 @@ def plan_for(request, iterations: int | None, duration_s: float | None) -> Plan:
         sched = burst_schedule(request.rate_qps, request.burst_on_s, request.burst_off_s, length, request.seed)
     else:
         sched = interval_schedule(request.interval_ms / 1e3, length)
-    return Plan(kind, sched[:iterations] if iterations is not None else sched, spq)
+    return _nonempty(Plan(kind, sched[:iterations] if iterations is not None else sched, spq), request, length)
+
+
+def _nonempty(plan: Plan, request, length_s: float | None) -> Plan:
+    """A schedule with no query in it (a rate of 1e-9 per second over 10 s) is a mistake to say, not an empty run."""
+    if plan.intended_ns is not None and len(plan.intended_ns) == 0:
+        from edge_runtime.errors import UserError
+
+        rate = f" at {request.rate_qps:g} queries/s" if request.rate_qps else ""
+        raise UserError(
+            f"the {plan.kind} schedule holds no query in {length_s:g} s{rate}: raise the rate or the duration"
+        )
+    return plan
 
 
 @dataclass(frozen=True)

@@ -113,6 +113,9 @@ error_budget = 0.05
     assert proc.returncode == 2 and "backend" in proc.stderr  # not the same backend: refused without --force
 
 
+SERVER = 'url = "kserve+http://127.0.0.1:8000/m"\n'
+
+
 def test_campaign_mistakes_are_one_line_and_name_the_key(tmp_path):
     base = f'[campaign]\nname = "c"\n[[target]]\nurl = "local:"\n[[model]]\npath = "{DIGITS}"\n'
     cases = [
@@ -130,6 +133,10 @@ def test_campaign_mistakes_are_one_line_and_name_the_key(tmp_path):
         (base.replace('url = "local:"', 'url = "local:"\nheaders = { a = "b" }'), "headers go with server targets"),
         (base.replace('url = "local:"', 'url = "kserve+http://127.0.0.1:8000/m"\ncpus = "1"'), "cpus is a board's"),
         (base.replace('url = "local:"', 'url = "kserve+http://127.0.0.1/m"'), "HOST:PORT is needed"),
+        # Headers are checked when the campaign is read, ${VAR}s included, not when the target's turn comes.
+        (base.replace('url = "local:"', SERVER + 'headers = { t = "${EDGE_BENCH_NO_VAR}" }'), "NO_VAR is not set"),
+        (base.replace('url = "local:"', SERVER + 'headers = { t = "caf\u00e9" }'), "must be ASCII"),
+        (base.replace('url = "local:"', SERVER + 'headers = { Content-Length = "0" }'), "set by the HTTP/gRPC client"),
         (base + '[[scenario]]\nconcurrency = 0\n', "concurrency"),
         (base + "[slo]\np99_ms = -1\n", "p99_ms"),
         (base + "[slo]\nerror_budget = 2\n", "error_budget"),

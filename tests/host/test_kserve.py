@@ -175,6 +175,8 @@ def test_wrong_models_hosts_and_urls_are_one_line(triton, tmp_path):
         ("kserve+http://127.0.0.1:8000/", "the path names the model"),
         (f"kserve+http://{triton.http}/digits?timeout=nan", "timeout"),
         (f"kserve+http://{triton.http}/digits?colour=red", "unknown option 'colour'"),
+        (f"kserve+http://{triton.http}/digits?timeout=1e-9", "seconds from 0.001"),
+        (f"kserve+http://{triton.http}/digits?metrics=99999", "a port from 1 to 65535"),
     ]
     for url, needle in cases:
         t0 = time.monotonic()
@@ -218,14 +220,15 @@ iterations = 300
 p99_ms = 100
 """)
     cable = Cable()
-    outs = {k: tmp_path / f"r.{k}" for k in ("json", "md", "html")}
+    outs = {k: tmp_path / f"r.{k}" for k in ("json", "md", "html", "csv")}
     try:
         with AgentProcess(cable.agent_url, tmp_path / "state"):
             camp.write_text(camp.read_text().replace("{board}", cable.host_url))
             env = {**os.environ, "EDGE_TEST_TOKEN": triton.token}
             proc = subprocess.run([sys.executable, "-m", "bench.cli", "run", str(camp), "--store",
                                    str(tmp_path / "s.sqlite"), "--json", str(outs["json"]), "--md", str(outs["md"]),
-                                   "--html", str(outs["html"])], capture_output=True, text=True, cwd=ROOT, env=env,
+                                   "--html", str(outs["html"]), "--csv", str(outs["csv"])], capture_output=True,
+                                  text=True, cwd=ROOT, env=env,
                                   timeout=600)  # fmt: skip
     finally:
         cable.close()
@@ -247,7 +250,16 @@ p99_ms = 100
     assert "## Edge vs server" in md and "| server | - |" in md and "Crossover round trip: p50" in md
     page = outs["html"].read_text()
     assert '<section id="edge-vs-server">' in page and 'class="budget"' in page and "Crossover round trip" in page
-    assert "edge vs server" in proc.stdout and "crossover    p50:" in proc.stdout
+    assert "edge vs server" in proc.stdout and "crossover    p50 " in proc.stdout
+    assert "energy       board" in proc.stdout and "totals ms    board" in proc.stdout
+    # CSV: still one row per run, each with its side's budget and the crossover of its pair.
+    import csv
+
+    rows = {r["target"]: r for r in csv.DictReader(outs["csv"].open())}
+    assert set(rows) == {"board", "triton"} and rows["board"]["side"] == "board" and rows["triton"]["versus"] == "board"
+    assert float(rows["triton"]["network_ms"]) == pytest.approx(rtt) and float(rows["triton"]["compute_ms"]) > 0
+    for r in rows.values():
+        assert float(r["crossover_rtt_p50_ms"]) == pytest.approx(comp["crossover_rtt_ms"]["p50"])
 
 
 def test_targets_describes_a_server_and_names_what_is_wrong(triton):
