@@ -63,8 +63,8 @@ def _run(job: dict, stop) -> dict:
 
     request = BenchRequest.from_json(job["request"])
     if job["op"] == "load_check":
-        from edge_runtime.runtime import load
         from edge_runtime.runtime.feeds import random_feeds
+        from edge_runtime.runtime.load import load
 
         with load(request.model, **request.load_kwargs()) as session:
             session.infer(random_feeds(session.inputs, request.seed)[0])

@@ -9,8 +9,6 @@ import time
 
 from edge_runtime.cli.common import PROG, UsageError, add_debug, integer, path_arg
 
-HELP = "serve a host over a serial port or TCP (models by hash, benches, results kept until acknowledged)"
-
 
 def add_arguments(p) -> None:
     p.add_argument(

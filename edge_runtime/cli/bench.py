@@ -38,7 +38,6 @@ from edge_runtime.measure.request import MAX_COOLDOWN_TIMEOUT_S, PLATFORM_LATENC
 from edge_runtime.system.cpulist import format_cpu_list
 from edge_runtime.system.outputs import write_output
 
-HELP = "measure latency and jitter on pinned CPUs, with the interference that caused them"
 SHOWN = [("min", "min"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p99.9", "p999"), ("p99.99", "p9999"),
          ("max", "max")]  # fmt: skip
 

@@ -11,12 +11,9 @@ import os
 import re
 import sys
 
-import numpy as np
-
 from edge_runtime.errors import FeedError, UserError
-from edge_runtime.measure.request import MAX_DURATION_S, MAX_SEED, MAX_THREADS, MAX_WARMUP, MAX_WARMUP_S
-from edge_runtime.runtime.feeds import random_feeds
-from edge_runtime.system.files import check_input, load_npy
+from edge_runtime.system.files import check_input
+from edge_runtime.system.limits import MAX_DURATION_S, MAX_SEED, MAX_THREADS, MAX_WARMUP, MAX_WARMUP_S
 from edge_runtime.system.outputs import Output, check_distinct, check_outside, plan_output
 
 PROG = "edge-runtime"
@@ -200,11 +197,13 @@ def plan_outputs(
     """Check every output of a command before it runs: each writable, none the same as another or as an input, and
     none inside the --sysroot tree the command reads (`root`, when it is a captured tree) or inside the board profiles
     directory (every *.toml there is read as a profile by the next command)."""
-    from edge_runtime.system.boards import boards_dir
-
     outs = {
         flag: plan_output(flag, dest, regular_only=flag in regular_only) for flag, dest in pairs if dest is not None
     }
+    if not outs:  # nothing written: nothing to check (and the profiles need not be found)
+        return outs
+    from edge_runtime.system.boards import boards_dir
+
     check_distinct(outs.values(), inputs)
     trees = [(boards_dir(), "the board profiles directory")]
     if root is not None and not root.is_live:
@@ -309,7 +308,12 @@ def load_kwargs(args) -> dict:
     }
 
 
-def load_inputs(specs: list[str] | None, session, seed: int) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+def load_inputs(specs: list[str] | None, session, seed: int) -> tuple[dict, dict[str, str]]:
+    import numpy as np
+
+    from edge_runtime.runtime.feeds import random_feeds
+    from edge_runtime.system.files import load_npy
+
     given: dict[str, np.ndarray] = {}
     names = [t.name for t in session.inputs]
     for spec in specs or []:

@@ -9,8 +9,6 @@ import numpy as np
 from edge_runtime import __version__
 from edge_runtime.cli.common import add_debug, add_json, add_sysroot, emit_json, plan_outputs, sysroot
 
-HELP = "backends, devices and delegates installed; CPUs and isolation; the board"
-
 
 def add_arguments(p) -> None:
     add_sysroot(p)

@@ -1,6 +1,8 @@
-"""`edge-runtime`: the board-side command line. Each command is a module (`HELP`, `add_arguments`, `run`) in a table;
-`main()` is the one place that turns errors into one line and an exit code (0 ok, 1 failed check, 2 user error,
-3 internal error, 128+N after signal N), installs the signal handlers and guards the standard streams.
+"""`edge-runtime`: the board-side command line. Each command is a module (`add_arguments`, `run`) in a table with its
+help line; only the command asked for is imported (a one-shot `run` pays for no other command's imports, numpy
+included, before its work starts). `main()` is the one place that turns errors into one line and an exit code (0 ok,
+1 failed check, 2 user error, 3 internal error, 128+N after signal N), installs the signal handlers and guards the
+standard streams.
 """
 
 from __future__ import annotations
@@ -11,32 +13,72 @@ import sys
 import warnings
 
 from edge_runtime import __version__
-from edge_runtime.cli import agent, bench, info, quantize, run, thermal, tune
 from edge_runtime.cli.common import PROG, Parser, UsageError
 from edge_runtime.cli.signals import SIGNALS
 from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.system.process import signal_name
 
-# The order `--help` lists them in.
+# The order `--help` lists them in: module, help line.
 COMMANDS = {
-    "info": info,
-    "run": run,
-    "bench": bench,
-    "quantize": quantize,
-    "thermal": thermal,
-    "tune": tune,
-    "agent": agent,
+    "info": (
+        "edge_runtime.cli.info",
+        "backends, devices and delegates installed; CPUs and isolation; the board",
+    ),
+    "run": (
+        "edge_runtime.cli.run",
+        "load a model and run one inference (random inputs unless given)",
+    ),
+    "bench": (
+        "edge_runtime.cli.bench",
+        "measure latency and jitter on pinned CPUs, with the interference that caused them",
+    ),
+    "quantize": (
+        "edge_runtime.cli.quantize",
+        "FP32 ONNX -> INT8 with calibration data, checked against FP32, mixed precision",
+    ),
+    "thermal": (
+        "edge_runtime.cli.thermal",
+        "thermal zones, sensors, trip points, frequencies, power rails and headroom",
+    ),
+    "tune": (
+        "edge_runtime.cli.tune",
+        "audit CPU isolation (show), or apply/reset it with the system_tuning scripts (files: where they are)",
+    ),
+    "agent": (
+        "edge_runtime.cli.agent",
+        "serve a host over a serial port or TCP (models by hash, benches, results kept until acknowledged)",
+    ),
 }
 
 
-def build_parser() -> Parser:
+def command_module(name: str):
+    import importlib
+
+    return importlib.import_module(COMMANDS[name][0])
+
+
+def build_parser(command: str | None = None) -> Parser:
+    """Every command is listed; only `command`'s flags are declared (all of them when None), so only its module is
+    imported."""
     ap = Parser(prog=PROG, description="On-device inference runtime: load, run and measure INT8 models.")
     ap.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     ap.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    for name, module in COMMANDS.items():
-        module.add_arguments(sub.add_parser(name, help=module.HELP, description=module.HELP))
+    for name, (_, text) in COMMANDS.items():
+        p = sub.add_parser(name, help=text, description=text)
+        if command is None or name == command:
+            command_module(name).add_arguments(p)
     return ap
+
+
+def _chosen(argv: list[str]) -> str | None:
+    """The command in argv: the first word that names one (the global flags before it take no value)."""
+    for word in argv:
+        if word in COMMANDS:
+            return word
+        if not word.startswith("-"):
+            return None
+    return None
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None):
@@ -77,9 +119,10 @@ def main(argv: list[str] | None = None) -> int:
 
     SIGNALS.install()
     try:
-        args = build_parser().parse_args(argv)
+        chosen = _chosen(argv)
+        args = build_parser(chosen or "").parse_args(argv)
         if not args.command:
-            build_parser().print_help()
+            build_parser("").print_help()
             return 2
         if 1 in closed or sys.stdout is None:
             # Nothing would see the result: refuse before the work, unless it goes to a file.
@@ -88,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
                     "standard output is closed: the result would be lost", hint="give --json FILE, or open stdout"
                 )
             sys.stdout = open(os.devnull, "w")
-        code = COMMANDS[args.command].run(args)
+        code = command_module(args.command).run(args)
         if sys.stdout is not None:
             sys.stdout.flush()
         return code

@@ -6,8 +6,6 @@ import sys
 
 from edge_runtime.cli.common import PROG, UsageError, add_debug, add_json, emit_json, path_arg, real
 
-HELP = "FP32 ONNX -> INT8 with calibration data, checked against FP32, mixed precision"
-
 
 def add_arguments(p) -> None:
     p.add_argument("model", metavar="MODEL", type=path_arg, help="FP32 .onnx model")

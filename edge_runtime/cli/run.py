@@ -6,8 +6,6 @@ import sys
 import time
 import warnings
 
-import numpy as np
-
 from edge_runtime.cli.common import (
     PROG,
     add_debug,
@@ -20,8 +18,6 @@ from edge_runtime.cli.common import (
     load_kwargs,
     plan_outputs,
 )
-
-HELP = "load a model and run one inference (random inputs unless given)"
 
 
 def add_arguments(p) -> None:
@@ -37,9 +33,11 @@ def add_arguments(p) -> None:
     add_debug(p)
 
 
-def _top(info, arr: np.ndarray, k: int) -> tuple[list[list[float]], int]:
+def _top(info, arr, k: int) -> tuple[list[list[float]], int]:
     """The k largest finite values as [index, value], and how many values were NaN or infinite (never ranked: a
     top-5 of NaNs would look like an answer)."""
+    import numpy as np
+
     real = info.dequantize(arr) if info.quantization is not None else arr
     flat = np.asarray(real).reshape(-1)
     if flat.dtype.kind not in "fiub" or flat.size == 0:
@@ -53,15 +51,43 @@ def _top(info, arr: np.ndarray, k: int) -> tuple[list[list[float]], int]:
 
 
 def run(args) -> int:
-    from edge_runtime.runtime.load import load
+    """With the crash check (the default) the whole run happens in a child forked before numpy or a backend is
+    imported: the check is the run, so nothing is loaded twice (it was: a check child, then again here). Without
+    it, or where this process already has threads, it runs here (after a check child, unless --no-sandbox)."""
+    from edge_runtime.runtime import sandbox
 
     outs = plan_outputs([("--json", args.json)], input_paths(args))
+    kwargs = load_kwargs(args)
+    if kwargs["sandbox"] and sandbox.can_fork():
+        doc, notes = _isolated(args, {**kwargs, "sandbox": False})
+    else:
+        doc, notes = _measure(args, kwargs)
+    for note in notes:
+        print(f"{PROG}: warning: {note}", file=sys.stderr)
+    if emit_json(doc, outs):
+        return 0
+    print(render(doc), end="")
+    return 0
+
+
+def _measure(args, kwargs: dict, say=None) -> tuple[dict, list[str]]:
+    """Load, feed, run once: the record, and the warnings to show (as text). `say` (in the forked child) is told the
+    backend before its library is imported, then that the import passed, so a crash is blamed on the right part."""
+    import numpy as np
+
+    from edge_runtime.runtime import backends
+    from edge_runtime.runtime.load import load
+    from edge_runtime.runtime.model import DEFAULT_BACKEND, inspect_model
+
+    if say is not None:
+        name = kwargs["backend"] or DEFAULT_BACKEND[inspect_model(args.model).format]
+        say({"backend": name})
+        say({"imported": backends.get(name).library_version()})
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        session = load(args.model, **load_kwargs(args))
-    for w in caught:
-        print(f"{PROG}: warning: {w.message}", file=sys.stderr)
+        session = load(args.model, **kwargs)
+    notes = [str(w.message) for w in caught]
     load_ms = (time.perf_counter() - t0) * 1e3
     with session:
         feeds, sources = load_inputs(args.input, session, args.seed)
@@ -81,15 +107,45 @@ def run(args) -> int:
             doc["outputs"].append({**t.to_dict(), "top": top, "non_finite": bad})
             if bad:
                 size = int(np.asarray(outputs[t.name]).size)
-                print(
-                    f"{PROG}: warning: output {t.name!r}: {bad} of {size} values are NaN or infinite "
-                    "(an input out of the model's range, or a broken model)",
-                    file=sys.stderr,
+                notes.append(
+                    f"output {t.name!r}: {bad} of {size} values are NaN or infinite "
+                    "(an input out of the model's range, or a broken model)"
                 )
-    if emit_json(doc, outs):
-        return 0
-    print(render(doc), end="")
-    return 0
+    return doc, notes
+
+
+def _isolated(args, kwargs: dict) -> tuple[dict, list[str]]:
+    """_measure in the forked child; its crash, hang or error becomes what the crash check says of it."""
+    from types import SimpleNamespace
+
+    from edge_runtime.errors import EdgeRuntimeError, ModelError
+    from edge_runtime.runtime import sandbox
+
+    def work(say) -> None:
+        try:
+            doc, notes = _measure(args, kwargs, say)
+            say({"ok": True, "doc": doc, "notes": notes})
+        except EdgeRuntimeError as err:
+            say({"ok": False, "error": type(err).__name__, "message": err.message, "hint": err.hint})
+        except Exception as err:  # noqa: BLE001 - told to the parent, which says it in one line
+            say({"ok": False, "error": "ModelError", "message": f"model {args.model!r}: {type(err).__name__}: {err}"})
+
+    timeout = 120.0
+    try:
+        code, lines, err = sandbox.forked(work, timeout)
+    except TimeoutError:
+        raise ModelError(
+            f"model {args.model!r}: it did not load and run within {timeout:g} s (checked in a child process)"
+        ) from None
+    backend = next((d["backend"] for d in lines if d and "backend" in d), kwargs["backend"] or "the")
+    asked = SimpleNamespace(delegate=kwargs["delegate"], device=kwargs["device"], fallback=kwargs["fallback"])
+    cpu = {**kwargs, "delegate": None, "delegate_options": {}, "device": None}
+    answer = sandbox._verdict(code, lines, err, str(args.model), backend, asked, lambda: _isolated(args, cpu))
+    if isinstance(answer, sandbox.Fallback):  # the accelerator crashed the child: the CPU run, said as a fallback
+        doc, notes = answer.answer
+        doc["backend"].update(fallback=True, fallback_reason=answer.why)
+        return doc, [f"{backend}: falling back to CPU: {answer.why}", *notes]
+    return answer["doc"], answer.get("notes") or []
 
 
 def render(doc: dict) -> str:

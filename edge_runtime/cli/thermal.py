@@ -19,8 +19,6 @@ from edge_runtime.cli.common import (
 )
 from edge_runtime.system.outputs import finite
 
-HELP = "thermal zones, sensors, trip points, frequencies, power rails and headroom"
-
 
 def add_arguments(p) -> None:
     p.add_argument(

@@ -16,8 +16,6 @@ from edge_runtime.cli.common import (
 from edge_runtime.system.audit import audit
 from edge_runtime.system.outputs import check_outside
 
-HELP = "audit CPU isolation (show), or apply/reset it with the system_tuning scripts (files: where they are)"
-
 
 def add_arguments(p) -> None:
     p.add_argument(

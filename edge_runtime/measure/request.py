@@ -18,19 +18,15 @@ from typing import Any
 from edge_runtime.errors import UserError
 from edge_runtime.measure.corunners import StressSpec
 from edge_runtime.results import OMIT_NONE, Record
-from edge_runtime.runtime.load import MAX_THREADS  # one bound, the one load() enforces
 from edge_runtime.system.cpulist import MAX_CPUS
+from edge_runtime.system.limits import MAX_DURATION_S, MAX_SEED, MAX_THREADS, MAX_WARMUP, MAX_WARMUP_S
 
 REQUEST_SCHEMA = "edge-runtime/bench-request/1"
 
 
-MAX_WARMUP = 50_000_000  # untimed calls; use warmup_s for long warm-ups
-MAX_WARMUP_S = 3600.0
-MAX_DURATION_S = 7 * 86400.0  # a longer soak is a campaign of runs; one run keeps at most 50 M samples anyway
 SAMPLE_INTERVAL_S = (1e-3, 3600.0)
 MAX_COOLDOWN_TIMEOUT_S = 86400.0
 PLATFORM_LATENCY_S = (1.0, 3600.0)  # cyclictest runs whole seconds
-MAX_SEED = 2**64 - 1
 DEFAULT_ITERATIONS = 1000
 MAX_RATE_QPS = 1_000_000.0
 MAX_SAMPLES_PER_QUERY = 4096

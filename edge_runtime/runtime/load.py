@@ -14,6 +14,7 @@ from edge_runtime.runtime import backends
 from edge_runtime.runtime.backends.base import LoadOptions
 from edge_runtime.runtime.model import DEFAULT_BACKEND, inspect_model
 from edge_runtime.runtime.session import BackendInfo, Session
+from edge_runtime.system.limits import MAX_THREADS
 
 
 class FallbackWarning(UserWarning):
@@ -123,7 +124,6 @@ def load(
     return Session(mf, impl, info, opts)
 
 
-MAX_THREADS = 1024  # more inference threads than any board has cores, by far
 
 
 def _check_arguments(model, backend, device, delegate, threads, cpus, delegate_options, options, timeout_s):

@@ -13,14 +13,17 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import edge_runtime.errors as errors
 from edge_runtime.errors import BackendNotInstalledError, DeviceError, ModelError
-from edge_runtime.runtime.backends.base import LoadOptions
-from edge_runtime.runtime.model import ModelFile
 from edge_runtime.system.process import dies_with_parent, signal_name
+
+if TYPE_CHECKING:  # not imported at run time: numpy comes with them, and the forked run imports this before numpy
+    from edge_runtime.runtime.backends.base import LoadOptions
+    from edge_runtime.runtime.model import ModelFile
 
 _PASSED: set[tuple] = set()
 
@@ -115,6 +118,48 @@ def require_usable(name: str) -> None:
         )
 
 
+@dataclass
+class Fallback:
+    """The delegate or device crashed the child and the caller allows a fallback: `answer` is the CPU run's."""
+
+    why: str
+    answer: dict | None = None
+
+
+def _verdict(returncode: int, lines: list, stderr: str, shown: str, backend: str, opts: LoadOptions, retry):
+    """What a crash-check child's end means: its answer (ok), the error it reported raised here, a crash turned into
+    the error that names its cause (the library's import, the device or delegate, or the model), or a Fallback when
+    an accelerator crashed and the caller allows CPU (`retry()` gives the answer of the same work on CPU). `opts`: any
+    object with `delegate`, `device` and `fallback`."""
+    if returncode < 0:
+        sig = signal_name(-returncode)
+        if not any(d and "imported" in d for d in lines):
+            message, hint = _import_crash(backend, sig)
+            raise BackendNotInstalledError(message, hint=hint)
+        accelerator = opts.delegate or (opts.device if (opts.device or "cpu").lower() != "cpu" else None)
+        if accelerator:
+            # A vendor delegate or device plugin that crashes: the device's fault, and CPU may still work.
+            what = f"delegate {opts.delegate!r}" if opts.delegate else f"device {opts.device!r}"
+            why = f"{what} crashes the {backend} backend ({sig}) (checked in a child process)"
+            if opts.fallback:
+                return Fallback(why, retry())
+            raise DeviceError(f"model {shown!r}: {why}", hint="pass --allow-fallback to run on CPU instead")
+        raise ModelError(
+            f"model {shown!r}: crashes the {backend} backend ({sig}) when loaded or run; refused "
+            "(checked in a child process)"
+        )
+    answer = next((d for d in reversed(lines) if d and "ok" in d), None)
+    if answer is None:
+        last = (stderr.strip().splitlines() or ["no output"])[-1]
+        raise ModelError(f"model {shown!r}: the {backend} check process failed (exit {returncode}): {last[:300]}")
+    if not answer.get("ok"):
+        cls = getattr(errors, answer.get("error", ""), None)
+        if not (isinstance(cls, type) and issubclass(cls, errors.EdgeRuntimeError)):
+            cls = ModelError
+        raise cls(answer.get("message", "unknown error"), hint=answer.get("hint"))
+    return answer
+
+
 def check(model: ModelFile, backend: str, opts: LoadOptions, timeout_s: float = 120.0) -> str | None:
     """Raise the error loading `model` would raise, or ModelError if it crashes or hangs the backend.
 
@@ -154,32 +199,104 @@ def check(model: ModelFile, backend: str, opts: LoadOptions, timeout_s: float = 
             f"model {shown!r}: {backend} did not load and run it within {timeout_s:g} s (checked in a child process)"
         ) from err
     lines = [_json(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode < 0:
-        sig = signal_name(-proc.returncode)
-        if not any(d and "imported" in d for d in lines):
-            message, hint = _import_crash(backend, sig)
-            raise BackendNotInstalledError(message, hint=hint)
-        accelerator = opts.delegate or (opts.device if (opts.device or "cpu").lower() != "cpu" else None)
-        if accelerator:
-            # A vendor delegate or device plugin that crashes: the device's fault, and CPU may still work.
-            what = f"delegate {opts.delegate!r}" if opts.delegate else f"device {opts.device!r}"
-            why = f"{what} crashes the {backend} backend ({sig}) (checked in a child process)"
-            if opts.fallback:
-                check(model, backend, replace(opts, delegate=None, delegate_options={}, device=None), timeout_s)
-                return why
-            raise DeviceError(f"model {shown!r}: {why}", hint="pass --allow-fallback to run on CPU instead")
-        raise ModelError(
-            f"model {shown!r}: crashes the {backend} backend ({sig}) when loaded or run; refused "
-            "(checked in a child process)"
-        )
-    answer = next((d for d in reversed(lines) if d and "ok" in d), None)
-    if answer is None:
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ModelError(f"model {shown!r}: the {backend} check process failed (exit {proc.returncode}): {last[:300]}")
-    if not answer.get("ok"):
-        cls = getattr(errors, answer.get("error", ""), None)
-        if not (isinstance(cls, type) and issubclass(cls, errors.EdgeRuntimeError)):
-            cls = ModelError
-        raise cls(answer.get("message", "unknown error"), hint=answer.get("hint"))
+    cpu = replace(opts, delegate=None, delegate_options={}, device=None)
+    retry = lambda: check(model, backend, cpu, timeout_s)  # noqa: E731
+    answer = _verdict(proc.returncode, lines, proc.stderr, shown, backend, opts, retry)
+    if isinstance(answer, Fallback):
+        return answer.why
     _PASSED.add(key)
     return None
+
+
+# ------------------------------------------------------------------------------------ the forked one-shot run
+def can_fork() -> bool:
+    """True when this process has one thread: only then is a fork safe (a copy of a process whose other threads held
+    locks can deadlock, and Python 3.12+ warns). The command line asks before it imports numpy or a backend."""
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return False
+
+
+def forked(work, timeout_s: float) -> tuple[int, list, str]:
+    """`work(say)` in a child forked from this single-threaded process, which has parsed the flags and imported
+    nothing heavy: the child imports numpy and the backend, loads and runs, and says JSON lines; a crash ends only it.
+    Nothing is imported twice and no interpreter is started again, so the check costs about a fork. Returns (exit
+    status, negative for a signal; the JSON lines; the child's stderr and stdout, for an error message). The child
+    dies with this process; one still running at the deadline is killed and the run refused like a hang."""
+    import selectors
+    import signal
+    import time
+
+    if not can_fork():
+        raise RuntimeError("forked(): this process has threads")  # the caller asks can_fork() first
+    sys.stdout.flush()
+    sys.stderr.flush()
+    r_ans, w_ans = os.pipe()
+    r_err, w_err = os.pipe()
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        code = 70
+        try:
+            os.close(r_ans)
+            os.close(r_err)
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
+                signal.signal(sig, signal.SIG_DFL)
+            import ctypes
+
+            ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: a killed parent leaves no child
+            if os.getppid() != parent:
+                os._exit(1)
+            os.dup2(w_err, 1)  # whatever a library prints goes with stderr: the answer pipe carries JSON only
+            os.dup2(w_err, 2)
+            out = os.fdopen(w_ans, "w")
+
+            def say(doc: dict) -> None:
+                out.write(json.dumps(doc) + "\n")
+                out.flush()
+
+            work(say)
+            code = 0
+        except BaseException:  # noqa: BLE001 - the parent reads the end from the exit status and the lines
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(w_ans)
+    os.close(w_err)
+    chunks: dict[int, list[bytes]] = {r_ans: [], r_err: []}
+    sel = selectors.DefaultSelector()
+    for fd in chunks:
+        sel.register(fd, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                raise TimeoutError
+            for key, _ in sel.select(min(left, 1.0)):
+                data = os.read(key.fd, 65536)
+                if data:
+                    chunks[key.fd].append(data)
+                else:
+                    sel.unregister(key.fd)
+        _, status = os.waitpid(pid, 0)
+    except BaseException:  # Ctrl-C, SIGTERM, the deadline: the child goes too, and is reaped
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        raise
+    finally:
+        sel.close()
+        os.close(r_ans)
+        os.close(r_err)
+    code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    text = b"".join(chunks[r_ans]).decode("utf-8", "replace")
+    lines = [_json(line) for line in text.splitlines() if line.startswith("{")]
+    return code, lines, b"".join(chunks[r_err]).decode("utf-8", "replace")
