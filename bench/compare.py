@@ -1,12 +1,13 @@
 """Is a change real? Two runs' latency distributions compared percentile by percentile, with a bootstrap confidence
 interval for each change, and a threshold for what counts as a regression.
 
-The test: for p50, p99, p99.9 and the mean (throughput is its inverse), resample each run's histogram (`histogram_us`,
-1 us buckets, every sample of the run) with replacement RESAMPLES times (multinomial on the bucket counts, the run's
-own sample size), take the statistic of each resample, and the relative change B/A - 1 of each pair. The interval is
-the (alpha/2, 1 - alpha/2) quantiles of those changes, alpha = 5% shared across the four metrics (Bonferroni: each at
-98.75%), so two runs of the same work are called different in about 5% of comparisons, not 20%. A change is
-significant when its interval excludes 0, and a regression when it is significant, slower, and beyond the threshold.
+The test: for p50, p99, p99.9 and the mean (in a closed loop, throughput moves as its inverse), resample each run's
+histogram (`histogram_us`, 1 us buckets, every sample of the run) with replacement RESAMPLES times (multinomial on the
+bucket counts, the run's own sample size), take the statistic of each resample, and the relative change B/A - 1 of
+each pair. The interval is the (alpha/2, 1 - alpha/2) quantiles of those changes, alpha = 5% shared across the four
+metrics (Bonferroni: each at 98.75%), so two runs of the same work are called different in about 5% of comparisons,
+not 20%. A change is significant when its interval excludes 0, and a regression when it is significant, slower, and
+beyond the threshold. Throughput is each run's recorded one; an open loop's is its schedule's, shown but not tested.
 
 What this cannot see: a difference between two runs that no resampling of one run shows (the machine drifting between
 them). Interleave runs, repeat them, and let the threshold absorb what the board's own noise is.
@@ -96,15 +97,7 @@ def compare(a: dict, b: dict, threshold_pct: float = 5.0, seed: int = 0, resampl
             "significant": significant,
             "verdict": verdict,
         }
-    mean = metrics.pop("mean")
-    metrics["throughput"] = {  # inferences/s is 1/mean latency: its change is the mean's, inverted
-        "a": round(1e6 / mean["a"], 1),
-        "b": round(1e6 / mean["b"], 1),
-        "change_pct": round(100 * (mean["a"] / mean["b"] - 1), 2),
-        "interval_pct": [round(100 * (1 / (1 + x / 100) - 1), 2) for x in reversed(mean["interval_pct"])],
-        "significant": mean["significant"],
-        "verdict": mean["verdict"],
-    }
+    metrics["throughput"] = _throughput(a, b, metrics.pop("mean"))
     verdicts = {m["verdict"] for m in metrics.values()}
     overall = (
         "regression"
@@ -124,6 +117,32 @@ def compare(a: dict, b: dict, threshold_pct: float = 5.0, seed: int = 0, resampl
     }
 
 
+CLOSED = ("single-stream", "offline")  # closed loops: the system sets the pace, so throughput is its to answer for
+
+
+def _kind(result: dict) -> str:
+    return (result.get("scenario") or {}).get("kind") or "single-stream"
+
+
+def _throughput(a: dict, b: dict, mean: dict) -> dict:
+    """Each run's recorded throughput (inferences/s), and its change. In a closed loop of one it moves as 1/mean
+    latency, so the mean's bootstrap interval, inverted, is its interval; an open loop's throughput is what its
+    schedule sent (and a multi-stream query holds several samples), so it is shown, not tested."""
+    ta, tb = a.get("throughput_ips"), b.get("throughput_ips")
+    if not ta or not tb:
+        ta, tb = 1e6 / mean["a"], 1e6 / mean["b"]  # an older record without it: the closed-loop identity
+    out = {"a": round(float(ta), 1), "b": round(float(tb), 1), "change_pct": round(100 * (tb / ta - 1), 2)}
+    if _kind(a) in CLOSED and _kind(b) in CLOSED:
+        out["interval_pct"] = [round(100 * (1 / (1 + x / 100) - 1), 2) for x in reversed(mean["interval_pct"])]
+        out["significant"], out["verdict"] = mean["significant"], mean["verdict"]
+        if out["verdict"] in ("regression", "improvement"):  # the direction is throughput's own
+            out["verdict"] = "regression" if out["change_pct"] < 0 else "improvement"
+    else:
+        why = "not tested (an open loop's throughput is its schedule's)"
+        out.update(interval_pct=None, significant=None, verdict=why)
+    return out
+
+
 def comparable(a: dict, b: dict) -> list[str]:
     """Why two results should not be compared (different models, boards, backends or devices): one line each."""
     why = []
@@ -138,4 +157,9 @@ def comparable(a: dict, b: dict) -> list[str]:
     for key in ("name", "device"):
         if ba.get(key) != bb.get(key):
             why.append(f"different backend {key} ({ba.get(key)!r} vs {bb.get(key)!r})")
+    sa, sb = a.get("scenario") or {}, b.get("scenario") or {}
+    if _kind(a) != _kind(b):
+        why.append(f"different scenarios ({_kind(a)} vs {_kind(b)})")
+    elif sa.get("rate_qps") != sb.get("rate_qps"):
+        why.append(f"different rates ({sa.get('rate_qps')} vs {sb.get('rate_qps')} queries/s)")
     return why

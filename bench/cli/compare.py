@@ -69,10 +69,9 @@ def render(doc: dict) -> str:
     lines.append(f"{'':<12}{'A':>12}{'B':>12}{'change':>10}  {'interval':<20} verdict")
     for key, m in doc["metrics"].items():
         unit = "/s" if key == "throughput" else " us"
-        lo, hi = m["interval_pct"]
+        shown = "[{:+.1f}%, {:+.1f}%]".format(*m["interval_pct"]) if m["interval_pct"] else "-"
         lines.append(
-            f"{key + unit:<12}{m['a']:>12,.1f}{m['b']:>12,.1f}{m['change_pct']:>+9.1f}%  "
-            f"[{lo:+.1f}%, {hi:+.1f}%]".ljust(78)
+            f"{key + unit:<12}{m['a']:>12,.1f}{m['b']:>12,.1f}{m['change_pct']:>+9.1f}%  {shown}".ljust(78)
             + f" {m['verdict']}"
         )
     verdict = doc["verdict"].upper() if doc["verdict"] == "regression" else doc["verdict"]

@@ -212,3 +212,28 @@ def test_a_one_off_run_takes_slos_and_is_stored_with_its_verdict_and_scenario(tm
         assert proc.returncode == 2 and len(lines) == 1 and needle in lines[0], (slo, proc.stderr)
     with Store(store) as st:
         assert len(st.runs()) == 2  # a refused flag ran nothing
+
+
+def test_throughput_is_each_runs_own_and_an_open_loops_is_not_tested():
+    """A run's throughput is what it recorded, not 1e6 / mean latency (which said 7,325/s for a 175/s open loop and
+    called two equal runs a 55% regression); scenarios or rates that differ are not comparable."""
+    from bench.compare import comparable
+
+    rng = np.random.default_rng(7)
+    work = rng.lognormal(np.log(180), 0.2, 4000)
+    a, b = result(work), result(work * 2.0)
+    a["throughput_ips"], b["throughput_ips"] = 5400.0, 2700.0  # a closed loop: half the pace at twice the latency
+    t = compare(a, b)["metrics"]["throughput"]
+    assert (t["a"], t["b"], t["change_pct"]) == (5400.0, 2700.0, -50.0) and t["verdict"] == "regression"
+    assert t["interval_pct"][1] < 0 and t["significant"]
+    server = {"kind": "server", "rate_qps": 175.0}
+    a2, b2 = {**result(work), "scenario": server}, {**result(work * 2.0), "scenario": server}
+    a2["throughput_ips"], b2["throughput_ips"] = 174.9, 174.8
+    doc = compare(a2, b2)
+    t = doc["metrics"]["throughput"]
+    assert (t["a"], t["b"]) == (174.9, 174.8) and t["significant"] is None and t["verdict"].startswith("not tested")
+    assert doc["metrics"]["p50"]["verdict"] == "regression"  # the latency still tells
+    assert comparable(a2, b2) == []
+    assert "different scenarios (single-stream vs server)" in comparable(a, b2)
+    faster = {**b2, "scenario": {**server, "rate_qps": 200.0}}
+    assert "different rates (175.0 vs 200.0 queries/s)" in comparable(a2, faster)
