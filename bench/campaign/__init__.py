@@ -128,11 +128,60 @@ def load(path: str) -> Campaign:
         if dup:
             raise UserError(f"{where}: [[{what}]] name {sorted(dup)[0]!r} is given twice")
     slo = _slo(where, "[slo]", doc.get("slo", {}))
+    _cross_check(where, targets, models, scenarios)
     boards = [t.name for t in targets if not t.is_server]
     if boards and any((s.concurrency or 1) > 1 for s in scenarios):
         warnings.warn(f"{where}: concurrency applies to server targets; {', '.join(map(repr, boards))} run one query "
                       "at a time", CampaignWarning, stacklevel=2)  # fmt: skip
     return Campaign(name, path, reps, targets, models, scenarios or (Scenario("single-stream", iterations=1000),), slo)
+
+
+def _cross_check(where: str, targets, models, scenarios) -> None:
+    """What would otherwise fail only when its run's turn came (after other runs had run, exit 1 like an SLO miss):
+    a model file no backend reads, a backend or CPUs this machine does not have for a `local:` target, a backend that
+    cannot read a model, a schedule longer than a run keeps."""
+    from edge_runtime.errors import EdgeRuntimeError
+    from edge_runtime.measure.schedule import MAX_QUERIES
+    from edge_runtime.runtime import backends
+    from edge_runtime.runtime.model import inspect_model
+
+    formats = {}
+    for m in models:
+        try:
+            formats[m.name] = inspect_model(m.path).format
+        except EdgeRuntimeError as err:
+            raise UserError(f"{where}: [[model]] {m.name!r}: {err.one_line()}") from None
+    for t in targets:
+        if not t.url.startswith("local:"):
+            continue  # a board's backends and CPUs are the board's: its agent says what is wrong, in one line
+        from bench.targets.local import parse_local
+        from edge_runtime.system.cpulist import format_cpu_list, parse_cpu_list
+        from edge_runtime.system.root import SystemRoot
+
+        opts = parse_local(t.url)
+        backend = t.backend or opts.get("backend")
+        if backend is not None and backend not in backends.names():
+            raise UserError(f"{where}: [[target]] {t.name!r} backend {backend!r}: not one this machine has "
+                            f"(backends: {', '.join(backends.names())})")  # fmt: skip
+        for m in models:
+            if backend is not None and formats[m.name] not in backends.get(backend).formats:
+                raise UserError(f"{where}: [[target]] {t.name!r} backend {backend!r} cannot read [[model]] "
+                                f"{m.name!r} ({formats[m.name]})")  # fmt: skip
+        cpus = parse_cpu_list(t.cpus) if t.cpus else list(opts.get("cpus") or ())
+        online = SystemRoot("/").online_cpus()
+        if cpus and online and set(cpus) - set(online):
+            raise UserError(f"{where}: [[target]] {t.name!r} cpus {format_cpu_list(cpus)}: this machine has CPUs "
+                            f"{format_cpu_list(online)}")  # fmt: skip
+    for i, sc in enumerate(scenarios):
+        per_s = {
+            "server": sc.rate_qps,
+            "burst": (sc.rate_qps or 0) * (sc.burst_on_s or 0) / ((sc.burst_on_s or 0) + (sc.burst_off_s or 0) or 1),
+            "multi-stream": 1e3 / sc.interval_ms if sc.interval_ms else None,
+        }.get(sc.kind)
+        if per_s and sc.duration_s and per_s * sc.duration_s > MAX_QUERIES:
+            n = per_s * sc.duration_s
+            raise UserError(f"{where}: [[scenario]] #{i + 1} ({sc.kind}): {per_s:g} queries/s for {sc.duration_s:g} "
+                            f"s is {n:,.0f} queries, over the {MAX_QUERIES:,} a run keeps")  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------- checks

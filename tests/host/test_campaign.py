@@ -138,12 +138,20 @@ def test_campaign_mistakes_are_one_line_and_name_the_key(tmp_path):
         (base.replace('url = "local:"', SERVER + 'headers = { t = "caf\u00e9" }'), "must be ASCII"),
         (base.replace('url = "local:"', SERVER + 'headers = { Content-Length = "0" }'), "set by the HTTP/gRPC client"),
         (base + '[[scenario]]\nconcurrency = 0\n', "concurrency"),
+        # Mistakes that once passed loading and failed when their run's turn came (exit 1, after other runs):
+        (base.replace('url = "local:"', 'url = "local:"\nbackend = "tensorrtx"'), "backend 'tensorrtx': not one"),
+        (base.replace('url = "local:"', 'url = "local:?backend=nope"'), "backend 'nope': not one"),
+        (base.replace('url = "local:"', 'url = "local:"\ncpus = "4096"'), "cpus 4096: this machine has CPUs"),
+        (base.replace('url = "local:"', 'url = "local:"\nbackend = "tflite"'), "cannot read [[model]]"),
+        (base.replace(str(DIGITS), str(tmp_path / "notes.txt")), "unknown file type"),
+        (base + '[[scenario]]\nkind = "server"\nrate_qps = 1e6\nduration_s = 604800\n', "over the 50,000,000"),
         (base + "[slo]\np99_ms = -1\n", "p99_ms"),
         (base + "[slo]\nerror_budget = 2\n", "error_budget"),
         (base.replace(str(DIGITS), "/nope.onnx"), "/nope.onnx"),
         ("this is = not [ toml", "not TOML"),
         ('[campaign]\nname = "c"\n', "no [[target]]"),
     ]
+    (tmp_path / "notes.txt").write_text("not a model\n")
     for text, needle in cases:
         p = write(tmp_path, text)
         with pytest.raises(UserError, match=None) as err:
