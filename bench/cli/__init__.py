@@ -40,6 +40,14 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
+    if not debug:  # a warning is one line naming the program, not a source path and a line of code
+        import warnings
+
+        def one_line(message, category, filename, lineno, file=None, line=None):
+            if sys.stderr is not None:
+                print(f"{PROG}: warning: {' '.join(str(message).split())}", file=sys.stderr)
+
+        warnings.showwarning = one_line
     SIGNALS.install()
     try:
         if argv[:1] == ["run"] and not {"-h", "--help"} & set(argv):

@@ -111,10 +111,19 @@ def add_store(p) -> None:
     )
 
 
-def open_store(args):
+def open_store(args, create: bool = False):
+    """The store --store (or EDGE_BENCH_STORE, or ./edge-bench.sqlite) names. Only `run` creates one: a command that
+    reads (report, compare, baseline) and is given a mistyped name says so, instead of making an empty store."""
+    import os
+
     from bench.store import Store, default_path
 
     args.store = args.store or default_path()
+    if not create and not os.path.lexists(args.store):
+        raise UsageError(
+            f"--store {args.store!r}: no such store",
+            hint="edge-bench run writes one; --store FILE or EDGE_BENCH_STORE names another",
+        )
     return Store(args.store)
 
 

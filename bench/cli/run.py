@@ -115,7 +115,7 @@ def run(args) -> int:
         raise UsageError("--sysroot: a board reads its own system; the option has no meaning for a target")
     if bargs.cpus == "board":
         raise UsageError("--cpus board: name the CPUs (see the board's profile in `edge-bench targets URL`)")
-    store = open_store(args)  # a store that cannot be used is an error before the run, not after it
+    store = open_store(args, create=True)  # a store that cannot be used is an error before the run, not after it
     outs = plan_outputs(
         [("--json", bargs.json), ("--prom", bargs.prom), ("--html", args.html)],
         [*bench_cmd.input_paths(bargs), ("the store", args.store)],
@@ -254,7 +254,7 @@ def run_campaign(args) -> int:
         raise UsageError("--slo goes with the one-off form: a campaign's SLOs are in its [slo] and [target.slo] tables")
     flags = {**_campaign_flags(args.rest), "--html": args.html}  # --html: parsed with --target (both forms take it)
     campaign = load(args.campaign)
-    store = open_store(args)
+    store = open_store(args, create=True)
     outs = plan_outputs([(f, v) for f, v in flags.items()], [("the campaign", args.campaign), ("the store", args.store),
                         *[("a model", m.path) for m in campaign.models]])  # fmt: skip
     if "--html" in outs:

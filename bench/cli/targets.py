@@ -24,9 +24,9 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from bench.cli.run import header_flags
+    from bench.targets import board_endpoint
     from bench.targets.agent import AgentTarget, TargetError
     from bench.targets.kserve import KServeTarget, parse_url
-    from bench.transports import parse_endpoint
     from edge_runtime.system.outputs import write_json
 
     check_reconnect(args.reconnect_for)
@@ -34,8 +34,12 @@ def run(args) -> int:
     for url in args.urls:  # a URL that names nothing is a user error before anything is tried
         if url.startswith("kserve+"):
             parse_url(url)
+        elif url.startswith("local:"):
+            from bench.targets.local import parse_local
+
+            parse_local(url)
         else:
-            parse_endpoint(url, "target", listen=False)
+            board_endpoint(url)
     outs = plan_outputs([("--json", args.json)])
     secret = token(args)
     rows = []
@@ -47,6 +51,14 @@ def run(args) -> int:
                 model = k.meta["model"]
                 rows.append({"url": url, "reachable": True, "kind": "kserve", **ident, "inputs": model.get("inputs"),
                              "outputs": model.get("outputs"), "network": k.round_trip(k.client(), 5)})  # fmt: skip
+            except TargetError as err:
+                rows.append({"url": url, "reachable": False, "error": str(err), "kind": err.kind})
+            continue
+        if url.startswith("local:"):  # this machine, as the local: target runs it (no link)
+            from bench.targets.local import LocalTarget
+
+            try:
+                rows.append({"url": url, "reachable": True, "kind": "local", **LocalTarget(url).connect()})
             except TargetError as err:
                 rows.append({"url": url, "reachable": False, "error": str(err), "kind": err.kind})
             continue
@@ -88,6 +100,15 @@ def render(rows: list[dict]) -> str:
             continue
         cpus = r.get("cpus") or {}
         backends = ", ".join(f"{k} {v}" for k, v in (r.get("backends") or {}).items() if v) or "none"
+        if r.get("kind") == "local":
+            lines += [
+                f"{r['url']}  this machine  ({r.get('hostname', '?')}, kernel {r.get('kernel') or '?'}"
+                + (f", profile {r['board_profile']}" if r.get("board_profile") else "") + ")",
+                f"  cpus      {r.get('cpu_model') or '?'}; online {format_cpu_list(cpus.get('online') or []) or '?'}, "
+                f"isolated {format_cpu_list(cpus.get('isolated') or []) or 'none'}",
+                f"  backends  {backends}; python {r.get('python') or '?'}",
+            ]
+            continue
         link = r["link"]
         rtt = f"{link['rtt_ms']:.1f} ms" if link.get("rtt_ms") is not None else "?"
         lines += [

@@ -20,7 +20,21 @@ def target_for(url: str, **options):
         from bench.targets.kserve import KServeTarget
 
         return KServeTarget(url, **options)
-    from bench.transports import parse_endpoint
-
-    parse_endpoint(url, "target", listen=False)  # a URL that names nothing is refused here, before any work
+    board_endpoint(url)  # a URL that names nothing is refused here, before any work
     return AgentTarget(url, **options)
+
+
+HOST_SCHEMES = "local: (this machine), kserve+http://HOST:PORT/MODEL, kserve+grpc://HOST:PORT/MODEL"
+
+
+def board_endpoint(url: str):
+    """A board's endpoint (the agent's URL forms); the error names the host's own schemes too."""
+    from bench.transports import parse_endpoint
+    from edge_runtime.errors import UserError
+
+    try:
+        return parse_endpoint(url, "target", listen=False)
+    except UserError as err:
+        if "unknown scheme" not in err.message:
+            raise
+        raise UserError(err.message, hint=f"{HOST_SCHEMES}, or a board: {err.hint}") from None

@@ -60,7 +60,20 @@ def test_the_server_scenario_keeps_its_rate(benchmark):
     assert sc["kind"] == "server" and sc["rate_qps"] == 500 and sc["queries"] == doc["latency_us"]["count"] > 0
     asked = sc["queries"] / 10.0  # the seeded schedule's own rate over the run
     benchmark.pedantic(lambda: None, rounds=1)
+    # Three figures, because a Poisson schedule of 10 s at 500/s holds 5000 +- 71 queries by its nature: the harness
+    # keeps the rate it was given when achieved / scheduled is within 1%; against the nominal 500/s the draw's own
+    # spread adds to it (shown, the goal is the harness's).
     report_ratio(benchmark, "server scenario: achieved / scheduled rate (qps, not us)", [asked], [sc["achieved_qps"]],
                  goal=1.01, goal_low=0.99)  # fmt: skip
+    report_ratio(benchmark, "server scenario: achieved / nominal 500 qps (qps, not us)", [500.0],
+                 [sc["achieved_qps"]], goal=None)  # fmt: skip
+    report_ratio(benchmark, "server scenario: scheduled / nominal 500 qps (the Poisson draw)", [500.0], [asked],
+                 goal=None)  # fmt: skip
+    # The send error (actual minus intended send), as a share of the mean gap between queries (2000 us).
+    err = sc["send_error_us"]
+    for q in ("p50", "p99"):
+        report_ratio(benchmark, f"server scenario: send error {q} / 2000 us mean gap", [2000.0], [float(err[q])],
+                     goal=None)  # fmt: skip
+    benchmark.extra_info.update({"send_error_us": err, "achieved_qps": sc["achieved_qps"], "scheduled_qps": asked})
     print(f"\nserver 500 qps x 10 s: {sc['queries']} queries scheduled ({asked:.1f}/s), {sc['achieved_qps']:.1f}/s "
-          f"achieved; send error p50 {sc['send_error_us']['p50']} us, p99 {sc['send_error_us']['p99']} us")  # fmt: skip
+          f"achieved; send error p50 {err['p50']} us, p99 {err['p99']} us")  # fmt: skip

@@ -64,6 +64,13 @@ def test_targets_says_what_each_board_is_and_fails_on_an_unreachable_one(agent):
     (row,) = json.loads(proc.stdout)["targets"]
     assert row["reachable"] and row["protocol"] == 1 and row["cpus"]["online"]
     assert row["link"]["frames_in"] >= 6 and row["link"]["rtt_ms"] > 0  # hello and five pings
+    # local: is a target too: this machine, described as a board is (it was "unknown scheme local://")
+    proc = edge_bench("targets", "local:", "--json", "-")
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(proc.stdout)["targets"]
+    assert row["kind"] == "local" and row["cpus"]["online"] and row["python"]
+    proc = edge_bench("targets", "ftp://x")
+    assert proc.returncode == 2 and "local:" in proc.stderr and "kserve+http://" in proc.stderr, proc.stderr
 
 
 def test_a_one_off_run_prints_the_boards_result_as_edge_runtime_bench_does(agent):

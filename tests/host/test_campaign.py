@@ -165,6 +165,10 @@ def test_campaign_mistakes_are_one_line_and_name_the_key(tmp_path):
         camp = load(str(write(tmp_path, base + "colour = 'blue'\n")))  # resembles nothing known: a warning
     assert camp.targets[0].url == "local:"
     assert any(issubclass(w.category, CampaignWarning) and "colour" in str(w.message) for w in caught)
+    proc = edge_bench("run", str(write(tmp_path, base + "colour = 'blue'\n[[scenario]]\niterations = 20\n")),
+                      "--store", str(tmp_path / "s.sqlite"))  # fmt: skip
+    warned = [ln for ln in proc.stderr.splitlines() if "colour" in ln]  # one line, not a source path and its code
+    assert proc.returncode == 0 and len(warned) == 1 and warned[0].startswith("edge-bench: warning: "), proc.stderr
     proc = edge_bench("run", str(write(tmp_path, base)), "--store", str(tmp_path / "s.sqlite"), "--bogus")
     assert proc.returncode == 2 and "--bogus" in proc.stderr
     proc = edge_bench("run", str(write(tmp_path, base)), "--store", str(tmp_path / "s.sqlite"), "--slo", "p99=1ms")

@@ -237,3 +237,12 @@ def test_throughput_is_each_runs_own_and_an_open_loops_is_not_tested():
     assert "different scenarios (single-stream vs server)" in comparable(a, b2)
     faster = {**b2, "scenario": {**server, "rate_qps": 200.0}}
     assert "different rates (175.0 vs 200.0 queries/s)" in comparable(a2, faster)
+
+
+def test_commands_that_read_a_store_do_not_make_one(tmp_path):
+    """A mistyped --store for report, compare or baseline is said (exit 2), not answered with a new empty store."""
+    typo = tmp_path / "typo.sqlite"
+    for args in (["report"], ["compare", "1", "2"], ["baseline", "list"]):
+        proc = edge_bench(*args, store=typo)
+        assert proc.returncode == 2 and "no such store" in proc.stderr and len(proc.stderr.splitlines()) == 1, args
+        assert not typo.exists()
