@@ -148,8 +148,8 @@ def run(args) -> int:
             from edge_runtime.system.prom import textfile
 
             write_output(outs["--prom"], textfile(doc))
-        if "--json" in outs:
-            write_json(doc, outs["--json"])
+        if "--json" in outs:  # the record, with where it is kept (a reader of results keeps unknown keys aside)
+            write_json({**doc, "store": args.store, "run": got.store_id}, outs["--json"])
 
     try:
         with target:

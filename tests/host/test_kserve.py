@@ -156,6 +156,7 @@ def test_mlserver_gets_json_tensors_and_no_statistics(tmp_path):
     tensors = doc["backend"]["details"]["tensors"]
     assert tensors.startswith("json (the server refused binary tensors") and "422" in tensors
     assert doc["latency_us"]["count"] == 50 and doc["errors"]["failed"] == 0
+    assert doc["store"] == str(tmp_path / "s.sqlite") and doc["run"] == 1  # where the one-off run is kept
     assert doc["server"]["statistics"]["available"] is False and "404" in doc["server"]["statistics"]["reason"]
 
 
