@@ -1422,9 +1422,9 @@ def test_a_failed_or_interrupted_apply_never_leaves_the_tree_stuck(tmp_path):
         t,
         "--state-dir",
         state,
-        env={**os.environ, "EDGE_RUNTIME_SCRIPTS": "/nonexistent"},
+        env={**os.environ, "EDGE_RUNTIME_SCRIPTS": str(tmp_path / "no-scripts")},  # not /nonexistent: a HOME made it
     )
-    assert_one_line_error(proc, "EDGE_RUNTIME_SCRIPTS '/nonexistent': no such file")
+    assert_one_line_error(proc, f"EDGE_RUNTIME_SCRIPTS '{tmp_path / 'no-scripts'}': no such file")
     # A script that is slow to start, and a SIGTERM before it changed anything.
     scripts = tmp_path / "scripts"
     shutil.copytree(ROOT / "system_tuning", scripts)
