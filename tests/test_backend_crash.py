@@ -106,3 +106,47 @@ def test_native_noise_on_stderr_is_dropped_and_the_rest_kept(capfd):
         os.write(2, b"INFO: Created TensorFlow Lite XNNPACK delegate for CPU.\nWARNING: kept\n")
     err = capfd.readouterr().err
     assert err == "E: a real error\nWARNING: kept\n"
+
+
+def _hanging(tmp_path, library: str) -> dict:
+    pkg = tmp_path / "hang" / library
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("import time\nprint('importing', flush=True)\ntime.sleep(600)\n")
+    return {**os.environ, "PYTHONPATH": str(tmp_path / "hang")}
+
+
+def test_a_one_shot_runs_child_goes_with_it_on_sigterm_and_on_sigkill(tmp_path):
+    """`run` does its work in a child forked before numpy or a backend is imported. A library that hangs there: a
+    SIGTERM to the command ends it (143, one line) and its child; a SIGKILL of the command leaves no child running
+    (it dies with its parent). Where the command has threads it never forks (checked in sandbox.can_fork)."""
+    import signal
+    import time
+
+    import psutil
+
+    env = _hanging(tmp_path, "onnxruntime")
+    model = str(MODELS / "digits_cnn" / "digits_cnn_int8.onnx")
+    for sig, code in ((signal.SIGTERM, 128 + signal.SIGTERM), (signal.SIGKILL, -signal.SIGKILL)):
+        proc = subprocess.Popen([sys.executable, "-m", "edge_runtime.cli", "run", model], cwd=ROOT, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            kids = []
+            while time.monotonic() < deadline and not kids:  # the child is the one importing the hanging library
+                kids = psutil.Process(proc.pid).children()
+                time.sleep(0.1)
+            assert kids, "no child was forked"
+            child = kids[0]
+            assert child.cmdline() == psutil.Process(proc.pid).cmdline()  # forked, not a new interpreter
+            time.sleep(1.0)
+            proc.send_signal(sig)
+            _, err = proc.communicate(timeout=60)
+            assert proc.returncode == code, err
+            if sig == signal.SIGTERM:
+                assert err.strip().splitlines() == ["edge-runtime: interrupted (SIGTERM)"], err
+            _, alive = psutil.wait_procs([child], timeout=10)
+            assert not alive, f"the child outlived its parent ({sig.name})"
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
