@@ -12,13 +12,14 @@ import errno
 import hashlib
 import os
 import stat
-import tempfile
 
 from edge_runtime.errors import UserError
 
 
 def lock_dir() -> str:
     """/run/lock where it can be written, else /var/lock, else the temporary directory."""
+    import tempfile  # here: it brings random, shutil, bz2 and lzma, and most commands never take a lock
+
     for d in ("/run/lock", "/var/lock", tempfile.gettempdir()):
         if os.path.isdir(d) and os.access(d, os.W_OK | os.X_OK):
             return d
