@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -68,6 +67,7 @@ def _child_env() -> tuple[dict, str]:
 def statuses(names: list[str], timeout_s: float = 120.0) -> dict[str, dict]:
     """Each backend's `status()` (`edge-runtime info`), each taken in its own child process, all at once: a library
     that crashes or hangs when imported is reported as unusable, with the reason, instead of ending the caller."""
+    import subprocess
     import time
 
     env, package_root = _child_env()
@@ -180,6 +180,8 @@ def check(model: ModelFile, backend: str, opts: LoadOptions, timeout_s: float = 
         "threads": 1,
         "fallback": opts.fallback,
     }
+    import subprocess  # here: the forked run (the command line's) never needs it
+
     env, package_root = _child_env()
     shown = str(model.path)
     try:
