@@ -92,10 +92,10 @@ if [ ! -f "$RFS/opt/venv/.done-$stamp" ]; then
 fi
 
 FAILED=0
-check() {  # check WHAT CMD...: run in the root, count a failure, go on
-    local what=$1
-    shift
-    if in_root /bin/sh -c "cd /src && $*" >"$LANE/last.log" 2>&1; then
+run_check() {  # run_check RUNNER DIR WHAT CMD...: CMD in DIR through RUNNER (in_root, offline), count a failure, go on
+    local runner=$1 dir=$2 what=$3
+    shift 3
+    if "$runner" /bin/sh -c "cd $dir && $*" >"$LANE/last.log" 2>&1; then
         say "ok    $what"
     else
         say "FAIL  $what"
@@ -103,6 +103,7 @@ check() {  # check WHAT CMD...: run in the root, count a failure, go on
         FAILED=$((FAILED + 1))
     fi
 }
+check() { run_check in_root /src "$@"; }  # check WHAT CMD...: in the root, from the copied checkout
 
 say "machine in the root: $(in_root uname -m), python $(in_root python3 -c 'import platform; print(platform.python_version())')"
 check "edge-runtime info (every backend usable, the Cortex-A72 named)" \
@@ -159,17 +160,7 @@ if "$REPO/.venv/bin/python" "$REPO/tools/wheelhouse.py" --platform aarch64 --pyt
         unshare --net chroot "$RFS" /usr/bin/env -i HOME=/root PATH=/opt/board/bin:/usr/sbin:/usr/bin:/sbin:/bin \
             LANG=C.UTF-8 QEMU_CPU=cortex-a72 PIP_DISABLE_PIP_VERSION_CHECK=1 "$@"
     }
-    offline_check() {  # offline_check WHAT CMD...
-        local what=$1
-        shift
-        if offline /bin/sh -c "cd /tmp && $*" >"$LANE/last.log" 2>&1; then
-            say "ok    $what"
-        else
-            say "FAIL  $what"
-            sed 's/^/        /' "$LANE/last.log" | tail -20
-            FAILED=$((FAILED + 1))
-        fi
-    }
+    offline_check() { run_check offline /tmp "$@"; }  # offline_check WHAT CMD...: as a board with no network
     offline_check "no network in the board's namespace (a connection fails)" \
         "! python3 -c 'import socket; socket.create_connection((\"deb.debian.org\", 80), timeout=5)' 2>/dev/null"
     offline_check "pip install --no-index from the wheelhouse ($(find "$LANE/wheelhouse" -name '*.whl' | wc -l) wheels)" \
