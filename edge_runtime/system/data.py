@@ -39,10 +39,21 @@ def data_dir(name: str) -> Path:
 
         check_input(env, variable, directory=True)  # a mistyped variable is said, not read as "nothing there"
         return Path(env)
-    where = shipped(name)
-    if not where.is_dir():
-        raise UserError(
-            f"this edge_runtime installation has no {name}/ folder (looked in {where})",
-            hint=f"reinstall the edge-runtime wheel, or set {variable} to a copy of the repository's {name}/",
-        )
-    return where
+    if name not in _FOUND:  # the package's folder does not move: found once a process (a later drop of privileges
+        where = shipped(name)  # must not turn a folder read before into an error)
+        try:
+            ok = where.is_dir()
+        except OSError as err:
+            from edge_runtime.system.files import reason
+
+            raise UserError(f"this edge_runtime installation's {name}/ folder {str(where)!r}: {reason(err)}") from None
+        if not ok:
+            raise UserError(
+                f"this edge_runtime installation has no {name}/ folder (looked in {where})",
+                hint=f"reinstall the edge-runtime wheel, or set {variable} to a copy of the repository's {name}/",
+            )
+        _FOUND[name] = where
+    return _FOUND[name]
+
+
+_FOUND: dict[str, Path] = {}
