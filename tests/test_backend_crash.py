@@ -118,7 +118,8 @@ def _hanging(tmp_path, library: str) -> dict:
 def test_a_one_shot_runs_child_goes_with_it_on_sigterm_and_on_sigkill(tmp_path):
     """`run` does its work in a child forked before numpy or a backend is imported. A library that hangs there: a
     SIGTERM to the command ends it (143, one line) and its child; a SIGKILL of the command leaves no child running
-    (it dies with its parent). Where the command has threads it never forks (checked in sandbox.can_fork)."""
+    (it dies with its parent). Where the command has threads it never forks (sandbox.can_fork): the check child is
+    exec'd instead, and must go just the same."""
     import signal
     import time
 
@@ -136,8 +137,9 @@ def test_a_one_shot_runs_child_goes_with_it_on_sigterm_and_on_sigkill(tmp_path):
                 kids = psutil.Process(proc.pid).children()
                 time.sleep(0.1)
             assert kids, "no child was forked"
+            # Forked (the same command line) where the command has one thread; exec'd where it has more (under QEMU
+            # user-mode the emulator's own threads are the process's): the child must go with it either way.
             child = kids[0]
-            assert child.cmdline() == psutil.Process(proc.pid).cmdline()  # forked, not a new interpreter
             time.sleep(1.0)
             proc.send_signal(sig)
             _, err = proc.communicate(timeout=60)
