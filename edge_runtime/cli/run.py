@@ -130,7 +130,7 @@ def _isolated(args, kwargs: dict) -> tuple[dict, list[str]]:
         except Exception as err:  # noqa: BLE001 - told to the parent, which says it in one line
             say({"ok": False, "error": "ModelError", "message": f"model {args.model!r}: {type(err).__name__}: {err}"})
 
-    timeout = 120.0
+    timeout = sandbox.TIMEOUT_S
     try:
         code, lines, err = sandbox.forked(work, timeout)
     except TimeoutError:
@@ -140,7 +140,7 @@ def _isolated(args, kwargs: dict) -> tuple[dict, list[str]]:
     backend = next((d["backend"] for d in lines if d and "backend" in d), kwargs["backend"] or "the")
     asked = SimpleNamespace(delegate=kwargs["delegate"], device=kwargs["device"], fallback=kwargs["fallback"])
     cpu = {**kwargs, "delegate": None, "delegate_options": {}, "device": None}
-    answer = sandbox._verdict(code, lines, err, str(args.model), backend, asked, lambda: _isolated(args, cpu))
+    answer = sandbox.verdict(code, lines, err, str(args.model), backend, asked, lambda: _isolated(args, cpu))
     if isinstance(answer, sandbox.Fallback):  # the accelerator crashed the child: the CPU run, said as a fallback
         doc, notes = answer.answer
         doc["backend"].update(fallback=True, fallback_reason=answer.why)

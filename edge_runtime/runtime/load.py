@@ -13,6 +13,7 @@ from edge_runtime.errors import ModelError, UserError
 from edge_runtime.runtime import backends
 from edge_runtime.runtime.backends.base import LoadOptions
 from edge_runtime.runtime.model import DEFAULT_BACKEND, inspect_model
+from edge_runtime.runtime.sandbox import TIMEOUT_S
 from edge_runtime.runtime.session import BackendInfo, Session
 from edge_runtime.system.limits import MAX_THREADS
 
@@ -37,7 +38,7 @@ def load(
     options: Mapping[str, str] | None = None,
     fallback: bool = False,
     sandbox: bool = True,
-    sandbox_timeout_s: float = 120.0,
+    sandbox_timeout_s: float = TIMEOUT_S,
     isolate: bool | None = None,
     probe_timeout_s: float | None = None,
 ) -> Session:

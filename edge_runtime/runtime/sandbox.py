@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # not imported at run time: numpy comes with them, and the fo
     from edge_runtime.runtime.model import ModelFile
 
 _PASSED: set[tuple] = set()
+TIMEOUT_S = 120.0  # a check child that has not loaded and run its model by then is refused as a hang
 
 
 def _key(model: ModelFile, backend: str, opts: LoadOptions) -> tuple:
@@ -64,7 +65,7 @@ def _child_env() -> tuple[dict, str]:
     return env, package_root
 
 
-def statuses(names: list[str], timeout_s: float = 120.0) -> dict[str, dict]:
+def statuses(names: list[str], timeout_s: float = TIMEOUT_S) -> dict[str, dict]:
     """Each backend's `status()` (`edge-runtime info`), each taken in its own child process, all at once: a library
     that crashes or hangs when imported is reported as unusable, with the reason, instead of ending the caller."""
     import subprocess
@@ -126,7 +127,7 @@ class Fallback:
     answer: dict | None = None
 
 
-def _verdict(returncode: int, lines: list, stderr: str, shown: str, backend: str, opts: LoadOptions, retry):
+def verdict(returncode: int, lines: list, stderr: str, shown: str, backend: str, opts: LoadOptions, retry):
     """What a crash-check child's end means: its answer (ok), the error it reported raised here, a crash turned into
     the error that names its cause (the library's import, the device or delegate, or the model), or a Fallback when
     an accelerator crashed and the caller allows CPU (`retry()` gives the answer of the same work on CPU). `opts`: any
@@ -160,7 +161,7 @@ def _verdict(returncode: int, lines: list, stderr: str, shown: str, backend: str
     return answer
 
 
-def check(model: ModelFile, backend: str, opts: LoadOptions, timeout_s: float = 120.0) -> str | None:
+def check(model: ModelFile, backend: str, opts: LoadOptions, timeout_s: float = TIMEOUT_S) -> str | None:
     """Raise the error loading `model` would raise, or ModelError if it crashes or hangs the backend.
 
     A delegate that crashes the backend is a DeviceError; when fallback is allowed the model is checked again without
@@ -203,7 +204,7 @@ def check(model: ModelFile, backend: str, opts: LoadOptions, timeout_s: float = 
     lines = [_json(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     cpu = replace(opts, delegate=None, delegate_options={}, device=None)
     retry = lambda: check(model, backend, cpu, timeout_s)  # noqa: E731
-    answer = _verdict(proc.returncode, lines, proc.stderr, shown, backend, opts, retry)
+    answer = verdict(proc.returncode, lines, proc.stderr, shown, backend, opts, retry)
     if isinstance(answer, Fallback):
         return answer.why
     _PASSED.add(key)
