@@ -39,6 +39,8 @@ KEYS = {
 }
 TOP = {"campaign", "target", "model", "scenario", "slo"}
 MAX_REPETITIONS = 1000
+MAX_CAMPAIGN_BYTES = 16 << 20
+MAX_UNKNOWN_SHOWN = 10  # unknown keys warned one by one; the rest in one line (700,000 keys were 700,000 lines)
 # (above, at most) for the scenarios' numbers: the bounds BenchRequest.validate() applies
 WEEK_S = 7 * 86400
 BOUNDS = {"rate_qps": (0, 1e6), "interval_ms": (0, 3.6e6), "burst_on_s": (0, WEEK_S), "burst_off_s": (-1e-9, WEEK_S)}
@@ -46,6 +48,12 @@ BOUNDS = {"rate_qps": (0, 1e6), "interval_ms": (0, 3.6e6), "burst_on_s": (0, WEE
 
 class CampaignWarning(UserWarning):
     """A key this version does not know (a newer file?): ignored, said once."""
+
+
+class _Where(str):
+    """A campaign as messages name it ("campaign 'c.toml'"), counting the unknown keys met while it is read."""
+
+    unknown = 0
 
 
 @dataclass(frozen=True)
@@ -106,8 +114,8 @@ class Campaign:
 def load(path: str) -> Campaign:
     from edge_runtime.system.files import open_input
 
-    where = f"campaign {path!r}"
-    with open_input(path, "campaign", max_bytes=16 << 20) as f:
+    where = _Where(f"campaign {path!r}")
+    with open_input(path, "campaign", max_bytes=MAX_CAMPAIGN_BYTES) as f:
         raw = f.read()
     try:
         doc = tomllib.loads(raw.decode("utf-8"))
@@ -133,6 +141,9 @@ def load(path: str) -> Campaign:
     if boards and any((s.concurrency or 1) > 1 for s in scenarios):
         warnings.warn(f"{where}: concurrency applies to server targets; {', '.join(map(repr, boards))} run one query "
                       "at a time", CampaignWarning, stacklevel=2)  # fmt: skip
+    if where.unknown > MAX_UNKNOWN_SHOWN:
+        warnings.warn(f"{where}: ... and {where.unknown - MAX_UNKNOWN_SHOWN:,} more unknown keys ignored "
+                      f"({where.unknown:,} in all)", CampaignWarning, stacklevel=2)  # fmt: skip
     return Campaign(name, path, reps, targets, models, scenarios or (Scenario("single-stream", iterations=1000),), slo)
 
 
@@ -185,7 +196,7 @@ def _cross_check(where: str, targets, models, scenarios) -> None:
 
 
 # ----------------------------------------------------------------------------------------------------- checks
-def _keys(where: str, table: str, d: dict, known: set[str]) -> None:
+def _keys(where: _Where, table: str, d: dict, known: set[str]) -> None:
     for key in d:
         if key in known:
             continue
@@ -193,7 +204,9 @@ def _keys(where: str, table: str, d: dict, known: set[str]) -> None:
         if close:
             raise UserError(f"{where}: {table}: unknown key {key!r} (did you mean {close[0]!r}? known: "
                             f"{', '.join(sorted(known))})")  # fmt: skip
-        warnings.warn(f"{where}: {table}: unknown key {key!r} ignored", CampaignWarning, stacklevel=3)
+        where.unknown += 1
+        if where.unknown <= MAX_UNKNOWN_SHOWN:
+            warnings.warn(f"{where}: {table}: unknown key {key!r} ignored", CampaignWarning, stacklevel=3)
 
 
 def _table(where: str, doc: dict, name: str) -> dict:

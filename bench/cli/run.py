@@ -94,6 +94,10 @@ def run(args) -> int:
     if not server and (args.concurrency or args.header):
         raise UsageError(f"{'--concurrency' if args.concurrency else '--header'} goes with a server target "
                          "(kserve+http://, kserve+grpc://): a board runs one query at a time")  # fmt: skip
+    if args.model:  # what the path is, as `edge-runtime run` says it (a directory or a fifo was "missing" on a board)
+        from edge_runtime.system.files import check_input
+
+        check_input(args.model, "--model", error=UsageError)
     check_reconnect(args.reconnect_for)
     from bench.cli import _Parser
 

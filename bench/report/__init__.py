@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
@@ -21,6 +22,30 @@ def _cell(v) -> str:
     return str(v)
 
 
+# GitHub Markdown that a value must not make: a cell (`|`), the end of a row (a newline), code (`), a link or an image
+# ([...](...)), a backslash escape, raw HTML or an autolink (`<` before a letter, `/`, `!` or `?`; "p99 <= 10 ms"
+# stays as it is) or an entity (`&lt;`).
+_MD_PUNCT = re.compile(r"([\\`|\[\]])")
+_MD_HTML = re.compile(r"<(?=[A-Za-z/!?])")
+_MD_ENTITY = re.compile(r"&(?=#?[A-Za-z0-9]+;)")
+# A spreadsheet evaluates a text cell that starts with one of these (OWASP, CSV injection): "=HYPERLINK(...)".
+_CSV_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+
+
+def md_text(v) -> str:
+    """A value as literal text in GitHub Markdown: a table cell, a list item or a heading that cannot add a column,
+    end its row, open code, make a link or an image, or become HTML."""
+    text = _MD_ENTITY.sub("&amp;", _cell(v))
+    text = _MD_PUNCT.sub(r"\\\1", _MD_HTML.sub("&lt;", text))
+    return re.sub(r"\r\n|\r|\n", "<br>", text)
+
+
+def csv_cell(v):
+    """A CSV value a spreadsheet shows, not runs: a text cell that starts like a formula gets a leading ' (OWASP's
+    rule); numbers, negative ones included, stay numbers."""
+    return "'" + v if isinstance(v, str) and v.startswith(_CSV_FORMULA) else v
+
+
 def table(rows: list[dict]) -> str:
     shown = [c for c in COLUMNS if c != "error"]
     cells = [[_cell(r.get(c)) for c in shown] for r in rows]
@@ -33,11 +58,12 @@ def table(rows: list[dict]) -> str:
 
 def markdown(title: str, rows: list[dict], slos: list[dict]) -> str:
     shown = [c for c in COLUMNS if c != "error"]
-    out = [f"# {title}", "", "| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
-    out += ["| " + " | ".join(_cell(r.get(c)) for c in shown) + " |" for r in rows]
+    out = [f"# {md_text(title)}", "", "| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
+    out += ["| " + " | ".join(md_text(r.get(c)) for c in shown) + " |" for r in rows]
     errors = [r for r in rows if r.get("error")]
     if errors:
-        out += ["", "## Errors", ""] + [f"- {r['target']} / {r['model']}: {r['error']}" for r in errors]
+        out += ["", "## Errors", ""]
+        out += [f"- {md_text(r['target'])} / {md_text(r['model'])}: {md_text(r['error'])}" for r in errors]
     if slos:
         out += [
             "",
@@ -47,8 +73,8 @@ def markdown(title: str, rows: list[dict], slos: list[dict]) -> str:
             "|---|---|---|---|---|---|---|",
         ]
         for s in slos:
-            out.append(f"| {s['target']} | {s['model']} | {s['scenario']} | {s['repetition']} | {s['slo']} | "
-                       f"{s['measured']} | {'pass' if s['pass'] else '**FAIL**'} |")  # fmt: skip
+            cells = [md_text(s[k]) for k in ("target", "model", "scenario", "repetition", "slo", "measured")]
+            out.append("| " + " | ".join([*cells, "pass" if s["pass"] else "**FAIL**"]) + " |")
     return "\n".join(out) + "\n"
 
 
@@ -95,7 +121,7 @@ def csv_text(rows: list[dict], extra: list[str] | None = None) -> str:
     w = csv.DictWriter(buf, fieldnames=COLUMNS + (extra or []), extrasaction="ignore", lineterminator="\n")
     w.writeheader()
     for r in rows:
-        w.writerow(r)
+        w.writerow({k: csv_cell(v) for k, v in r.items()})
     return buf.getvalue()
 
 

@@ -205,19 +205,22 @@ def text(comps: list[dict]) -> str:
 def markdown(comps: list[dict]) -> str:
     if not comps:
         return ""
+    from bench.report import md_text
+
     out = ["", "## Edge vs server", ""]
     for c in comps:
+        board, server = md_text(c["board"]), md_text(c["server"])
         lb, ls = c["latency_ms"]["board"], c["latency_ms"]["server"]
         bb, sb = c["budget"]["board"], c["budget"]["server"]
         e = c["energy_per_inference_uj"]
         out += [
-            f"### {c['board']} vs {c['server']} ({c['scenario']})",
+            f"### {board} vs {server} ({md_text(c['scenario'])})",
             "",
             "| | p50 ms | p99 ms | p99.9 ms | max ms | throughput /s | energy uJ/inference |",
             "|---|---|---|---|---|---|---|",
-            f"| {c['board']} (board) | {_v(lb['p50'])} | {_v(lb['p99'])} | {_v(lb['p999'])} | {_v(lb['max'])} | "
+            f"| {board} (board) | {_v(lb['p50'])} | {_v(lb['p99'])} | {_v(lb['p999'])} | {_v(lb['max'])} | "
             f"{_v(c['throughput_ips']['board'])} | {_v(e['board'])} |",
-            f"| {c['server']} (server) | {_v(ls['p50'])} | {_v(ls['p99'])} | {_v(ls['p999'])} | {_v(ls['max'])} | "
+            f"| {server} (server) | {_v(ls['p50'])} | {_v(ls['p99'])} | {_v(ls['p999'])} | {_v(ls['max'])} | "
             f"{_v(c['throughput_ips']['server'])} | {_v(e['server'])} |",
             "",
             "Latency budget per stage (ms, means per request):",

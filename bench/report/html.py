@@ -21,6 +21,8 @@ from edge_runtime.errors import UserError
 
 MAX_POINTS = 500  # per line: a long run's timeline or a wide histogram is thinned to this many points
 MAX_TIMELINES = 12  # runs drawn in the timeline figure; the rest are named in its caption
+MAX_LEGEND = 16  # entries in a figure's legend, the last one "+K more" when there are more runs (the tables name all)
+LEGEND_CHARS = 40  # of a run's label in a legend; a longer one is cut (the tables show it whole)
 PERCENTILES = (("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p999", "p99.9"), ("max", "max"))
 NO_TIMELINE = "no latency timeline in this run"
 NO_SENSORS = "no temperature or CPU frequency readings in this run (no sensors)"
@@ -73,7 +75,7 @@ def render(title: str, rows: list[dict], results: list[dict | None], slos: list[
         "<h2>Latency</h2>",
     ]
     if named:
-        out += [_cdf(named), _timeline(named), _percentiles(named)]
+        out += _plots(named)
     else:
         out.append('<p class="note">no run finished: nothing to plot</p>')
     from bench.report.edge_vs_server import html_section, pairs
@@ -171,6 +173,21 @@ def _environments(named: list[tuple[str, dict]]) -> str:
 
 
 # ----------------------------------------------------------------------------------------------------- plots
+def _plots(named: list[tuple[str, dict]]) -> list[str]:
+    """The three figures. What matplotlib warns of while drawing them goes into the page, under them, not to stderr:
+    the page's reader can judge it, a CI log only gathers it. A glyph missing from matplotlib's font is not said at
+    all: the SVG keeps its text as text, drawn by the browser's fonts (a board named in CJK, an emoji)."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        figures = [_cdf(named), _timeline(named), _percentiles(named)]
+    said = dict.fromkeys(" ".join(str(w.message).split()) for w in caught)
+    said = [m for m in said if not re.match(r"Glyph \d+ .* missing from", m)]
+    if said:
+        figures.append(f'<p class="note">matplotlib: {html.escape("; ".join(said))}</p>')
+    return figures
+
+
 def _mpl_text(text: str) -> str:
     """A label as matplotlib shows it literally ('$' would start mathtext; a legend leaves out labels starting '_')."""
     return ("\u200b" if text.startswith("_") else "") + text.replace("$", r"\$")
@@ -203,6 +220,42 @@ def _new_figure(width: float, height: float, layout: str | None = "constrained")
     return Figure(figsize=(width, height), dpi=100, layout=layout)
 
 
+def _legend_labels(labels: list[str]) -> list[str]:
+    """What a legend shows of `labels`: at most MAX_LEGEND entries, each at most LEGEND_CHARS long, the last saying
+    how many runs it leaves out."""
+    cut = [lab if len(lab) <= LEGEND_CHARS else lab[: LEGEND_CHARS - 1] + "\u2026" for lab in labels]
+    if len(cut) <= MAX_LEGEND:
+        return cut
+    return [*cut[: MAX_LEGEND - 1], f"+{len(cut) - MAX_LEGEND + 1} more (all are in the table)"]
+
+
+def _legend_width(labels: list[str]) -> float:
+    """Inches a legend of `labels` takes beside a plot (8 pt text): what a figure grows by, so the plot keeps its
+    width however many runs or however long their names."""
+    shown = _legend_labels(labels)
+    return 0.7 + 0.07 * max((len(x) for x in shown), default=0) if shown else 0.0
+
+
+def _legend(fig, ax) -> None:
+    """The plot's runs named in one legend outside the axes, on the figure's right (a layout engine makes room for it).
+    Inside the axes, a hundred runs' legend spilled below the plot and constrained_layout gave up, with a warning."""
+    from matplotlib.lines import Line2D
+
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return
+    shown = _legend_labels(labels)
+    handles = handles[: len(shown)]
+    if len(shown) < len(labels):  # the "+K more" entry: text, no line
+        handles[-1] = Line2D([], [], linestyle="none")
+    fig.legend(handles, shown, loc="outside right upper", fontsize=8)
+
+
+def _legend_note(n: int) -> str:
+    """A caption's words on a legend of `n` runs that names only some."""
+    return f" (the legend names the first {MAX_LEGEND - 1} of {n})" if n > MAX_LEGEND else ""
+
+
 def _percentile_curve(histogram: list) -> tuple[list[float], list[float]]:
     """(1/(1-q), latency) steps of a histogram: HdrHistogram's percentile distribution, thinned to MAX_POINTS."""
     import numpy as np
@@ -232,7 +285,8 @@ def _log_if_wide(ax, lows, highs, axis: str = "y") -> None:
 
 
 def _cdf(named: list[tuple[str, dict]]) -> str:
-    fig = _new_figure(10, 4.5)
+    drawn = [_mpl_text(lab) for lab, res in named if res.get("histogram_us")]
+    fig = _new_figure(10 + _legend_width(drawn), 4.5)
     ax = fig.add_subplot()
     lows, highs, tops = [], [], [1.0]
     for lab, res in named:
@@ -252,11 +306,11 @@ def _cdf(named: list[tuple[str, dict]]) -> str:
     ax.set_xlabel("percentile (log scale of 1 / (1 - q): the tail spread out)")
     ax.set_ylabel("latency (us)")
     ax.grid(True, alpha=0.3)
-    if len(ax.lines) > 0:
-        ax.legend(fontsize=8, loc="upper left")
+    _legend(fig, ax)
     missing = [lab for lab, res in named if not res.get("histogram_us")]
-    cap = ("Latency distribution per run: the latency (y) under which a share of queries (x) finished, from each "
-           "run's histogram (1 us buckets); the right end of a line is the run's maximum.")  # fmt: skip
+    cap = (f"Latency distribution per run{_legend_note(len(ax.lines))}: the latency (y) under which a share of "
+           "queries (x) finished, from each run's histogram (1 us buckets); the right end of a line is the run's "
+           "maximum.")  # fmt: skip
     if missing:
         cap += f" No histogram in: {', '.join(missing)}."
     return _figure("cdf", fig, html.escape(cap))
@@ -367,7 +421,7 @@ def _timeline(named: list[tuple[str, dict]]) -> str:
 def _percentiles(named: list[tuple[str, dict]]) -> str:
     import numpy as np
 
-    fig = _new_figure(10, 4)
+    fig = _new_figure(10 + _legend_width([_mpl_text(lab) for lab, _ in named]), 4)
     ax = fig.add_subplot()
     width = 0.8 / len(named)
     values = []
@@ -382,10 +436,11 @@ def _percentiles(named: list[tuple[str, dict]]) -> str:
     _log_if_wide(ax, flat, flat)
     ax.set_ylabel("latency (us)")
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left")
+    _legend(fig, ax)
     e = html.escape
     table = ["<table><tr><th>run</th>" + "".join(f"<th>{n} (us)</th>" for _, n in PERCENTILES) + "</tr>"]
     table += [f"<tr><td>{e(lab)}</td>" + "".join(f'<td class="n">{e(_cell(x))}</td>' for x in v) + "</tr>"
               for (lab, _), v in zip(named, values, strict=True)]  # fmt: skip
-    cap = "Percentiles of each run side by side (from the run's latency_us), and the same numbers:"
+    cap = (f"Percentiles of each run side by side{_legend_note(len(named))} (from the run's latency_us), and the "
+           "same numbers:")
     return _figure("percentiles", fig, e(cap), "\n".join([*table, "</table>"]))

@@ -1,8 +1,8 @@
 """Files the user names as inputs: a path is stat'ed (links followed) and must be a regular file, or a directory
-where one is asked for, no larger than what this machine could hold; it is opened non-blocking and checked again on
-the open descriptor, so a fifo, a device or `/dev/zero` behind a link is refused instead of hanging or reading without
-end. .npy and .npz files are checked before numpy allocates. The one writer of outputs is in outputs.py; lock files
-in locks.py.
+where one is asked for, no larger than its cap or what this machine could hold; it is opened non-blocking and checked
+again on the open descriptor, so a fifo, a device or `/dev/zero` behind a link is refused instead of hanging or reading
+without end. .npy and .npz files are checked before numpy allocates. The one writer of outputs is in outputs.py;
+lock files in locks.py.
 
 Never: open a user's path blocking, or believe a header's size.
 """
@@ -64,6 +64,14 @@ def _size(n: int) -> str:
     return f"{n} bytes"
 
 
+def _binary_size(n: int) -> str:
+    """A cap as it is set (16 << 20 is "16 MiB", not "16.8 MB"), and a size beside it in the same unit."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n // scale} {unit}" if n % scale == 0 else f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"
+
+
 def check_input(
     path: str | os.PathLike[str],
     what: str,
@@ -73,7 +81,8 @@ def check_input(
     max_bytes: int | None = None,
 ) -> os.stat_result:
     """Stat `path` (links followed) and refuse what cannot be read as asked: `directory=False` wants a regular file,
-    True a directory, None either. A file larger than `max_bytes` (default: this machine's memory) is refused too."""
+    True a directory, None either. A file over `max_bytes` (the input's cap, said as such) or this machine's memory is
+    refused too."""
     shown = str(path)
     if shown == "":
         raise error(f"{what} '': empty path")
@@ -93,7 +102,10 @@ def check_input(
         )
     if not stat.S_ISREG(st.st_mode):
         raise error(f"{what} {shown!r}: is {kind_of(st.st_mode)}, not a regular file")
-    bound = memory_bytes() if max_bytes is None else max_bytes
+    if max_bytes is not None and st.st_size > max_bytes:  # the input's own cap, not the machine's memory
+        raise error(f"{what} {shown!r}: {st.st_size:,} bytes ({_binary_size(st.st_size)}) is over the "
+                    f"{_binary_size(max_bytes)} cap")  # fmt: skip
+    bound = memory_bytes()
     if st.st_size > bound:
         raise error(f"{what} {shown!r}: {_size(st.st_size)} is more than this machine can hold ({_size(bound)})")
     return st

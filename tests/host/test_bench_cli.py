@@ -114,6 +114,23 @@ def test_user_mistakes_are_one_line(agent, tmp_path):
         assert t.pending() == [] and t.call("results")["active"] == []
 
 
+def test_a_one_off_model_that_is_not_a_file_says_what_it_is(agent, tmp_path):
+    """A directory or a fifo given as --model is said as what it is, as `edge-runtime run` says it, for a board as for
+    this machine (a board's target called both "missing"); the board is asked for nothing."""
+    folder = tmp_path / "model.tflite"
+    folder.mkdir()
+    fifo = tmp_path / "pipe.tflite"
+    os.mkfifo(fifo)
+    board = run_cli("run", str(folder))  # the board side's own words for the same mistake
+    assert "is a directory, not a file" in board.stderr and board.returncode == 2
+    for url in (agent.url, "local:"):
+        for path, what in ((folder, "is a directory, not a file"), (fifo, "is a fifo, not a regular file")):
+            line = one_line(edge_bench("run", "--target", url, "--model", str(path), "--iterations", "20"), 2, what)
+            assert str(path) in line and "--model" in line and "missing" not in line, line
+    with AgentTarget(agent.url) as t:
+        assert t.pending() == [] and t.call("results")["active"] == []
+
+
 def test_the_agents_own_mistakes_are_one_line(tmp_path):
     for args, needle in (
         (["ftp://x"], "unknown scheme"),

@@ -374,3 +374,42 @@ def test_the_error_budget_is_a_share_of_every_query_sent():
     dead = {"latency_us": {"count": 10, "p99": 900.0}, "histogram_us": [[900, 10]], "failed_queries": 990}
     got = evaluate(dead, slo)["error_budget"]
     assert got["share"] == 0.99 and not got["pass"]
+
+
+def test_a_campaign_over_its_cap_says_the_cap_and_many_unknown_keys_are_counted_not_listed(tmp_path):
+    """A 21 MB campaign is over the 16 MiB campaign cap (it was "more than this machine can hold"); 100,005 unknown
+    keys are ten warnings and one line counting the rest (each was a line of its own: 700,000 keys, 700,000 lines)."""
+    need("onnxruntime")
+    import os
+
+    from bench.campaign import MAX_CAMPAIGN_BYTES, MAX_UNKNOWN_SHOWN
+
+    big = tmp_path / "big.toml"
+    big.touch()
+    os.truncate(big, 21_000_000)  # sparse: the size is what is checked, before a byte is read
+    with pytest.raises(UserError) as err:
+        load(str(big))
+    line = err.value.one_line()
+    assert str(big) in line and "21,000,000 bytes (20.0 MiB)" in line and "over the 16 MiB cap" in line, line
+    assert "machine" not in line and MAX_CAMPAIGN_BYTES == 16 << 20
+    proc = edge_bench("run", str(big), "--store", str(tmp_path / "s.sqlite"))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "over the 16 MiB cap" in lines[0], proc.stderr
+
+    n = 100_000
+    camp = write(tmp_path, '[campaign]\nname = "many"\n' + "".join(f"k{i:06d} = 1\n" for i in range(n))
+                 + f'[[target]]\nurl = "local:"\ncpus = "1"\nzz1 = 1\nzz2 = 2\nzz3 = 3\n[[model]]\npath = "{DIGITS}"\n'
+                 '[[scenario]]\niterations = 20\n[slo]\nqq1 = 1\nqq2 = 2\n')  # fmt: skip
+    total = n + 5
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load(str(camp))
+    said = [str(w.message) for w in caught if issubclass(w.category, CampaignWarning)]
+    assert len(said) == MAX_UNKNOWN_SHOWN + 1
+    assert all("unknown key 'k0000" in s for s in said[:MAX_UNKNOWN_SHOWN])  # the first ones, named
+    assert said[-1].endswith(f"... and {total - MAX_UNKNOWN_SHOWN:,} more unknown keys ignored ({total:,} in all)")
+    proc = edge_bench("run", str(camp), "--store", str(tmp_path / "s.sqlite"))
+    warned = [ln for ln in proc.stderr.splitlines() if "unknown key" in ln]
+    assert proc.returncode == 0 and len(warned) == MAX_UNKNOWN_SHOWN + 1, proc.stderr[-2000:]
+    assert warned[-1] == (f"edge-bench: warning: campaign {str(camp)!r}: ... and {total - MAX_UNKNOWN_SHOWN:,} more "
+                          f"unknown keys ignored ({total:,} in all)")  # fmt: skip

@@ -221,3 +221,46 @@ def test_a_long_throttled_run_is_thinned_and_a_report_of_failed_runs_still_rende
     assert ">throttled<" in timeline and NO_TIMELINE not in timeline
     failed = html.render("failed", [{**row, "error": "link <lost>"}], [None], [])
     assert "no run finished" in failed and "link &lt;lost&gt;" in failed and "no SLO given" in failed
+
+
+def _box(svg: str, group_id: str) -> tuple[float, float, float, float]:
+    """(x0, y0, x1, y1) of the first path drawn in the SVG group `group_id`: an axes' background, a legend's frame."""
+    d = re.search(r'<path d="([^"]+)"', svg[svg.index(f'id="{group_id}"') :]).group(1)
+    xy = [float(v) for v in re.findall(r"-?\d+(?:\.\d+)?", d)]
+    xs, ys = xy[0::2], xy[1::2]
+    return min(xs), min(ys), max(xs), max(ys)
+
+
+def test_a_report_of_100_runs_keeps_its_legends_beside_the_plots_and_stderr_quiet(runs, tmp_path):
+    """100 stored runs (one real result under 100 names, one long, one in CJK with an emoji): the CDF and percentile
+    legends sit outside the axes and inside the figure, name at most MAX_LEGEND entries (the last "+K more"), and no
+    matplotlib warning reaches stderr (it said "constrained_layout not applied" twice, and a missing glyph per
+    character a font lacks)."""
+    from bench.report.html import LEGEND_CHARS, MAX_LEGEND
+
+    *_, results = runs
+    names = ["rack-7 " * 30, "板子-中文 🚀"] + [f"board-{i:03d}" for i in range(98)]
+    store = tmp_path / "100.sqlite"
+    with Store(store) as st:
+        for name in names:
+            st.add_run(results["x86-capture"], target=name)
+    page = tmp_path / "100.html"
+    proc = edge_bench("report", "--last", "100", "--html", str(page), "--store", str(store))
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    text = page.read_text()
+    assert "matplotlib:" not in text  # nothing was caught on its way to stderr either: the layout was applied
+    figs = figures(text)
+    for name in ("cdf", "percentiles"):
+        svg = svg_of(figs[name])
+        view = [float(v) for v in re.search(r'viewBox="([^"]+)"', svg).group(1).split()]
+        ax0, ay0, ax1, ay1 = _box(svg, f"{name}-axes_1")
+        lx0, ly0, lx1, ly1 = _box(svg, f"{name}-legend_1")
+        assert lx0 > ax1, (name, (lx0, ly0, lx1, ly1), (ax0, ay0, ax1, ay1))  # right of the axes, not over them
+        assert view[0] <= lx0 and lx1 <= view[0] + view[2] and view[1] <= ly0 and ly1 <= view[1] + view[3], name
+        assert ax1 - ax0 > 0.5 * view[2] and ay1 - ay0 > 150, name  # the plot kept its room
+        legend = re.findall(r"<text[^>]*>([^<]*)</text>", svg[svg.index(f'id="{name}-legend_1"') :])
+        assert len(legend) == MAX_LEGEND, legend
+        assert legend[:3] == [("rack-7 " * 30)[: LEGEND_CHARS - 1] + "…", "板子-中文 🚀", "board-000"]
+        assert legend[-1] == f"+{len(names) - MAX_LEGEND + 1} more (all are in the table)"
+        assert f"the first {MAX_LEGEND - 1} of {len(names)}" in figs[name]
+    assert "rack-7 " * 30 in text and "板子-中文 🚀" in text  # whole in the tables
