@@ -311,7 +311,9 @@ class StateDir:
             )
         fresh = held is not None or self._declared(sha) != files
         if fresh:  # a new upload, or one declared differently: start it over
-            shutil.rmtree(d, ignore_errors=True)
+            gone = self._remove(d) if os.path.lexists(d) else ""
+            if held is not None and gone:
+                self._say(f"model {sha[:12]} declared as other files ({', '.join(_names(files))}): removed {gone}")
         have = [self._have(d, f) for f in files]
         block = self._block_size()
         need_disk = sum(_rounded(f["size"], block) - _rounded(h, block) for f, h in zip(files, have, strict=True))

@@ -62,9 +62,9 @@ def files_in(d: Path) -> list[str]:
 
 # ---------------------------------------------------------------------------------------- item 2: a small disk
 def test_a_small_disk_makes_room_by_its_free_space_and_a_failed_upload_leaves_nothing_behind(tmp_path):
-    disk, big = tmp_path / "disk", tmp_path / "big.onnx"
+    disk, big = tmp_path / "disk", tmp_path / "big.tflite"
     state = disk / "state"
-    big.write_bytes(os.urandom(56 << 10))  # more than evicting every model would free
+    big.write_bytes(bytes(range(256)) * 224)  # 56 KB: more than evicting every model would free
     data = KWS.read_bytes()
     with tmpfs(disk):
         with AgentProcess("tcp://127.0.0.1:0", state) as agent, target(agent.url) as t:
