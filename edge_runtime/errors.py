@@ -1,7 +1,8 @@
 """The error hierarchy of edge_runtime: one module, so the CLI can turn each into one line and an exit code.
 
 Every message names the thing (file, value, option) and what is wrong with it; `hint` says what to do about it.
-Exit codes follow DESIGN.md: 1 failed check, 2 user error, 3 internal error.
+Exit codes follow DESIGN.md: 1 failed check, 2 user error, 3 internal error; and 4 for an agent whose state
+directory was deleted under it (StateLostError).
 """
 
 from __future__ import annotations
@@ -71,6 +72,14 @@ class MemoryLockError(UserError):
 
 class SessionClosedError(UserError):
     """A Session used after close(): a mistake in the calling program, not in its inputs."""
+
+
+class StateLostError(EdgeRuntimeError):
+    """The agent's state directory was deleted, moved or replaced while it ran: it stops rather than go on in (or beside
+    another agent on) a directory that is not the one it locked. Exit code 4, so a service manager or a script can
+    tell it from a bad flag (2) or a crash (3); restarted, the agent makes a new directory (issue 22)."""
+
+    exit_code = 4
 
 
 class CheckFailedError(EdgeRuntimeError):

@@ -15,7 +15,7 @@ import sys
 import threading
 from dataclasses import dataclass
 
-from edge_runtime.agent.state import RequestError, StateDir, check_name, check_sha
+from edge_runtime.agent.state import RequestError, StateDir, check_sha
 from edge_runtime.system.process import dies_with_parent, signal_name
 from edge_runtime.wire import messages as wm
 
@@ -46,9 +46,8 @@ def board_request(state: StateDir, request: object) -> dict:
     if sha is None:
         raise RequestError("request: model_sha256 is needed (the agent keeps models by hash)")
     name = request.get("model")
-    doc = {**request, "model": state.model_path(check_sha(sha))}
-    if name is not None and os.path.basename(doc["model"]) != check_name(os.path.basename(str(name)), "model"):
-        raise RequestError(f"model {name!r} is not the name model {sha[:12]} was uploaded under")
+    # The request's name (held or an alias: the same bytes) resolves to the held files.
+    doc = {**request, "model": state.model_path(check_sha(sha), None if name is None else os.path.basename(str(name)))}
     req = BenchRequest.from_json(doc)  # the same checks as a local request: bounds, kinds, unknown keys
     if req.delegate is not None:
         real = os.path.realpath(req.delegate)

@@ -17,7 +17,8 @@ Requests (args in brackets; every answer is a `response` with the request's id):
 
 Never stops on a request: a bad one is answered with an error (kind + one line), a model that crashes takes its
 child, a host that vanishes leaves its answers in the outbox. The same request id is never run twice: a repeat is
-answered from memory or the outbox, or joins the run under way.
+answered from memory or the outbox, or joins the run under way. It stops for one thing only: its state directory
+deleted or replaced under it (should_stop; every request is refused from then on).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field
 
 from edge_runtime import __version__
 from edge_runtime.agent.jobs import Job, board_identity, board_request, cancel, run_child, run_command, stored_message
-from edge_runtime.agent.state import RequestError, StateDir, check_sha
+from edge_runtime.agent.state import NO_SPACE, RequestError, StateDir, check_sha
 from edge_runtime.errors import EdgeRuntimeError
 from edge_runtime.wire import messages as wm
 from edge_runtime.wire.link import Connected, Down, Link, Message, ProtocolError
@@ -47,6 +48,7 @@ MAX_UNAUTHENTICATED = 4096  # before the token is proven: a hello, nothing large
 AUTH_GRACE_S = 5.0  # a host that has not proven its token by then is dropped (it must not hold the agent)
 MAX_BACKLOG = 128 << 20  # answers waiting for a host that does not take them: the session is dropped beyond this
 ERRORS_PER_S = 20
+STATE_CHECK_S = 0.25  # how often the I/O loop checks that the state directory is still the one locked
 INLINE = {"hello", "ping", "model_status", "upload_chunk", "results", "fetch", "ack", "cancel"}
 COMMANDS = {"info", "thermal", "tune_show", "upload_end"}  # slow: a worker thread, so the link keeps answering
 JOBS = {"bench", "load_check"}
@@ -74,6 +76,8 @@ class Agent:
         self._now = 0.0  # the I/O loop's clock, as last given to feed/poll
         self._refusals = 0
         self.stopping = False
+        self.lost: str | None = None  # why the state directory is no longer the one locked: the agent must stop
+        self._state_checked = 0.0
         self._error_window, self._errors_in_window = 0.0, 0
         for rid in self.state.interrupted():
             self._log(f"request {rid} was cut short by a restart: it runs again when the host asks for it")
@@ -137,14 +141,32 @@ class Agent:
                 self._log(f"host gone ({why}); answers stay in the outbox")
             self.link.end_session()
 
-    def close(self) -> None:
-        """Stop: running jobs are asked to stop (SIGINT: a bench keeps what it measured), then killed after 10 s."""
+    def should_stop(self) -> bool:
+        """For the I/O loop, at every tick: True once the state directory is gone (checked every STATE_CHECK_S)."""
+        now = time.monotonic()
+        if self.lost is None and now - self._state_checked >= STATE_CHECK_S:
+            self._state_checked = now
+            self._check_state()
+        return self.lost is not None
+
+    def _check_state(self) -> bool:
+        """Is the state directory still the one this agent locked? Said once in the log when it is not."""
+        if self.lost is None:
+            why = self.state.lost()
+            if why is not None:
+                self.lost = why
+                self._log(f"{why}: stopping (running jobs killed; the results it kept there are gone)")
+        return self.lost is None
+
+    def close(self, grace_s: float = 10.0) -> None:
+        """Stop: running jobs are asked to stop (SIGINT: a bench keeps what it measured), then killed after
+        `grace_s` (0: at once, when there is nowhere left to keep what they would answer)."""
         self.stopping = True
         with self.lock:
             procs = [j.proc for j in self.active.values() if j.proc is not None and j.proc.poll() is None]
         for proc in procs:
-            proc.send_signal(signal.SIGINT)
-        deadline = time.monotonic() + 10
+            proc.send_signal(signal.SIGINT if grace_s > 0 else signal.SIGKILL)
+        deadline = time.monotonic() + grace_s
         for proc in procs:
             try:
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
@@ -220,6 +242,9 @@ class Agent:
             return
         if rid in self.commands_pending:  # asked again while it runs: one answer comes, when it is done
             return
+        if not self._check_state():  # before each request: nothing runs in a directory that is not the one locked
+            self._send(wm.failed(rid, op, "state-lost", f"{self.lost}: the agent is stopping"), now)
+            return
         try:
             if op in INLINE:
                 self._answer(rid, op, getattr(self, "op_" + op)(args, msg.blob), now)
@@ -236,7 +261,13 @@ class Agent:
         except EdgeRuntimeError as err:
             self._answer(rid, op, None, now, error=("user-error", err.one_line()))
         except OSError as err:
-            self._answer(rid, op, None, now, error=("io", f"{err.strerror or err}"))
+            self._answer(rid, op, None, now, error=self._os_error(err))
+
+    def _os_error(self, err: OSError) -> tuple[str, str]:
+        """An answer's error for what the system refused: a full disk is named as such (kind no-space)."""
+        if err.errno in NO_SPACE:
+            return "no-space", f"no space left on the disk of the agent's state dir {self.state.root!r}"
+        return "io", f"{err.strerror or err}"
 
     def _answer(self, rid: str, op: str, result, now=None, error: tuple[str, str] | None = None) -> None:
         msg = wm.failed(rid, op, *error) if error else wm.ok(rid, op, result)
@@ -379,6 +410,8 @@ class Agent:
                 result, error = None, ("user-error", err.one_line())
             except Exception as err:  # noqa: BLE001 - an OSError (no memory, no fd) is an answer, not a dead worker
                 result, error = None, ("internal", f"{type(err).__name__}: {' '.join(str(err).split())[:300]}")
+                if isinstance(err, OSError) and err.errno in NO_SPACE:
+                    error = self._os_error(err)
             with self.lock:
                 self.commands_pending.discard(rid)
                 self._answer(rid, op, result, error=error)

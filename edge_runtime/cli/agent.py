@@ -8,6 +8,7 @@ import sys
 import time
 
 from edge_runtime.cli.common import PROG, UsageError, add_debug, integer, path_arg
+from edge_runtime.errors import StateLostError
 
 
 def add_arguments(p) -> None:
@@ -48,16 +49,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from edge_runtime.agent.endpoint import (
-        line_rate,
-        listen_tcp,
-        open_serial,
-        parse_endpoint,
-        read_token,
-        serve_serial,
-        serve_tcp,
-    )
-    from edge_runtime.agent.server import Agent
+    from edge_runtime.agent.endpoint import parse_endpoint, read_token
     from edge_runtime.agent.state import StateDir
     from edge_runtime.system.tuning import state_dir
 
@@ -68,12 +60,22 @@ def run(args) -> int:
             f"{args.endpoint}: listening beyond loopback needs --token-file (anyone who reaches the port could run "
             "and upload models)"
         )
-    state = StateDir(args.state_dir or str(state_dir(None) / "agent"), max_store=args.max_store << 20)
-    state.acquire()
 
     def log(text: str) -> None:
         if not args.quiet and sys.stderr is not None:
             print(f"{PROG} agent: {text}", file=sys.stderr, flush=True)
+
+    state = StateDir(args.state_dir or str(state_dir(None) / "agent"), max_store=args.max_store << 20, log=log)
+    state.acquire()
+    try:
+        return _serve(args, ep, token, state, log)
+    finally:
+        state.release()
+
+
+def _serve(args, ep, token, state, log) -> int:
+    from edge_runtime.agent.endpoint import line_rate, listen_tcp, open_serial, serve_serial, serve_tcp
+    from edge_runtime.agent.server import Agent
 
     # Open the endpoint before the identity is learned, so a bad port is one line at once.
     sock = listen_tcp(ep) if ep.kind == "tcp" else None
@@ -89,10 +91,18 @@ def run(args) -> int:
     started = time.monotonic()
     try:
         if ep.kind == "tcp":
-            serve_tcp(agent, ep, lambda: False, log, sock=sock)
+            serve_tcp(agent, ep, agent.should_stop, log, sock=sock)
         else:
-            serve_serial(agent, ep, lambda: False, log)
+            serve_serial(agent, ep, agent.should_stop, log)
     finally:
-        agent.close()
+        agent.close(grace_s=0.0 if agent.lost else 10.0)
         log(f"stopped after {time.monotonic() - started:.0f} s")
+    if agent.lost:
+        # The state directory was deleted (or its lock file replaced) under the running agent. Decision (issue 22):
+        # stop, with exit 4, rather than make the directory again and go on. Its outbox is gone, so the promise
+        # "every result kept until the host has it" is already broken and must be seen, not papered over; a
+        # directory made again could race whoever is deleting it; and the lock this agent holds is on a file no
+        # longer there, so only stopping keeps two agents from ever running on one directory (the lock in /run/lock
+        # refuses a second one until then). A service manager restarts it (Restart=always): a new, empty directory.
+        raise StateLostError(agent.lost, hint="start the agent again: it makes a new state directory")
     return 0

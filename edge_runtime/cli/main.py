@@ -1,8 +1,8 @@
 """`edge-runtime`: the board-side command line. Each command is a module (`add_arguments`, `run`) in a table with its
 help line; only the command asked for is imported (a one-shot `run` pays for no other command's imports, numpy
 included, before its work starts). `main()` is the one place that turns errors into one line and an exit code (0 ok,
-1 failed check, 2 user error, 3 internal error, 128+N after signal N), installs the signal handlers and guards the
-standard streams.
+1 failed check, 2 user error, 3 internal error, 4 the agent's state directory deleted under it, 128+N after signal
+N), installs the signal handlers and guards the standard streams.
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ def take_lock(path: str) -> int:
         except BaseException:
             os.close(fd)
             raise
-        if _same_file(path, fd):
+        if same_file(path, fd):
             return fd
         os.close(fd)
     raise OSError(errno.EAGAIN, "the lock file keeps being replaced")
@@ -65,14 +65,14 @@ def drop_lock(path: str, fd: int) -> None:
     """Remove the lock file while still holding it, then let go (see take_lock). Another user's lock file, which we
     may not remove, stays."""
     try:
-        if _same_file(path, fd):
+        if same_file(path, fd):
             os.unlink(path)
     except OSError:
         pass
     os.close(fd)
 
 
-def _same_file(path: str, fd: int) -> bool:
+def same_file(path: str, fd: int) -> bool:
     try:
         st, held = os.stat(path, follow_symlinks=False), os.fstat(fd)
     except OSError:
@@ -95,7 +95,7 @@ def claim_output(flag: str, dest: str, target: str) -> None:
     try:
         fd = take_lock(path)
     except BlockingIOError:
-        holder = _holder(path)
+        holder = lock_holder(path)
         raise UserError(
             f"{flag} {dest!r}: another edge-runtime is writing this file"
             + (f" (pid {holder})" if holder.isdecimal() else ""),
@@ -113,7 +113,7 @@ def claim_output(flag: str, dest: str, target: str) -> None:
     _CLAIMS[target] = (path, fd)
 
 
-def _holder(path: str) -> str:
+def lock_holder(path: str) -> str:
     """The pid the holder of a claim wrote into it ("" when unknown)."""
     try:
         with open(path, "rb", opener=lambda p, f: os.open(p, f | os.O_NOFOLLOW | os.O_NONBLOCK)) as f:

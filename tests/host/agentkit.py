@@ -1,9 +1,11 @@
 """Real parts for the host-side tests: `edge-runtime agent` as a child process, and the software null-modem cable
 (bench.transports.nullmodem: two pseudo-terminals, pyserial at both ends, faults and pulls on demand); `read_until`
-waits for a child's progress line."""
+waits for a child's progress line; `tmpfs` mounts a small real file system (a board's tiny or read-only disk)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import signal
 import socket
@@ -13,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from conftest import ROOT
 from helpers import read_until as _read_until
 
@@ -28,6 +31,25 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, *options: str, size: str = "64k"):
+    """A real tmpfs of `size` mounted at `path` (made if missing) for the block, with mount `options` (e.g. "ro");
+    unmounted after it. Skips the test, saying why, where mounting is not possible (not root, EPERM in a container)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    path.mkdir(parents=True, exist_ok=True)
+    opts = ",".join([f"size={size}", *options])
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(path)], capture_output=True, text=True,
+                          timeout=30)  # fmt: skip
+    if proc.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {' '.join(proc.stderr.split())}")
+    try:
+        yield path
+    finally:
+        if subprocess.run(["umount", str(path)], capture_output=True, timeout=30).returncode:
+            subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)  # still busy: detach it
 
 
 def read_until(proc: subprocess.Popen, needle: str, timeout: float = 120.0) -> list[str]:
