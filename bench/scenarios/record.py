@@ -13,24 +13,13 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from edge_runtime.measure.stats import (
-    PERCENTILE_METHOD,
-    histogram_us,
-    jitter,
-    latency_timeline,
-    nearest_rank,
-    stability,
-    summarize,
-)
+from edge_runtime.measure.schedule import load_keys, pct_us, saturation_text
+from edge_runtime.measure.stats import PERCENTILE_METHOD, histogram_us, jitter, latency_timeline, stability, summarize
 
 LATENCY_FROM = {
     True: "intended send time (open loop; no coordinated omission)",
     False: "each query's own send (closed loop)",
 }
-
-
-def _pct(values: np.ndarray, p: float) -> float | None:
-    return round(nearest_rank(np.sort(values), p) / 1e3, 3) if len(values) else None
 
 
 def host_result(
@@ -74,21 +63,24 @@ def host_result(
     if kind == "replay":
         scenario["arrivals"] = len(request.arrivals_ms or ())
     sent = run.started_ns >= 0
-    starts = np.sort(run.started_ns[sent])
-    span = (starts[-1] - starts[0]) / 1e9 if len(starts) > 1 else 0.0
-    scenario["achieved_qps"] = round((len(starts) - 1) / span, 2) if span > 0 else 0.0
-    if run.from_intended:
-        prev_done = np.concatenate(([np.iinfo(np.int64).min], np.maximum.accumulate(run.finished_ns)[:-1]))
-        idle = sent & (prev_done <= run.intended_ns) if run.concurrency == 1 else sent
-        err = (run.started_ns - run.intended_ns)[idle]
+    if run.from_intended:  # the schedule kept or not, in the keys a board writes (its end: the run's, unless stopped)
+        scenario.update(load_keys(run.intended_ns[sent], run.started_ns[sent],
+                                  None if run.stopped else request.duration_s, scheduled=n,
+                                  finished_ns=run.finished_ns[sent] if run.concurrency == 1 else None))  # fmt: skip
         service = (run.finished_ns - run.started_ns)[run.ok]
-        scenario["send_error_us"] = {"p50": _pct(err, 50), "p99": _pct(err, 99)}
         if run.concurrency > 1:
             scenario["send_error_note"] = (
                 "with several connections the send lag includes waiting for a free one: a saturated server shows "
                 "here too, not only the issuer's error"
             )
-        scenario["service_us"] = {"p50": _pct(service, 50), "p99": _pct(service, 99)}
+        scenario["service_us"] = {"p50": pct_us(service, 50), "p99": pct_us(service, 99)}
+        saturated = saturation_text(scenario)
+        if saturated:
+            warnings.append(saturated)
+    else:
+        starts = np.sort(run.started_ns[sent])
+        span = (starts[-1] - starts[0]) / 1e9 if len(starts) > 1 else 0.0
+        scenario["achieved_qps"] = round((len(starts) - 1) / span, 2) if span > 0 else 0.0
     env = environment(SystemRoot("/"), None, {"edge-runtime": __version__, "numpy": np.__version__,
                                                **packages(["tritonclient", "grpcio", "geventhttpclient"])})  # fmt: skip
     server = (target.meta or {}).get("server") or {}
