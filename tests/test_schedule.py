@@ -303,9 +303,8 @@ def test_a_schedule_with_no_query_in_it_is_a_mistake_said():
 def test_an_overloaded_server_run_ends_at_its_time_and_says_it_is_saturated(tmp_path):
     """Issue 22: a server scenario at 20 times what the model sustains here (measured first: the CPU and its load
     change between sessions) for 2 s. The run ends at its 2 s (it once served every scheduled query, ten times its
-    duration), the queries it had no time for are counted as not sent and fail the error budget, the record and the
-    text say it was saturated, and the send error is over every query sent (it was once the one that found the board
-    idle: p50 = p99)."""
+    duration), the queries it had no time for are counted as not sent, the record and the text say it was saturated,
+    and the send error is over every query sent (it was once the one that found the board idle: p50 = p99)."""
     import json
 
     from conftest import MODELS, need
@@ -322,8 +321,8 @@ def test_an_overloaded_server_run_ends_at_its_time_and_says_it_is_saturated(tmp_
     sc = doc["scenario"]
     # At its time, plus the one inference in flight then (a fraction of a ms here; 0.5 s is a loaded VM's stall).
     assert 2.0 <= doc["wall_s"] < 2.5, doc["wall_s"]
-    assert sc["saturated"] is True and sc["scheduled"] == sc["queries"] + sc["not_sent"] == doc["failed_queries"] + \
-        doc["latency_us"]["count"]  # fmt: skip
+    assert sc["saturated"] is True and sc["scheduled"] == sc["queries"] + sc["not_sent"]
+    assert sc["queries"] == doc["latency_us"]["count"] and "failed_queries" not in doc  # not sent: not failed
     # At most the sustained rate for 2 s out of 20 times as many: whatever the load did to the measure of it, most.
     assert sc["not_sent_share"] > 0.5 and sc["achieved_qps"] < sc["scheduled_qps"] / 2
     assert sc["not_sent_share"] == pytest.approx(sc["not_sent"] / sc["scheduled"], abs=1e-6)

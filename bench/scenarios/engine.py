@@ -15,8 +15,8 @@ Each worker owns its `send` (one client, one connection: tritonclient's clients 
 counted, never fatal, and the run reports the share against the SLO's error budget.
 
 An open loop by duration ends at its time (issue 22): no query is sent after it, what is still queued is "not sent"
-(counted as failed, with its share), and the queries in flight get END_GRACE_S to come back ("no answer" after it).
-A saturated server cannot stretch a run of 8 s into minutes of draining its backlog.
+(counted, with its share: the record keeps them out of the failed queries), and the queries in flight get END_GRACE_S
+to come back ("no answer" after it). A saturated server cannot stretch a run of 8 s into minutes of its backlog.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ MAX_WORKERS = 256
 JOIN_GRACE_S = 60.0  # after the schedule: how long in-flight queries may still take before the run gives up on them
 # After an open loop's end by duration: far beyond any latency an SLO here is about, short beside a run (README).
 END_GRACE_S = 5.0
+NOT_SENT = "not sent"  # the error kind of a query the run ended (or gave up) before sending
 
 
 @dataclass
@@ -196,12 +197,12 @@ def open_loop(
 ) -> HostRun:
     """Each query handed to the pool of len(senders) workers at its intended time (all at once when behind); with
     `from_intended` False (offline) latency is timed from each query's own start. `until_s` ends the run at its time:
-    no query starts after it, and those in flight then get END_GRACE_S. The queries it leaves are "not sent": failed
-    queries of the run (an offline run leaves them out: its queue is not a schedule)."""
+    no query starts after it, and those in flight then get END_GRACE_S. The queries it leaves are NOT_SENT queries of
+    the run (an offline run leaves them out: its queue is not a schedule)."""
     n_q = len(schedule_ns)
     started = np.full(n_q, -1, np.int64)
     finished = np.full(n_q, -1, np.int64)
-    errors: list[str | None] = ["not sent"] * n_q
+    errors: list[str | None] = [NOT_SENT] * n_q
     jobs: queue.Queue = queue.Queue()
     abandon = threading.Event()
     gate = _Start(len(senders), warmup_each, until_s)
@@ -270,9 +271,9 @@ def open_loop(
     started, finished, errors = started.copy(), finished.copy(), list(errors)  # what stragglers write is not ours
     sent = started >= 0
     # queries never sent are not queries of this run when it was stopped, nor of an offline one cut by time;
-    # otherwise they failed: the schedule asked for them and the server was not ready for them in the run's time
+    # otherwise they are its NOT_SENT ones: the schedule asked for them and no connection was free in the run's time
     keep = sent if stopped or (cut is not None and not from_intended) else np.ones(n_q, bool)
-    errors = [e if finished[i] >= 0 or e != "not sent" or not sent[i] else "no answer" for i, e in enumerate(errors)]
+    errors = [e if finished[i] >= 0 or e != NOT_SENT or not sent[i] else "no answer" for i, e in enumerate(errors)]
     idx = np.flatnonzero(keep)
     errs = [errors[i] for i in idx]
     return HostRun(np.asarray(schedule_ns, np.int64)[idx], started[idx], finished[idx], errs, wall, from_intended,

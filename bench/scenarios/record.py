@@ -1,18 +1,20 @@
 """A host-side run (bench/scenarios/engine.py) as a result record of the same schema a board writes
 (`edge-runtime/bench/1`): the same statistics, histogram and timeline code, so a server's numbers and a board's sit in
 one store, one comparison and one report. What only a client run has goes in its own sections: `errors` (failed
-queries by kind, and their share), `failed_queries` (what the SLO's error budget counts), `server` (the server's
-own time split and its metrics)."""
+queries by kind, and their share of the queries sent), `failed_queries` (what the SLO's error budget counts), `server`
+(the server's own time split and its metrics)."""
 
 from __future__ import annotations
 
 import signal
 import socket
 import time
+from collections import Counter
 from types import SimpleNamespace
 
 import numpy as np
 
+from bench.scenarios.engine import NOT_SENT
 from edge_runtime.measure.schedule import load_keys, pct_us, saturation_text
 from edge_runtime.measure.stats import PERCENTILE_METHOD, histogram_us, jitter, latency_timeline, stability, summarize
 
@@ -32,7 +34,11 @@ def host_result(
 
     lat_ns = run.latency_ns
     warnings: list[str] = []
-    n, failed = len(run.errors), run.failed
+    # A query the run's time was over for did not fail: it is the scenario's `not_sent`, beside `saturated`, and the
+    # error budget charges only the queries sent (a target that cannot keep up shows in their latency).
+    not_sent = run.kinds.get(NOT_SENT, 0)
+    kinds = Counter({k: v for k, v in run.kinds.items() if k != NOT_SENT})
+    n, failed = len(run.errors), run.failed - not_sent
     if len(lat_ns):
         lat = summarize(lat_ns)
         unstable, why = stability(lat_ns, lat)
@@ -41,8 +47,8 @@ def host_result(
         lat, unstable = {"count": 0}, None
         warnings.append("no query was answered: no latency to report")
     if failed:
-        kinds = ", ".join(f"{k} x{v}" for k, v in run.kinds.most_common(4))
-        warnings.append(f"{failed:,} of {n:,} queries failed ({kinds})")
+        said = ", ".join(f"{k} x{v}" for k, v in kinds.most_common(4))
+        warnings.append(f"{failed:,} of {n - not_sent:,} queries sent failed ({said})")
     if run.stopped:
         warnings.append(f"interrupted: partial result of {n:,} queries")
     spq = request.samples_per_query or 1
@@ -161,8 +167,8 @@ def host_result(
         "timeline_us": list(latency_timeline(m) or []),
         "errors": {
             "failed": failed,
-            "share": round(failed / n, 6) if n else 0.0,
-            "kinds": dict(run.kinds),
+            "share": round(failed / (n - not_sent), 6) if n > not_sent else 0.0,
+            "kinds": dict(kinds),
             "examples": dict(run.examples),
         },
         "failed_queries": failed,

@@ -383,7 +383,6 @@ def _build(request: BenchRequest, root: SystemRoot, prep: Prepared, got: _Measur
         wall_s=m.wall_s,
         aborted=aborted,
         scenario=scenario,
-        failed_queries=(scenario or {}).get("not_sent") or None,  # the error budget counts the queries not sent
         timeline_us=latency_timeline(m),
         histogram_us=histogram_us(m.samples_ns),
     )
