@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from bench.scenarios.engine import NOT_SENT
-from edge_runtime.measure.schedule import load_keys, pct_us, saturation_text
+from edge_runtime.measure.schedule import asked_keys, load_keys, pct_us, saturation_text
 from edge_runtime.measure.stats import PERCENTILE_METHOD, histogram_us, jitter, latency_timeline, stability, summarize
 
 LATENCY_FROM = {
@@ -58,35 +58,7 @@ def host_result(
     steps = np.linspace(0, answered, min(answered, 50) + 1).astype(int)[1:] if answered else []
     m = SimpleNamespace(samples_ns=lat_ns, wall_s=run.wall_s,
                         chunks=[(0, 0.0)] + [(int(i), float(done_at[i - 1])) for i in steps])  # fmt: skip
-    scenario = {"kind": kind, "queries": n, "samples_per_query": spq, "concurrency": run.concurrency,
-                "latency_from": LATENCY_FROM[run.from_intended]}  # fmt: skip
-    if kind in ("server", "burst"):
-        scenario["rate_qps"] = request.rate_qps
-    if kind == "burst":
-        scenario["burst_on_s"], scenario["burst_off_s"] = request.burst_on_s, request.burst_off_s
-    if kind == "multi-stream":
-        scenario["interval_ms"] = request.interval_ms
-    if kind == "replay":
-        scenario["arrivals"] = len(request.arrivals_ms or ())
-    sent = run.started_ns >= 0
-    if run.from_intended:  # the schedule kept or not, in the keys a board writes (its end: the run's, unless stopped)
-        scenario.update(load_keys(run.intended_ns[sent], run.started_ns[sent],
-                                  None if run.stopped else request.duration_s, scheduled=n,
-                                  finished_ns=run.finished_ns[sent] if run.concurrency == 1 else None))  # fmt: skip
-        service = (run.finished_ns - run.started_ns)[run.ok]
-        if run.concurrency > 1:
-            scenario["send_error_note"] = (
-                "with several connections the send lag includes waiting for a free one: a saturated server shows "
-                "here too, not only the issuer's error"
-            )
-        scenario["service_us"] = {"p50": pct_us(service, 50), "p99": pct_us(service, 99)}
-        saturated = saturation_text(scenario)
-        if saturated:
-            warnings.append(saturated)
-    else:
-        starts = np.sort(run.started_ns[sent])
-        span = (starts[-1] - starts[0]) / 1e9 if len(starts) > 1 else 0.0
-        scenario["achieved_qps"] = round((len(starts) - 1) / span, 2) if span > 0 else 0.0
+    scenario = _scenario(request, run, kind, warnings)
     env = environment(SystemRoot("/"), None, {"edge-runtime": __version__, "numpy": np.__version__,
                                                **packages(["tritonclient", "grpcio", "geventhttpclient"])})  # fmt: skip
     server = (target.meta or {}).get("server") or {}
@@ -175,3 +147,33 @@ def host_result(
         "server": {"statistics": split, "metrics": metrics, "network": network},
         "histogram_us": [list(x) for x in histogram_us(lat_ns)] if len(lat_ns) else [],
     }
+
+
+def _scenario(request, run, kind: str, warnings: list[str]) -> dict:
+    """The record's scenario section: what was asked and, for an open loop, how the schedule was kept (the keys a board
+    writes, its end the run's unless stopped: rates, not sent, saturated, send error) and latency from the actual send.
+    A saturated run adds its warning."""
+    n = len(run.errors)
+    scenario = {"kind": kind, "queries": n, "samples_per_query": request.samples_per_query or 1,
+                "concurrency": run.concurrency, "latency_from": LATENCY_FROM[run.from_intended],
+                **asked_keys(kind, request)}  # fmt: skip
+    sent = run.started_ns >= 0
+    if not run.from_intended:
+        starts = np.sort(run.started_ns[sent])
+        span = (starts[-1] - starts[0]) / 1e9 if len(starts) > 1 else 0.0
+        scenario["achieved_qps"] = round((len(starts) - 1) / span, 2) if span > 0 else 0.0
+        return scenario
+    end_s = None if run.stopped else request.duration_s
+    done = run.finished_ns[sent] if run.concurrency == 1 else None  # the issuer's own error: one at a time
+    scenario.update(load_keys(run.intended_ns[sent], run.started_ns[sent], end_s, scheduled=n, finished_ns=done))
+    if run.concurrency > 1:
+        scenario["send_error_note"] = (
+            "with several connections the send lag includes waiting for a free one: a saturated server shows "
+            "here too, not only the issuer's error"
+        )
+    service = (run.finished_ns - run.started_ns)[run.ok]
+    scenario["service_us"] = {"p50": pct_us(service, 50), "p99": pct_us(service, 99)}
+    saturated = saturation_text(scenario)
+    if saturated:
+        warnings.append(saturated)
+    return scenario

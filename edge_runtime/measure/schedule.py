@@ -416,6 +416,20 @@ LATENCY_FROM = {
 }
 
 
+def asked_keys(kind: str, request) -> dict:
+    """What a scenario's load was asked to be, as its record says it (both engines)."""
+    out: dict = {}
+    if kind in ("server", "burst"):
+        out["rate_qps"] = request.rate_qps
+    if kind == "burst":
+        out["burst_on_s"], out["burst_off_s"] = request.burst_on_s, request.burst_off_s
+    if kind == "multi-stream":
+        out["interval_ms"] = request.interval_ms
+    if kind == "replay":
+        out["arrivals"] = len(request.arrivals_ms or ())
+    return out
+
+
 def scenario_section(
     request, plan: Plan | None, run: OpenLoopRun | None, wall_s: float, stopped: bool = False
 ) -> dict | None:
@@ -424,15 +438,7 @@ def scenario_section(
     have said) beside the record's latency_us."""
     if plan is None or run is None or len(run.intended_ns) == 0:
         return None
-    out: dict = {"kind": plan.kind}
-    if plan.kind in ("server", "burst"):
-        out["rate_qps"] = request.rate_qps
-    if plan.kind == "burst":
-        out["burst_on_s"], out["burst_off_s"] = request.burst_on_s, request.burst_off_s
-    if plan.kind == "multi-stream":
-        out["interval_ms"] = request.interval_ms
-    if plan.kind == "replay":
-        out["arrivals"] = len(request.arrivals_ms)
+    out: dict = {"kind": plan.kind, **asked_keys(plan.kind, request)}
     n = len(run.intended_ns)
     out.update(queries=n, samples_per_query=plan.samples_per_query, latency_from=LATENCY_FROM[plan.from_intended])
     if not plan.from_intended:
