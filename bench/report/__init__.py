@@ -32,9 +32,9 @@ def state_cells(result: dict | None) -> dict:
         notes.append(f"partial: {ab.get('reason') or ab.get('kind') or 'cut short'}{at}")
     notes += [saturation_text(sc)] if sc.get("saturated") else []
     kept = sc.get("saturated")
+    rates = {k: sc.get(k) for k in CSV_ONLY} if kept is not None else {}
     return {"partial": "yes" if ab else "no", "saturated": None if kept is None else ("yes" if kept else "no"),
-            "scheduled_qps": sc.get("scheduled_qps"), "achieved_qps": sc.get("achieved_qps") if kept is not None
-            else None, "not_sent": sc.get("not_sent"), "notes": notes}  # fmt: skip
+            **rates, "notes": notes}  # fmt: skip
 
 
 def verdict_line(rows: list[dict], cases: list[dict]) -> str:
