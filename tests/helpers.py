@@ -30,6 +30,16 @@ def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     )
 
 
+def sustained_ips(model: str, cpus: str = "1") -> float:
+    """What `model` sustains on this machine now, one inference at a time on `cpus` (a closed loop of 0.5 s): the CPU
+    and its load change between sessions, so a test that overloads a target measures the rate first."""
+    import json
+
+    proc = run_cli("bench", model, "--cpus", cpus, "--duration", "0.5", "--warmup", "20", "--json")
+    assert proc.returncode == 0, proc.stderr
+    return float(json.loads(proc.stdout)["throughput_ips"])
+
+
 def assert_one_line_error(proc, *needles: str, code: int = 2) -> None:
     """The error contract: exit `code`, one line on stderr starting `edge-runtime: error: `, no traceback."""
     lines = proc.stderr.strip().splitlines()

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bench.campaign import Campaign, Target
+from bench.report import state_cells
 from bench.slo import evaluate, run_rules
 from bench.transports.connection import new_request_id
 from edge_runtime.errors import Interrupted
@@ -44,6 +45,7 @@ class RunOutcome:
             "slo": None if self.slo is None else ("pass" if self.slo["pass"] else "FAIL"),
             "valid": None if self.rules is None else ("yes" if self.rules["valid"] else "NO"),
             "error": self.error,
+            **state_cells(self.result),  # partial, saturated: said whatever the SLOs and run rules
         }
 
 

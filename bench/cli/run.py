@@ -294,13 +294,7 @@ def run_campaign(args) -> int:
             write_output(out, docs[flag]())
     if not any(o.is_stdout for o in outs.values()):
         sys.stdout.write(report.table(rows) + edge_vs_server.text(comps))
-        failed = [c for c in cases if not c["pass"]]
-        verdict = (
-            f"SLO missed: {len(failed)} of {len(cases)} checks"
-            if failed
-            else (f"all {len(cases)} SLO checks pass" if cases else "no SLOs given")
-        )
-        sys.stdout.write(f"{verdict}; stored in {args.store}\n")
+        sys.stdout.write(f"{report.verdict_line(rows, cases)}; stored in {args.store}\n")
     if result.stopped_by is not None:
         print(f"edge-bench: interrupted: {len(rows)} of {len(plan)} runs kept", file=sys.stderr)
         return 128 + result.stopped_by

@@ -8,10 +8,61 @@ import csv
 import io
 import re
 import xml.etree.ElementTree as ET
+from collections import Counter
 from dataclasses import dataclass
 
 COLUMNS = ["run", "target", "model", "scenario", "repetition", "count", "p50_us", "p99_us", "p999_us", "max_us",
-           "throughput_ips", "slo", "valid", "error"]  # fmt: skip
+           "throughput_ips", "slo", "valid", "partial", "saturated", "error"]  # fmt: skip
+# The CSV's own: the rates behind `saturated` (the table and Markdown say them in a note under the runs).
+CSV_ONLY = ["scheduled_qps", "achieved_qps", "not_sent"]
+RUN_COMPLETES = "run completes"  # the check a run that failed outright misses (not an SLO of the runs that ran)
+
+
+def state_cells(result: dict | None) -> dict:
+    """How whole a run is and whether its target kept to its schedule, as row cells: `partial` (yes: cut short, its
+    numbers are from part of the run), `saturated` (yes/no; None where no schedule was kept: a closed loop, an older
+    record), the rates behind it, and a note for each that is yes (said under the table)."""
+    from edge_runtime.measure.schedule import saturation_text
+
+    if not result:
+        return {"partial": None, "saturated": None, "notes": []}
+    sc, ab = result.get("scenario") or {}, result.get("aborted")
+    notes = []
+    if ab:
+        at = f" at {ab['at_s']:g} s" if isinstance(ab.get("at_s"), (int, float)) else ""
+        notes.append(f"partial: {ab.get('reason') or ab.get('kind') or 'cut short'}{at}")
+    notes += [saturation_text(sc)] if sc.get("saturated") else []
+    kept = sc.get("saturated")
+    rates = {k: sc.get(k) for k in CSV_ONLY} if kept is not None else {}
+    return {"partial": "yes" if ab else "no", "saturated": None if kept is None else ("yes" if kept else "no"),
+            **rates, "notes": notes}  # fmt: skip
+
+
+def verdict_line(rows: list[dict], cases: list[dict]) -> str:
+    """The runs' verdict in one line: the runs that failed, by what failed (a target that is down is not an SLO
+    missed), the partial and saturated ones, then the SLO checks of the runs that ran."""
+    parts = []
+    failed = [r for r in rows if r.get("error")]
+    if failed:
+        seen = Counter(f"target {str(r.get('target'))!r}: {r['error']}" for r in failed)
+        said = "; ".join(what + (f" (x{k})" if k > 1 else "") for what, k in list(seen.items())[:3])
+        more = f"; and {len(seen) - 3} other failures" if len(seen) > 3 else ""
+        parts.append(f"{len(failed)} of {len(rows)} runs failed: {said}{more}")
+    for key, word in (("partial", "partial (cut short)"), ("saturated", "saturated")):
+        k = sum(r.get(key) == "yes" for r in rows)
+        if k:
+            parts.append(f"{k} of {len(rows)} runs {word}")
+    checks = [c for c in cases if c["slo"] != RUN_COMPLETES]
+    missed = sum(not c["pass"] for c in checks)
+    if missed:
+        parts.append(f"SLO missed: {missed} of {len(checks)} checks")
+    else:
+        parts.append(f"all {len(checks)} SLO checks pass" if checks else "no SLOs given")
+    return "; ".join(parts)
+
+
+def _notes(rows: list[dict]) -> list[tuple[dict, str]]:
+    return [(r, n) for r in rows for n in r.get("notes") or []]
 
 
 def _cell(v) -> str:
@@ -53,6 +104,7 @@ def table(rows: list[dict]) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(shown, widths, strict=True))]
     lines += ["  ".join(x.ljust(w) for x, w in zip(cell, widths, strict=True)) for cell in cells]
     lines += [f"  run {r.get('run') or '-'} {r['target']}: {r['error']}" for r in rows if r.get("error")]
+    lines += [f"  run {r.get('run') or '-'} {r['target']}: {note}" for r, note in _notes(rows)]
     return "\n".join(lines) + "\n"
 
 
@@ -64,10 +116,16 @@ def markdown(title: str, rows: list[dict], slos: list[dict]) -> str:
     if errors:
         out += ["", "## Errors", ""]
         out += [f"- {md_text(r['target'])} / {md_text(r['model'])}: {md_text(r['error'])}" for r in errors]
+    if _notes(rows):
+        out += ["", "## Partial or saturated runs", ""]
+        out += [f"- {md_text(r['target'])} / {md_text(r['model'])} / {md_text(r['scenario'])} rep {r['repetition']}: "
+                f"{md_text(note)}" for r, note in _notes(rows)]  # fmt: skip
     if slos:
         out += [
             "",
             "## SLOs",
+            "",
+            md_text(verdict_line(rows, slos)),  # a run that failed is said as what failed, not as an SLO missed
             "",
             "| target | model | scenario | rep | SLO | measured | verdict |",
             "|---|---|---|---|---|---|---|",
@@ -90,6 +148,7 @@ def stored_row(run) -> dict:
     row.update(count=lat.get("count"), throughput_ips=run.result.get("throughput_ips"), error=None,
                slo=None if slo is None else ("pass" if slo["pass"] else "FAIL"),
                valid=None if rules is None else ("yes" if rules["valid"] else "NO"))  # fmt: skip
+    row.update(state_cells(run.result))
     return row
 
 
@@ -118,7 +177,7 @@ def stored_cases(runs) -> list[dict]:
 def csv_text(rows: list[dict], extra: list[str] | None = None) -> str:
     """One row per run; `extra` columns (the edge-vs-server ones) after the usual ones, when given."""
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=COLUMNS + (extra or []), extrasaction="ignore", lineterminator="\n")
+    w = csv.DictWriter(buf, fieldnames=COLUMNS + CSV_ONLY + (extra or []), extrasaction="ignore", lineterminator="\n")
     w.writeheader()
     for r in rows:
         w.writerow({k: csv_cell(v) for k, v in r.items()})
@@ -131,7 +190,7 @@ def slo_cases(outcomes) -> list[dict]:
     for o in outcomes:
         base = {"target": o.target, "model": o.model, "scenario": o.scenario, "repetition": o.repetition}
         if o.error:
-            cases.append({**base, "slo": "run completes", "measured": o.error, "pass": False})
+            cases.append({**base, "slo": RUN_COMPLETES, "measured": o.error, "pass": False})
             continue
         if o.rules is not None:
             cases.append({**base, "slo": "run rules (minimum duration and queries, not cut short)",
@@ -200,9 +259,12 @@ def server_text(r: dict) -> str:
                  f"{sc.get('kind')} at concurrency {sc.get('concurrency')} in {r.get('wall_s') or 0:.2f} s, latency "
                  f"from {_since(sc)}")  # fmt: skip
     if sc.get("send_error_us"):
-        lines.append(f"schedule     {sc.get('achieved_qps', 0):,.1f}/s achieved" +
-                     (f" of {sc['rate_qps']:g}/s" if sc.get("rate_qps") else "") +
-                     f"; send error p50 {sc['send_error_us']['p50']} p99 {sc['send_error_us']['p99']} us")  # fmt: skip
+        from edge_runtime.measure.schedule import load_text
+
+        err = sc["send_error_us"]
+        asked = f" of {sc['rate_qps']:g}/s" if sc.get("rate_qps") and not sc.get("scheduled_qps") else ""
+        over = f" over {err['queries']:,} queries" if "queries" in err else ""
+        lines.append(f"schedule     {load_text(sc)}{asked}; send error p50 {err['p50']} p99 {err['p99']} us{over}")
     e = r.get("errors") or {}
     if e.get("failed"):
         kinds = ", ".join(f"{k} x{v}" for k, v in (e.get("kinds") or {}).items())

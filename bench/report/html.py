@@ -16,7 +16,7 @@ import re
 import time
 
 from bench import __version__
-from bench.report import COLUMNS, _cell
+from bench.report import COLUMNS, _cell, _notes, verdict_line
 from edge_runtime.errors import UserError
 
 MAX_POINTS = 500  # per line: a long run's timeline or a wide histogram is thinned to this many points
@@ -71,7 +71,7 @@ def render(title: str, rows: list[dict], results: list[dict | None], slos: list[
         "<h2>Runs</h2>",
         _table(rows),
         "<h2>SLOs</h2>",
-        _slos(slos, slo_note, named),
+        _slos(slos, slo_note, named, rows),
         "<h2>Latency</h2>",
     ]
     if named:
@@ -103,7 +103,8 @@ def _table(rows: list[dict]) -> str:
         cells = []
         for c in shown:
             v = r.get(c)
-            cls = "fail" if v in ("FAIL", "NO") else ("n" if isinstance(v, (int, float)) else "")
+            bad = v in ("FAIL", "NO") or (c in ("partial", "saturated") and v == "yes")
+            cls = "fail" if bad else ("n" if isinstance(v, (int, float)) else "")
             cells.append(f'<td class="{cls}">' if cls else "<td>")
             cells.append(f"{html.escape(_cell(v))}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
@@ -113,18 +114,21 @@ def _table(rows: list[dict]) -> str:
         out.append("<ul>" + "".join(f'<li class="fail">run {html.escape(_cell(r.get("run")))} '
                                     f"{html.escape(str(r.get('target')))} / {html.escape(str(r.get('model')))}: "
                                     f"{html.escape(str(r['error']))}</li>" for r in errors) + "</ul>")  # fmt: skip
+    if _notes(rows):
+        out.append("<ul>" + "".join(f'<li class="fail">run {html.escape(_cell(r.get("run")))} '
+                                    f"{html.escape(str(r.get('target')))}: {html.escape(note)}</li>"
+                                    for r, note in _notes(rows)) + "</ul>")  # fmt: skip
     return "\n".join(out)
 
 
-def _slos(slos: list[dict] | None, note: str, named: list[tuple[str, dict]]) -> str:
+def _slos(slos: list[dict] | None, note: str, named: list[tuple[str, dict]], rows: list[dict]) -> str:
     e = html.escape
     cut = [f"<li class='fail'>{e(lab)}: cut short ({e(str((res.get('aborted') or {}).get('reason')))})</li>"
            for lab, res in named if res.get("aborted")]  # fmt: skip
     cut_html = f"<ul>{''.join(cut)}</ul>" if cut else ""
     if not slos:
         return f"<p>no SLO given{e(': ' + note) if note else ''}</p>{cut_html}"
-    failed = sum(not s["pass"] for s in slos)
-    head = f"<p>SLO missed: {failed} of {len(slos)} checks</p>" if failed else f"<p>all {len(slos)} SLO checks pass</p>"
+    head = f"<p>{e(verdict_line(rows, slos))}</p>"  # a run that failed is said as what failed, not as an SLO missed
     out = [head, "<table><tr><th>target</th><th>model</th><th>scenario</th><th>rep</th><th>SLO</th><th>measured</th>"
            "<th>verdict</th></tr>"]  # fmt: skip
     for s in slos:

@@ -13,6 +13,10 @@ query's *intended* send time.
 Each worker owns its `send` (one client, one connection: tritonclient's clients are not shared across threads).
 `send()` returns None on success or an error kind ("timeout", "HTTP 503", "unreachable", ...): a failed query is
 counted, never fatal, and the run reports the share against the SLO's error budget.
+
+An open loop by duration ends at its time (issue 22): no query is sent after it, what is still queued is "not sent"
+(counted, with its share: the record keeps them out of the failed queries), and the queries in flight get END_GRACE_S
+to come back ("no answer" after it). A saturated server cannot stretch a run of 8 s into minutes of its backlog.
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ import numpy as np
 Sender = Callable[[], str | None]
 MAX_WORKERS = 256
 JOIN_GRACE_S = 60.0  # after the schedule: how long in-flight queries may still take before the run gives up on them
+# After an open loop's end by duration: far beyond any latency an SLO here is about, short beside a run (README).
+END_GRACE_S = 5.0
+NOT_SENT = "not sent"  # the error kind of a query the run ended (or gave up) before sending
 
 
 @dataclass
@@ -170,9 +177,9 @@ def closed_loop(
                    kinds=Counter(r[2] for r in done if r[2]), interrupted=interrupted)  # fmt: skip
 
 
-def _join_all(threads) -> None:
-    """Join every thread against one deadline (a hung server costs JOIN_GRACE_S once, not once per worker)."""
-    end = time.monotonic() + JOIN_GRACE_S
+def _join_all(threads, grace_s: float | None = None) -> None:
+    """Join every thread against one deadline (a hung server costs the grace once, not once per worker)."""
+    end = time.monotonic() + (JOIN_GRACE_S if grace_s is None else grace_s)
     for t in threads:
         t.join(max(0.0, end - time.monotonic()))
 
@@ -189,12 +196,13 @@ def open_loop(
     on_start: Callable[[], None] | None = None,
 ) -> HostRun:
     """Each query handed to the pool of len(senders) workers at its intended time (all at once when behind); with
-    `from_intended` False (offline) latency is timed from each query's own start. `until_s` ends an offline run by
-    time: queries not started by then are not sent."""
+    `from_intended` False (offline) latency is timed from each query's own start. `until_s` ends the run at its time:
+    no query starts after it, and those in flight then get END_GRACE_S. The queries it leaves are NOT_SENT queries of
+    the run (an offline run leaves them out: its queue is not a schedule)."""
     n_q = len(schedule_ns)
     started = np.full(n_q, -1, np.int64)
     finished = np.full(n_q, -1, np.int64)
-    errors: list[str | None] = ["not sent"] * n_q
+    errors: list[str | None] = [NOT_SENT] * n_q
     jobs: queue.Queue = queue.Queue()
     abandon = threading.Event()
     gate = _Start(len(senders), warmup_each, until_s)
@@ -212,7 +220,7 @@ def open_loop(
                 return  # the run is over: what is still queued is not sent
             s = _now()
             if cut is not None and s >= cut:
-                continue  # offline by time: the rest are not sent
+                return  # the run's time is over: this query and the rest of the queue are not sent
             started[i] = s - t0  # before the send: a query in flight at the end is "no answer", not "not sent"
             err = _call(send)
             e = _now()
@@ -230,6 +238,8 @@ def open_loop(
     try:
         for i in range(n_q):
             due = t0 + int(schedule_ns[i])
+            if cut is not None and max(due, _now()) >= cut:
+                break  # the run's time is over (or the dispatcher itself fell behind it): the rest are not sent
             while True:
                 now = _now()
                 if now >= due:
@@ -255,14 +265,15 @@ def open_loop(
                 break
     for _ in threads:
         jobs.put(None)
-    _join_all(threads)
+    _join_all(threads, None if cut is None else max(0.0, (cut - _now()) / 1e9) + END_GRACE_S)
     abandon.set()  # workers still busy past the grace send nothing more once their query returns
     wall = (_now() - t0) / 1e9
     started, finished, errors = started.copy(), finished.copy(), list(errors)  # what stragglers write is not ours
     sent = started >= 0
-    # queries never sent are not queries of this run when it was stopped or cut by time; otherwise they failed
-    keep = sent if stopped or cut is not None else np.ones(n_q, bool)
-    errors = [e if finished[i] >= 0 or e != "not sent" or not sent[i] else "no answer" for i, e in enumerate(errors)]
+    # queries never sent are not queries of this run when it was stopped, nor of an offline one cut by time;
+    # otherwise they are its NOT_SENT ones: the schedule asked for them and no connection was free in the run's time
+    keep = sent if stopped or (cut is not None and not from_intended) else np.ones(n_q, bool)
+    errors = [e if finished[i] >= 0 or e != NOT_SENT or not sent[i] else "no answer" for i, e in enumerate(errors)]
     idx = np.flatnonzero(keep)
     errs = [errors[i] for i in idx]
     return HostRun(np.asarray(schedule_ns, np.int64)[idx], started[idx], finished[idx], errs, wall, from_intended,

@@ -1,36 +1,27 @@
 """A host-side run (bench/scenarios/engine.py) as a result record of the same schema a board writes
 (`edge-runtime/bench/1`): the same statistics, histogram and timeline code, so a server's numbers and a board's sit in
 one store, one comparison and one report. What only a client run has goes in its own sections: `errors` (failed
-queries by kind, and their share), `failed_queries` (what the SLO's error budget counts), `server` (the server's
-own time split and its metrics)."""
+queries by kind, and their share of the queries sent), `failed_queries` (what the SLO's error budget counts), `server`
+(the server's own time split and its metrics)."""
 
 from __future__ import annotations
 
 import signal
 import socket
 import time
+from collections import Counter
 from types import SimpleNamespace
 
 import numpy as np
 
-from edge_runtime.measure.stats import (
-    PERCENTILE_METHOD,
-    histogram_us,
-    jitter,
-    latency_timeline,
-    nearest_rank,
-    stability,
-    summarize,
-)
+from bench.scenarios.engine import NOT_SENT
+from edge_runtime.measure.schedule import asked_keys, load_keys, pct_us, saturation_text
+from edge_runtime.measure.stats import PERCENTILE_METHOD, histogram_us, jitter, latency_timeline, stability, summarize
 
 LATENCY_FROM = {
     True: "intended send time (open loop; no coordinated omission)",
     False: "each query's own send (closed loop)",
 }
-
-
-def _pct(values: np.ndarray, p: float) -> float | None:
-    return round(nearest_rank(np.sort(values), p) / 1e3, 3) if len(values) else None
 
 
 def host_result(
@@ -43,7 +34,11 @@ def host_result(
 
     lat_ns = run.latency_ns
     warnings: list[str] = []
-    n, failed = len(run.errors), run.failed
+    # A query the run's time was over for did not fail: it is the scenario's `not_sent`, beside `saturated`, and the
+    # error budget charges only the queries sent (a target that cannot keep up shows in their latency).
+    not_sent = run.kinds.get(NOT_SENT, 0)
+    kinds = Counter({k: v for k, v in run.kinds.items() if k != NOT_SENT})
+    n, failed = len(run.errors), run.failed - not_sent
     if len(lat_ns):
         lat = summarize(lat_ns)
         unstable, why = stability(lat_ns, lat)
@@ -52,8 +47,8 @@ def host_result(
         lat, unstable = {"count": 0}, None
         warnings.append("no query was answered: no latency to report")
     if failed:
-        kinds = ", ".join(f"{k} x{v}" for k, v in run.kinds.most_common(4))
-        warnings.append(f"{failed:,} of {n:,} queries failed ({kinds})")
+        said = ", ".join(f"{k} x{v}" for k, v in kinds.most_common(4))
+        warnings.append(f"{failed:,} of {n - not_sent:,} queries sent failed ({said})")
     if run.stopped:
         warnings.append(f"interrupted: partial result of {n:,} queries")
     spq = request.samples_per_query or 1
@@ -63,32 +58,7 @@ def host_result(
     steps = np.linspace(0, answered, min(answered, 50) + 1).astype(int)[1:] if answered else []
     m = SimpleNamespace(samples_ns=lat_ns, wall_s=run.wall_s,
                         chunks=[(0, 0.0)] + [(int(i), float(done_at[i - 1])) for i in steps])  # fmt: skip
-    scenario = {"kind": kind, "queries": n, "samples_per_query": spq, "concurrency": run.concurrency,
-                "latency_from": LATENCY_FROM[run.from_intended]}  # fmt: skip
-    if kind in ("server", "burst"):
-        scenario["rate_qps"] = request.rate_qps
-    if kind == "burst":
-        scenario["burst_on_s"], scenario["burst_off_s"] = request.burst_on_s, request.burst_off_s
-    if kind == "multi-stream":
-        scenario["interval_ms"] = request.interval_ms
-    if kind == "replay":
-        scenario["arrivals"] = len(request.arrivals_ms or ())
-    sent = run.started_ns >= 0
-    starts = np.sort(run.started_ns[sent])
-    span = (starts[-1] - starts[0]) / 1e9 if len(starts) > 1 else 0.0
-    scenario["achieved_qps"] = round((len(starts) - 1) / span, 2) if span > 0 else 0.0
-    if run.from_intended:
-        prev_done = np.concatenate(([np.iinfo(np.int64).min], np.maximum.accumulate(run.finished_ns)[:-1]))
-        idle = sent & (prev_done <= run.intended_ns) if run.concurrency == 1 else sent
-        err = (run.started_ns - run.intended_ns)[idle]
-        service = (run.finished_ns - run.started_ns)[run.ok]
-        scenario["send_error_us"] = {"p50": _pct(err, 50), "p99": _pct(err, 99)}
-        if run.concurrency > 1:
-            scenario["send_error_note"] = (
-                "with several connections the send lag includes waiting for a free one: a saturated server shows "
-                "here too, not only the issuer's error"
-            )
-        scenario["service_us"] = {"p50": _pct(service, 50), "p99": _pct(service, 99)}
+    scenario = _scenario(request, run, kind, warnings)
     env = environment(SystemRoot("/"), None, {"edge-runtime": __version__, "numpy": np.__version__,
                                                **packages(["tritonclient", "grpcio", "geventhttpclient"])})  # fmt: skip
     server = (target.meta or {}).get("server") or {}
@@ -169,11 +139,41 @@ def host_result(
         "timeline_us": list(latency_timeline(m) or []),
         "errors": {
             "failed": failed,
-            "share": round(failed / n, 6) if n else 0.0,
-            "kinds": dict(run.kinds),
+            "share": round(failed / (n - not_sent), 6) if n > not_sent else 0.0,
+            "kinds": dict(kinds),
             "examples": dict(run.examples),
         },
         "failed_queries": failed,
         "server": {"statistics": split, "metrics": metrics, "network": network},
         "histogram_us": [list(x) for x in histogram_us(lat_ns)] if len(lat_ns) else [],
     }
+
+
+def _scenario(request, run, kind: str, warnings: list[str]) -> dict:
+    """The record's scenario section: what was asked and, for an open loop, how the schedule was kept (the keys a board
+    writes, its end the run's unless stopped: rates, not sent, saturated, send error) and latency from the actual send.
+    A saturated run adds its warning."""
+    n = len(run.errors)
+    scenario = {"kind": kind, "queries": n, "samples_per_query": request.samples_per_query or 1,
+                "concurrency": run.concurrency, "latency_from": LATENCY_FROM[run.from_intended],
+                **asked_keys(kind, request)}  # fmt: skip
+    sent = run.started_ns >= 0
+    if not run.from_intended:
+        starts = np.sort(run.started_ns[sent])
+        span = (starts[-1] - starts[0]) / 1e9 if len(starts) > 1 else 0.0
+        scenario["achieved_qps"] = round((len(starts) - 1) / span, 2) if span > 0 else 0.0
+        return scenario
+    end_s = None if run.stopped else request.duration_s
+    done = run.finished_ns[sent] if run.concurrency == 1 else None  # the issuer's own error: one at a time
+    scenario.update(load_keys(run.intended_ns[sent], run.started_ns[sent], end_s, scheduled=n, finished_ns=done))
+    if run.concurrency > 1:
+        scenario["send_error_note"] = (
+            "with several connections the send lag includes waiting for a free one: a saturated server shows "
+            "here too, not only the issuer's error"
+        )
+    service = (run.finished_ns - run.started_ns)[run.ok]
+    scenario["service_us"] = {"p50": pct_us(service, 50), "p99": pct_us(service, 99)}
+    saturated = saturation_text(scenario)
+    if saturated:
+        warnings.append(saturated)
+    return scenario

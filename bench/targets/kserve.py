@@ -382,8 +382,8 @@ class KServeTarget:
                                   progress=tick, warmup_each=each, on_start=on_start)  # fmt: skip
             else:
                 plan = plan_for(request, iterations, duration_s)
-                run = open_loop(senders, plan.intended_ns, should_stop=self._stop.is_set, progress=tick,
-                                warmup_each=each, on_start=on_start)  # fmt: skip
+                run = open_loop(senders, plan.intended_ns, until_s=plan.end_s, should_stop=self._stop.is_set,
+                                progress=tick, warmup_each=each, on_start=on_start)  # fmt: skip
         except KeyboardInterrupt:
             self._stop.set()
             raise

@@ -47,6 +47,8 @@ def add_scenario_arguments(p) -> None:
 
 def scenario_text(sc: dict) -> str:
     """An open-loop run's scenario section in one line."""
+    from edge_runtime.measure.schedule import load_text
+
     kind = sc.get("kind", "?")
     asked = {
         "server": lambda: f"{sc.get('rate_qps', 0):g}/s Poisson",
@@ -59,11 +61,12 @@ def scenario_text(sc: dict) -> str:
     text = f"{kind}: {sc['queries']:,} queries{f' of {spq} samples' if spq > 1 else ''} ({asked}), "
     since = sc["latency_from"].split(" (")[0]
     since = "the " + since if since.startswith("intended") else since
-    text += f"{sc['achieved_qps']:,.1f}/s achieved; latency from {since}"
+    text += f"{load_text(sc)}; latency from {since}"
     if sc.get("service_us"):
         err, svc = sc["send_error_us"], sc["service_us"]
+        over = f" over {err['queries']:,} queries" if "queries" in err else ""
         text += (f"; from the actual send p50 {svc['p50']:.1f} p99 {svc['p99']:.1f} us; send error p50 {err['p50']} "
-                 f"p99 {err['p99']} us")  # fmt: skip
+                 f"p99 {err['p99']} us{over}")  # fmt: skip
     if sc.get("queries_over_interval"):
         text += f"; {sc['queries_over_interval']:,} queries not done within their interval"
     return text

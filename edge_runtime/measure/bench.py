@@ -34,7 +34,7 @@ from edge_runtime.measure.interference import competing_tasks, counters, interru
 from edge_runtime.measure.loop import Measurement, StopRequest, hdr_log_text, measure
 from edge_runtime.measure.prepare import Prepared, prepare
 from edge_runtime.measure.request import BenchRequest
-from edge_runtime.measure.schedule import OPEN_LOOP, measure_open_loop, plan_for, scenario_section
+from edge_runtime.measure.schedule import OPEN_LOOP, measure_open_loop, plan_for, saturation_text, scenario_section
 from edge_runtime.measure.sections import power_section, precision, thermal_section
 from edge_runtime.measure.stats import (
     PERCENTILE_METHOD,
@@ -305,6 +305,10 @@ def _build(request: BenchRequest, root: SystemRoot, prep: Prepared, got: _Measur
         warnings.append(sampler.warning)
     if got.stress_ended_early:
         warnings.append("a --stress co-runner ended before the run did: the end of the run was not under load")
+    scenario = scenario_section(request, got.plan, got.open_loop, m.wall_s, m.stopped)
+    saturated = saturation_text(scenario or {})
+    if saturated:
+        warnings.append(saturated)
     aborted = _aborted(m, stop, prep, sampler)
     if aborted is not None:
         what = (
@@ -378,7 +382,7 @@ def _build(request: BenchRequest, root: SystemRoot, prep: Prepared, got: _Measur
         started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(m.start_ns / 1e9)),
         wall_s=m.wall_s,
         aborted=aborted,
-        scenario=scenario_section(request, got.plan, got.open_loop, m.wall_s),
+        scenario=scenario,
         timeline_us=latency_timeline(m),
         histogram_us=histogram_us(m.samples_ns),
     )

@@ -16,13 +16,19 @@ The schedules (intended send times in ns from the start of the measured part):
 `run_open_loop` issues one query at a time (a board runs one inference at a time on its pinned cores), never before its
 intended time, and records intended, started and finished times. The schedule's own error (started - intended when the
 system was idle) says how well the issuer kept to the plan; the send lag of queries that queued is latency, not error.
+
+A run by duration ends at its time (issue 22): no query is sent after it, the queries the target had no time for are
+"not sent" (counted, with their share), and the one query in flight then finishes (a board cannot cut an inference).
+A run whose target served under SATURATED_BELOW of the scheduled rate is `saturated`, and says so (`load_keys`, the
+keys the host's engine writes too).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -31,6 +37,10 @@ MAX_REPLAY = 1_000_000  # arrivals in one replay file
 SPIN_NS = 200_000  # the last 0.2 ms before a send are spun, not slept (sleep wakes late by ~50-100 us)
 CHUNK_QUERIES = 256  # at most this many queries between progress and stop checks (offline sends them all at once)
 OPEN_LOOP = ("server", "burst", "multi-stream", "replay", "offline")
+# Under this share of the scheduled rate the target did not keep up: a queue that only happens to be there at the end
+# (a few queries at 90% busy) is well under 5% of a run of a few hundred queries; a target that cannot serve the rate
+# leaves a growing one. README, "Scenarios": the rule and why.
+SATURATED_BELOW = 0.95
 KINDS = ("single-stream", *OPEN_LOOP)
 
 
@@ -124,6 +134,7 @@ class Plan:
     intended_ns: np.ndarray | None
     samples_per_query: int = 1
     from_intended: bool = True
+    end_s: float | None = None  # a run by duration: nothing is sent after it (None: a run by count sends every query)
 
 
 def plan_for(request, iterations: int | None, duration_s: float | None) -> Plan:
@@ -138,7 +149,8 @@ def plan_for(request, iterations: int | None, duration_s: float | None) -> Plan:
         sched = replay_schedule(request.arrivals_ms)
         if duration_s is not None:
             sched = sched[sched < duration_s * 1e9]
-        return _nonempty(Plan(kind, sched[:iterations] if iterations is not None else sched, spq), request, duration_s)
+        plan = Plan(kind, sched[:iterations] if iterations is not None else sched, spq, end_s=duration_s)
+        return _nonempty(plan, request, duration_s)
     # for a number of queries, a schedule long enough to hold them, then cut
     length = duration_s
     if length is None:
@@ -156,7 +168,8 @@ def plan_for(request, iterations: int | None, duration_s: float | None) -> Plan:
         sched = burst_schedule(request.rate_qps, request.burst_on_s, request.burst_off_s, length, request.seed)
     else:
         sched = interval_schedule(request.interval_ms / 1e3, length)
-    return _nonempty(Plan(kind, sched[:iterations] if iterations is not None else sched, spq), request, length)
+    plan = Plan(kind, sched[:iterations] if iterations is not None else sched, spq, end_s=duration_s)
+    return _nonempty(plan, request, length)
 
 
 def _nonempty(plan: Plan, request, length_s: float | None) -> Plan:
@@ -173,10 +186,11 @@ def _nonempty(plan: Plan, request, length_s: float | None) -> Plan:
 
 @dataclass(frozen=True)
 class OpenLoopRun:
-    intended_ns: np.ndarray  # from the start
+    intended_ns: np.ndarray  # from the start, of the queries sent
     started_ns: np.ndarray
     finished_ns: np.ndarray
     t0_ns: int = 0  # the clock's reading at the start
+    not_sent: int = 0  # queries of the schedule the run's time was over for
 
     @property
     def latency_ns(self) -> np.ndarray:
@@ -195,22 +209,23 @@ class OpenLoopRun:
         idle = prev_done <= self.intended_ns
         return (self.started_ns - self.intended_ns)[idle]
 
-    def achieved_rate(self) -> float:
-        if len(self.intended_ns) < 2:
-            return 0.0
-        span = (self.started_ns[-1] - self.started_ns[0]) / 1e9
-        return (len(self.started_ns) - 1) / span if span > 0 else 0.0
-
 
 def run_open_loop(
-    call: Callable[[], object], schedule_ns: np.ndarray, clock=time.perf_counter_ns, t0: int | None = None
+    call: Callable[[], object],
+    schedule_ns: np.ndarray,
+    clock=time.perf_counter_ns,
+    t0: int | None = None,
+    deadline_ns: int | None = None,
 ) -> OpenLoopRun:
     """Issue `call()` at each intended time (at once when behind), one at a time; times in ns from `t0` (default:
-    now; a later chunk of one schedule passes the schedule's own start)."""
+    now; a later chunk of one schedule passes the schedule's own start). From `deadline_ns` (from `t0`) on nothing is
+    sent: the queries left are `not_sent`."""
     n = len(schedule_ns)
     started = np.empty(n, np.int64)
     finished = np.empty(n, np.int64)
     t0 = clock() if t0 is None else t0
+    cut = None if deadline_ns is None else t0 + deadline_ns
+    sent = n
     for i in range(n):
         due = t0 + int(schedule_ns[i])
         now = clock()
@@ -220,11 +235,15 @@ def run_open_loop(
             while clock() < due:
                 pass
         s = clock()
+        if cut is not None and s >= cut:
+            sent = i
+            break
         call()
         e = clock()
         started[i] = s - t0
         finished[i] = e - t0
-    return OpenLoopRun(np.asarray(schedule_ns, np.int64), started, finished, t0)
+    intended = np.asarray(schedule_ns, np.int64)[:sent]
+    return OpenLoopRun(intended, started[:sent], finished[:sent], t0, n - sent)
 
 
 def query_of(fn: Callable[[], object], samples: int) -> Callable[[], None]:
@@ -267,7 +286,8 @@ def measure_open_loop(
     on_end: Callable[[], None] | None = None,
 ):
     """An open-loop scenario with the contract of `loop.measure`: warm-up (closed loop, single samples, untimed),
-    then the plan in chunks, progress and stop checks between chunks; `until_s` ends an offline run by time.
+    then the plan in chunks, progress and stop checks between chunks; `until_s` ends an offline run by time, and a
+    plan's `end_s` a scheduled one (the queries it leaves are the run's `not_sent`).
     Returns (Measurement whose samples are the query latencies, OpenLoopRun)."""
     from edge_runtime.measure.loop import Measurement, gc_paused, timer_overhead_ns, warm_up
 
@@ -278,6 +298,7 @@ def measure_open_loop(
         return Measurement(empty, time.time_ns(), 0.0, warm, overhead, stopped=True), OpenLoopRun(empty, empty, empty)
     call = query_of(fn, plan.samples_per_query)
     total = None if plan.intended_ns is None else len(plan.intended_ns)
+    deadline_ns = round(plan.end_s * 1e9) if plan.end_s is not None and plan.from_intended else None
     if on_start is not None:
         on_start()
     with gc_paused():  # collected now; no collection inside the timed part
@@ -285,15 +306,18 @@ def measure_open_loop(
         begin = time.perf_counter_ns()
         parts: list[OpenLoopRun] = []
         chunks: list[tuple[int, float]] = [(0, 0.0)]
-        done, stopped = 0, False
+        done, stopped, not_sent = 0, False, 0
         for piece in _chunks(plan, int(chunk_s * 1e9)):
-            part = run_open_loop(call, piece, t0=begin)
+            part = run_open_loop(call, piece, t0=begin, deadline_ns=deadline_ns)
             parts.append(part)
-            done += len(piece)
+            done += len(part.intended_ns)
             elapsed = (time.perf_counter_ns() - begin) / 1e9
             chunks.append((done, elapsed))
             if progress:
                 progress(done, total, elapsed)
+            if part.not_sent:  # the run's time is over: the rest of this piece and of the plan are not sent
+                not_sent = (total or 0) - done
+                break
             if should_stop is not None and should_stop():
                 stopped = True
                 break
@@ -306,10 +330,84 @@ def measure_open_loop(
     def joined(name: str) -> np.ndarray:
         return np.concatenate([getattr(p, name) for p in parts]) if parts else np.empty(0, np.int64)
 
-    run = OpenLoopRun(joined("intended_ns"), joined("started_ns"), joined("finished_ns"), begin)
+    run = OpenLoopRun(joined("intended_ns"), joined("started_ns"), joined("finished_ns"), begin, not_sent)
     samples = (run.latency_ns if plan.from_intended else run.service_ns).copy()
     m = Measurement(samples, start_wall, wall_s, warm, overhead, False, stopped, chunks, begin / 1e9, 0)
     return m, run
+
+
+def pct_us(values_ns: np.ndarray, p: float) -> float | None:
+    """The nearest-rank percentile `p` of ns values, in us (None for no value)."""
+    from edge_runtime.measure.stats import nearest_rank
+
+    return round(nearest_rank(np.sort(values_ns), p) / 1e3, 3) if len(values_ns) else None
+
+
+def load_keys(
+    intended_ns: np.ndarray,
+    started_ns: np.ndarray,
+    end_s: float | None,
+    *,
+    scheduled: int | None = None,
+    finished_ns: np.ndarray | None = None,
+) -> dict:
+    """How an open loop kept to its schedule, in the scenario keys both engines write. `intended_ns`, `started_ns`:
+    the queries sent (ns from the start); `scheduled`: the queries the schedule held in the run's time (default: those
+    sent); `end_s`: the run's end by duration (None: a run by count, or one stopped early, whose window is then the
+    schedule of the queries it holds, one mean gap past the last); `finished_ns`, for one query at a time: the issuer's
+    own error too, over the queries that found the target idle. The send error is over every query sent: on a target
+    that fell behind it is the lag, and its count says how many queries it stands for."""
+    intended, started = np.asarray(intended_ns, np.int64), np.asarray(started_ns, np.int64)
+    k = len(started)
+    n = k if scheduled is None else int(scheduled)
+    if end_s:
+        planned_s = sent_s = float(end_s)  # nothing is sent after the end
+    else:
+        stretch = n / (n - 1) if n > 1 else 0.0
+        planned_s = float(intended.max()) * stretch / 1e9 if k else 0.0
+        sent_s = max(planned_s, float(started.max()) * stretch / 1e9) if k else 0.0
+    scheduled_qps = n / planned_s if planned_s > 0 else 0.0
+    achieved_qps = k / sent_s if sent_s > 0 else 0.0
+    lag = started - intended
+    out = {
+        "scheduled": n,
+        "not_sent": n - k,
+        "not_sent_share": round((n - k) / n, 6) if n else 0.0,
+        "scheduled_qps": round(scheduled_qps, 2),
+        "achieved_qps": round(achieved_qps, 2),
+        "saturated": bool(scheduled_qps > 0 and achieved_qps < SATURATED_BELOW * scheduled_qps),
+        "send_error_us": {"p50": pct_us(lag, 50), "p99": pct_us(lag, 99), "max": pct_us(lag, 100), "queries": k},
+    }
+    if finished_ns is not None:
+        done = np.maximum.accumulate(np.asarray(finished_ns, np.int64))
+        idle = np.concatenate(([np.iinfo(np.int64).min], done[:-1])) <= intended
+        own = lag[idle]
+        out["issuer_error_us"] = {"p50": pct_us(own, 50), "p99": pct_us(own, 99), "queries": int(idle.sum())}
+    return out
+
+
+def load_text(sc: Mapping[str, Any]) -> str:
+    """The rate achieved against the rate scheduled, saturation and the queries not sent, for the text reports (an old
+    record without `scheduled_qps` shows the rate achieved alone)."""
+    text = f"{sc.get('achieved_qps') or 0:,.1f}/s achieved"
+    if sc.get("scheduled_qps"):
+        text += f" of {sc['scheduled_qps']:,.1f}/s scheduled"
+    if sc.get("saturated"):
+        text += " (SATURATED)"
+    if sc.get("not_sent"):
+        text += f", {sc['not_sent']:,} not sent by the end ({sc['not_sent_share']:.1%})"
+    return text
+
+
+def saturation_text(sc: Mapping[str, Any]) -> str | None:
+    """A saturated run in one line (its warning, and its note in the reports); None when it kept up."""
+    if not sc.get("saturated"):
+        return None
+    text = f"saturated: {sc['achieved_qps']:,.1f}/s achieved of {sc['scheduled_qps']:,.1f}/s scheduled"
+    if sc.get("not_sent"):
+        text += (f"; {sc['not_sent']:,} of {sc['scheduled']:,} queries ({sc['not_sent_share']:.1%}) not sent by the "
+                 "end of the run")  # fmt: skip
+    return text + ": the target cannot keep up with this load"
 
 
 LATENCY_FROM = {
@@ -318,37 +416,37 @@ LATENCY_FROM = {
 }
 
 
-def scenario_section(request, plan: Plan | None, run: OpenLoopRun | None, wall_s: float) -> dict | None:
-    """An open-loop run's own numbers for the result record: what was asked, the rate achieved, the schedule's error
-    when the board was free, and latency timed from the actual send (what a closed loop would have said) beside the
-    record's latency_us."""
+def asked_keys(kind: str, request) -> dict:
+    """What a scenario's load was asked to be, as its record says it (both engines)."""
+    out: dict = {}
+    if kind in ("server", "burst"):
+        out["rate_qps"] = request.rate_qps
+    if kind == "burst":
+        out["burst_on_s"], out["burst_off_s"] = request.burst_on_s, request.burst_off_s
+    if kind == "multi-stream":
+        out["interval_ms"] = request.interval_ms
+    if kind == "replay":
+        out["arrivals"] = len(request.arrivals_ms or ())
+    return out
+
+
+def scenario_section(
+    request, plan: Plan | None, run: OpenLoopRun | None, wall_s: float, stopped: bool = False
+) -> dict | None:
+    """An open-loop run's own numbers for the result record: what was asked, the rate scheduled and achieved and the
+    queries not sent (`load_keys`), the send error, and latency timed from the actual send (what a closed loop would
+    have said) beside the record's latency_us."""
     if plan is None or run is None or len(run.intended_ns) == 0:
         return None
-    from edge_runtime.measure.stats import nearest_rank
-
-    def pct(values: np.ndarray, p: float) -> float | None:
-        return round(nearest_rank(np.sort(values), p) / 1e3, 3) if len(values) else None
-
-    out: dict = {"kind": plan.kind}
-    if plan.kind in ("server", "burst"):
-        out["rate_qps"] = request.rate_qps
-    if plan.kind == "burst":
-        out["burst_on_s"], out["burst_off_s"] = request.burst_on_s, request.burst_off_s
-    if plan.kind == "multi-stream":
-        out["interval_ms"] = request.interval_ms
-    if plan.kind == "replay":
-        out["arrivals"] = len(request.arrivals_ms)
+    out: dict = {"kind": plan.kind, **asked_keys(plan.kind, request)}
     n = len(run.intended_ns)
-    out.update(
-        queries=n,
-        samples_per_query=plan.samples_per_query,
-        achieved_qps=round(run.achieved_rate() if plan.from_intended else n / wall_s if wall_s > 0 else 0.0, 2),
-        latency_from=LATENCY_FROM[plan.from_intended],
-    )
-    if plan.from_intended:
-        err, service = run.send_error_ns, run.service_ns
-        out["send_error_us"] = {"p50": pct(err, 50), "p99": pct(err, 99)}
-        out["service_us"] = {"p50": pct(service, 50), "p99": pct(service, 99)}
+    out.update(queries=n, samples_per_query=plan.samples_per_query, latency_from=LATENCY_FROM[plan.from_intended])
+    if not plan.from_intended:
+        out["achieved_qps"] = round(n / wall_s if wall_s > 0 else 0.0, 2)
+        return out
+    out.update(load_keys(run.intended_ns, run.started_ns, None if stopped else plan.end_s,
+                         scheduled=n + run.not_sent, finished_ns=run.finished_ns))  # fmt: skip
+    out["service_us"] = {"p50": pct_us(run.service_ns, 50), "p99": pct_us(run.service_ns, 99)}
     if plan.kind == "multi-stream":
         late = int(np.sum(run.latency_ns > request.interval_ms * 1e6))
         out["queries_over_interval"] = late  # a query not done before the next was due: the board cannot keep up

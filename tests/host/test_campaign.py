@@ -3,6 +3,7 @@ over a pty) into a store, with SLO verdicts, JUnit XML, Markdown, CSV and JSON; 
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -214,6 +215,20 @@ duration_s = 3
     assert [r["slo"] for r in runs] == [None, None] and runs[1]["result"]["aborted"]["kind"] == "interrupted"
     with Store(store) as st:
         assert len(st.runs()) == 2  # the finished run and the partial one, both whole
+    # Issue 22: with no SLO and no run rules, the cut run is not shown as a whole one (`slo - valid -`): partial, in
+    # the campaign's table, its JSON, and every report of the stored runs.
+    assert [r["partial"] for r in runs] == ["no", "yes"]
+    assert "1 of 2 runs partial" in _out and f"run {runs[1]['run']} target1: partial: interrupted by SIGINT" in _out
+    ids = [str(r["run"]) for r in runs]
+    md = edge_bench("report", *ids, "--md", "-", "--store", str(store))
+    assert "| no | - |" in md.stdout and "| yes | - |" in md.stdout
+    assert "rep 1: partial: interrupted by SIGINT" in md.stdout
+    rows = list(csv.DictReader(edge_bench("report", *ids, "--csv", "-", "--store", str(store)).stdout.splitlines()))
+    assert [r["partial"] for r in rows] == ["no", "yes"] and [r["slo"] for r in rows] == ["", ""]
+    html = edge_bench("report", *ids, "--html", str(tmp_path / "r.html"), "--store", str(store))
+    assert html.returncode == 0, html.stderr
+    page = (tmp_path / "r.html").read_text()
+    assert '<td class="fail">yes</td>' in page and "target1: partial: interrupted by SIGINT" in page
 
 
 def test_run_rules_and_the_server_scenario_in_a_campaign(tmp_path):
@@ -357,6 +372,85 @@ iterations = 200
     assert last and "━" in last[-1] and "ETA" in last[-1] and "bars[/]" in last[-1], screen[-500:]
     assert "x[red]y digits_cnn_int8" in screen and "1/2" in screen
     assert "x[red]y" in out  # and the table on stdout, not drawn over
+
+
+def test_a_campaign_whose_target_is_down_says_what_failed_not_an_slo_missed(tmp_path):
+    """Issue 22: no SLOs, and a target that is down (a KServe URL on a loopback port nobody listens on: refused at
+    once). Every run failed, and the verdict says so with the reason, in the terminal, the Markdown and the HTML; it
+    once said "SLO missed: 2 of 2 checks" of a campaign that had no SLO."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    camp = write(tmp_path, f"""
+[campaign]
+name = "down"
+repetitions = 2
+[[target]]
+name = "pi"
+url = "kserve+http://127.0.0.1:{dead}/digits"
+[[model]]
+path = "{DIGITS}"
+[[scenario]]
+iterations = 20
+""")
+    md, page = tmp_path / "r.md", tmp_path / "r.html"
+    proc = edge_bench("run", str(camp), "--store", str(tmp_path / "s.sqlite"), "--md", str(md), "--html", str(page))
+    assert proc.returncode == 1, proc.stderr  # a run that failed is a failed check, as before
+    verdict = proc.stdout.strip().splitlines()[-1]
+    said = f"2 of 2 runs failed: target 'pi': kserve+http://127.0.0.1:{dead}/digits: no KServe v2 server at"
+    assert verdict.startswith(said) and "(x2); no SLOs given; stored in" in verdict, verdict
+    assert "SLO missed" not in proc.stdout + md.read_text() + page.read_text()
+    assert said in md.read_text() and said.replace("'", "&#x27;") in page.read_text()
+
+
+def test_a_saturated_local_target_is_said_in_every_output(tmp_path):
+    """Issue 22 on a `local:` target: a server scenario at 20 times what the model sustains here (measured first) and
+    one at a tenth of it. The first ends at its time and is saturated in the table, the JSON, the Markdown, the CSV
+    and the HTML, with the rates and the queries not sent; the second kept up and says so."""
+    need("onnxruntime")
+    from helpers import sustained_ips
+
+    model = MODELS / "resnet8" / "resnet8_int8.onnx"
+    sustained = sustained_ips(str(model))
+    camp = write(tmp_path, f"""
+[campaign]
+name = "overload"
+[[target]]
+name = "pc"
+url = "local:"
+cpus = "1"
+[[model]]
+path = "{model}"
+[[scenario]]
+kind = "server"
+rate_qps = {min(20 * sustained, 1e6):.0f}
+duration_s = 1.5
+[[scenario]]
+kind = "server"
+rate_qps = {sustained / 10:.0f}
+duration_s = 1.5
+""")
+    out = {k: tmp_path / f"r.{k}" for k in ("json", "md", "csv", "html")}
+    proc = edge_bench("run", str(camp), "--store", str(tmp_path / "s.sqlite"), *[x for k, p in out.items()
+                      for x in (f"--{k}", str(p))])  # fmt: skip
+    assert proc.returncode == 0, proc.stderr  # no SLO: saturated is said, not a failed check
+    over, kept = json.loads(out["json"].read_text())["runs"]
+    sc = over["result"]["scenario"]
+    assert over["saturated"] == "yes" and kept["saturated"] == "no" and over["partial"] == kept["partial"] == "no"
+    assert over["result"]["wall_s"] < 1.5 + 0.5 and sc["saturated"] and sc["not_sent_share"] > 0.5
+    note = f"saturated: {sc['achieved_qps']:,.1f}/s achieved of {sc['scheduled_qps']:,.1f}/s scheduled; " \
+        f"{sc['not_sent']:,} of {sc['scheduled']:,} queries"  # fmt: skip
+    assert f"run {over['run']} pc: {note}" in proc.stdout and "1 of 2 runs saturated; no SLOs given" in proc.stdout
+    header = proc.stdout.splitlines()[0].split()
+    assert header[-2:] == ["partial", "saturated"]
+    assert [line.split()[-1] for line in proc.stdout.splitlines()[1:3]] == ["yes", "no"]
+    assert note in out["md"].read_text() and "| no | yes |" in out["md"].read_text()
+    rows = list(csv.DictReader(out["csv"].open()))
+    assert [r["saturated"] for r in rows] == ["yes", "no"] and int(rows[0]["not_sent"]) == sc["not_sent"]
+    assert float(rows[0]["achieved_qps"]) < float(rows[0]["scheduled_qps"]) / 2
+    assert note in out["html"].read_text() and '<td class="fail">yes</td>' in out["html"].read_text()
 
 
 def test_the_error_budget_is_a_share_of_every_query_sent():

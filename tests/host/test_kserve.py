@@ -101,6 +101,39 @@ def test_the_scenarios_run_host_side_against_a_server(triton, tmp_path):
     assert doc["scenario"]["kind"] == "offline" and doc["latency_us"]["count"] == 60 and doc["throughput_ips"] > 0
 
 
+def test_an_overloaded_server_run_ends_at_its_time_and_says_it_is_saturated(triton, tmp_path):
+    """Issue 22, the host's engine: a server scenario at 10 times what Triton sustains here through the open loop's 16
+    connections (measured first, a closed loop of 16 in flight) for 2 s. It ends at its time plus at most the grace
+    for the queries in flight (it once sent its whole backlog: ten times its duration), the queries it had no time for
+    are counted as not sent, and the record, the text and the stored run's Markdown say it was saturated."""
+    from bench.scenarios.engine import END_GRACE_S
+    from bench.targets.kserve import OPEN_LOOP_WORKERS
+
+    base = ["--store", str(tmp_path / "s.sqlite"), "--header", f"triton-access-token: {triton.token}"]
+    url = f"kserve+grpc://{triton.grpc}/digits"
+    proc = edge_bench("run", "--target", url, "--concurrency", str(OPEN_LOOP_WORKERS), "--duration", "1", "--json",
+                      "-", *base)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    sustained = json.loads(proc.stdout)["throughput_ips"]
+    out = tmp_path / "r.json"
+    proc = edge_bench("run", "--target", url, "--scenario", "server", "--rate", f"{10 * sustained:.0f}", "--duration",
+                      "2", "--json", str(out), *base)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text())
+    sc, e = doc["scenario"], doc["errors"]
+    assert 2.0 <= doc["wall_s"] < 2.0 + END_GRACE_S, doc["wall_s"]
+    # At most what the server sustains for 2 s out of ten times as many: most were not sent, and say so.
+    assert sc["saturated"] is True and sc["not_sent_share"] > 0.5 and sc["achieved_qps"] < sc["scheduled_qps"] / 2
+    # Not sent is not failed: the error budget charges the queries sent (those show the queue in their latency).
+    assert sc["scheduled"] == sc["queries"] and "not sent" not in e["kinds"] and e["failed"] == doc["failed_queries"]
+    assert e["share"] == pytest.approx(e["failed"] / (sc["queries"] - sc["not_sent"]), abs=1e-6)
+    assert sc["send_error_us"]["queries"] == sc["queries"] - sc["not_sent"]  # every query sent, not one
+    assert "(SATURATED)" in proc.stdout and "warning      saturated: " in proc.stdout
+    assert any("saturated: " in w for w in doc["quality"]["warnings"])
+    md = edge_bench("report", str(doc["run"]), "--md", "-", *base[:2])
+    assert md.returncode == 0 and "| yes |" in md.stdout and f"{sc['not_sent']:,} of {sc['scheduled']:,}" in md.stdout
+
+
 def test_a_server_stopped_mid_run_costs_queries_not_the_run(tmp_path):
     need("onnxruntime")
     with servers.triton(DIGITS, "digits") as srv:
