@@ -1,6 +1,7 @@
 """SLO verdicts with an error budget. A latency bound (`p99_ms = 10`) holds when the run's percentile is at or under it;
-the error budget (`error_budget = 0.001`) is the share of queries allowed over the tightest bound or failed, and the
-run says how much of it it spent. A run that was cut short (thermal limit, a signal) fails: its numbers are partial."""
+the error budget (`error_budget = 0.001`) is the share of queries allowed over the tightest bound or failed (a
+saturated open loop's queries not sent count as failed), and the run says how much of it it spent. A run that was
+cut short (thermal limit, a signal) fails: its numbers are partial."""
 
 from __future__ import annotations
 
@@ -24,8 +25,8 @@ def evaluate(result: dict, slo: SLO) -> dict | None:
         bound_ms = min(slo.bounds_ms.values()) if slo.bounds_ms else None
         answered = sum(c for _, c in result.get("histogram_us") or []) or (lat.get("count") or 0)
         over = sum(c for v, c in result.get("histogram_us") or [] if bound_ms is not None and v > bound_ms * 1000)
-        failed = int(result.get("failed_queries") or 0)
-        total = answered + failed  # the share of every query sent: a failed one has no latency, but it was asked
+        failed = int(result.get("failed_queries") or 0) + unserved(result)
+        total = answered + failed  # the share of every query asked: a failed one has no latency, but it was asked
         share = (over + failed) / total if total else 1.0
         spent = share / slo.error_budget if slo.error_budget else (0.0 if share == 0 else float("inf"))
         budget = {"slo": f"at most {slo.error_budget:.3%} over {bound_ms:g} ms or failed" if bound_ms is not None
@@ -36,6 +37,14 @@ def evaluate(result: dict, slo: SLO) -> dict | None:
     ok = all(c["pass"] for c in checks) and (budget is None or budget["pass"]) and not aborted
     return {"pass": ok, "checks": checks, "error_budget": budget,
             "cut_short": (aborted or {}).get("reason") if aborted else None}  # fmt: skip
+
+
+def unserved(result: dict) -> int:
+    """The queries a saturated open loop had no time to send: they count against the error budget, as failed ones
+    do (the target could not serve the rate asked). A run that kept up may leave a few due at its very end: those are
+    not charged, so a budget of 0.1% is not spent by where the run's end fell."""
+    sc = result.get("scenario") or {}
+    return int(sc.get("not_sent") or 0) if sc.get("saturated") else 0
 
 
 def run_rules(result: dict, scenario) -> dict | None:

@@ -468,6 +468,14 @@ def test_the_error_budget_is_a_share_of_every_query_sent():
     dead = {"latency_us": {"count": 10, "p99": 900.0}, "histogram_us": [[900, 10]], "failed_queries": 990}
     got = evaluate(dead, slo)["error_budget"]
     assert got["share"] == 0.99 and not got["pass"]
+    # An open loop that fell behind: what it had no time to send counts; a run that kept up and left one query due
+    # at its very end is not charged for it.
+    served = {"latency_us": {"count": 900, "p99": 900.0}, "histogram_us": [[900, 900]], "failed_queries": 0}
+    saturated = {**served, "scenario": {"scheduled": 1000, "not_sent": 100, "saturated": True}}
+    got = evaluate(saturated, slo)["error_budget"]
+    assert got["share"] == 0.1 and not got["pass"]
+    kept_up = {**served, "scenario": {"scheduled": 901, "not_sent": 1, "saturated": False}}
+    assert evaluate(kept_up, slo)["error_budget"]["share"] == 0.0
 
 
 def test_a_campaign_over_its_cap_says_the_cap_and_many_unknown_keys_are_counted_not_listed(tmp_path):
