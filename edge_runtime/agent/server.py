@@ -85,13 +85,23 @@ class Agent:
             t.start()
 
     # ----------------------------------------------------------------------------------------------- I/O side
-    def feed(self, data: bytes, now: float) -> None:
+    def feed(self, data: bytes, now: float, acks=None) -> None:
+        """Bytes from the host. With `acks` (the stream's write), what the link answers at once (its ACKs) is written
+        before any request is handled: the host's round trip samples are then the link's, not the time this board
+        took over an inline request (issue 22: 40 ms "link rtt" on loopback during a bench)."""
         with self.lock:
             self._now = now
             try:
                 self.link.receive(data, now)
-                self._events(now)
             except Exception as err:  # noqa: BLE001 - nothing a host sends may stop the agent
+                self._internal(err, now)
+            if acks is not None:
+                out = self.link.outgoing()
+                if out:
+                    acks(out)  # outside the guard: a stream that fails is the I/O loop's to handle
+            try:
+                self._events(now)
+            except Exception as err:  # noqa: BLE001
                 self._internal(err, now)
 
     def poll(self, now: float) -> None:
