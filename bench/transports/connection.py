@@ -3,7 +3,8 @@ runs the link's timers and hands each response to the request waiting for it.
 
 `request()` sends and waits; `send_request()`/`wait()` let a caller keep several requests in flight (model chunks).
 `stats()` is the link's (frames, resends, its own round trip) with `board_busy_ms` beside it: how long the board took,
-on average, to start answering a small request beyond that round trip (what a round trip of request and answer adds).
+on average, from having a request (its ACK, which the agent writes before it handles the request) to its first answer
+(a progress or the response): what a round trip of request and answer adds to the link's own.
 When the stream ends or the link hears nothing for `dead_after` seconds every waiter gets LinkLost: the target
 reconnects and asks again with the same request id, which the agent answers without running anything twice.
 """
@@ -41,7 +42,6 @@ class RemoteError(Exception):
 
 
 _ids = itertools.count(1)
-SMALL_REQUEST = 4096  # bytes: a request the link carries in about a round trip, so its answer's delay is the board's
 
 
 def new_request_id(prefix: str = "r") -> str:
@@ -77,7 +77,8 @@ class Connection:
         self._reader: threading.Thread | None = None
         self._closing = False
         self._nonce = ""
-        self._asked_at: dict[str, float] = {}  # small requests not answered yet: when they were sent
+        self._unacked_requests: dict[str, int] = {}  # request id -> its end in the link's stream, until acknowledged
+        self._acked_at: dict[str, float] = {}  # request id -> when the agent was known to have it, until answered
         self._busy = [0.0, 0]  # board_busy_ms: total, requests
 
     # ------------------------------------------------------------------------------------------------ open/close
@@ -144,11 +145,9 @@ class Connection:
             self._progress.pop(rid, None)
             raise LinkLost(self._lost)
         data = wm.encode(wm.request(rid, op, args, blob))
-        if len(data) <= SMALL_REQUEST:
-            self._asked_at[rid] = time.monotonic()
         with self._wlock:
             with self._lock:
-                self.link.send(data, time.monotonic())
+                self._unacked_requests[rid] = self.link.send(data, time.monotonic())
                 out = self.link.outgoing()
             self._write(out)
         return rid
@@ -202,6 +201,10 @@ class Connection:
                 self.link.receive(data, now)
                 self.link.poll(now)
                 events = self.link.events()
+                for rid, end in list(self._unacked_requests.items()):
+                    if end <= self.link.acked:
+                        del self._unacked_requests[rid]
+                        self._acked_at[rid] = now
             for ev in events:
                 self._on_event(ev)
             try:
@@ -230,10 +233,11 @@ class Connection:
             rid = msg.get("id")
             if not isinstance(rid, str):
                 rid = None
-            asked = self._asked_at.pop(rid, None) if rid is not None else None
-            if asked is not None:  # its first answer (or progress): the board's time, less the link's round trip
-                self._busy[0] += max(0.0, (time.monotonic() - asked) * 1e3 - (self.link.stats.rtt_ms or 0.0))
+            acked = self._acked_at.pop(rid, None) if rid is not None else None
+            if acked is not None:  # its first answer (or progress): the board's time since it had the request
+                self._busy[0] += max(0.0, ev.first_at - acked) * 1e3
                 self._busy[1] += 1
+            self._unacked_requests.pop(rid, None)  # answered before its ACK came: the ACK was lost, no sample
             if msg.type == "progress":
                 cb = self._progress.get(rid)
                 if cb is not None:

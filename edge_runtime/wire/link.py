@@ -6,7 +6,7 @@ How it is reliable (selective repeat ARQ with TCP's byte numbering, SACK blocks 
 peer that only takes frames in order, as this link did before issue 22, it is go-back-N, as in HDLC):
 - Messages are one stream of bytes per connection; a message is cut into DATA frames of at most `segment` bytes
   (FLAG_MORE on all but the last; a frame never holds two messages), each numbered by the offset of its first byte.
-  At most `window` frames and `window_bytes` bytes are in flight at once.
+  At most `window` frames of the agreed size (as many more smaller ones) and `window_bytes` bytes are in flight.
 - The receiver delivers bytes in order. A frame holding the next expected offset: its new bytes are taken, with any
   held frames that now follow, and acknowledged (ACK next offset). An old one (a retransmission whose ACK was lost):
   dropped, acknowledged again. A later one (one was lost before it): held (up to MAX_HELD frames), and answered with a
@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 
 from edge_runtime.wire.frame import (
     DEFAULT_MAX_PAYLOAD,
+    FLAG_HELD,
     FLAG_MORE,
     MAX_PAYLOAD,
     MIN_PAYLOAD,
@@ -56,7 +57,8 @@ from edge_runtime.wire.frame import (
 
 MAX_MESSAGE = 64 << 20  # a result with a long timeline is a few MB; model bytes travel in chunks, not one message
 INITIAL_RTO = 1.0
-CONNECT_EVERY = 0.1  # CONNECT repeated this often until answered: a frame of ~70 bytes, not a load on any line
+CONNECT_EVERY = 0.05  # CONNECT repeated this often until answered (a 64-byte frame; on a serial line of known rate
+# no more often than it carries a CONNECT and its ACCEPT a few times over)
 MIN_RTO = 0.05
 MAX_RTO = 4.0
 NAK_INTERVAL = 0.02
@@ -80,6 +82,7 @@ class Connected:
 @dataclass(frozen=True)
 class Message:
     data: bytes
+    first_at: float = 0.0  # when its first byte was taken (the `now` of that receive)
 
 
 @dataclass(frozen=True)
@@ -202,6 +205,8 @@ class Link:
 
     def _reset_session(self) -> None:
         self._next_off = 0
+        self._queued_end = 0
+        self._msg_first = 0.0  # receiver: when the first byte of the message being taken came
         self._sent: list[_Sent] = []  # sent and not yet acknowledged, by offset: in flight, held there, or lost
         self._queue: deque[list] = deque()  # [message bytes, offset]
         self._expected = 0
@@ -215,6 +220,7 @@ class Link:
         self._stamps: dict[int, tuple[float, int]] = {}  # stamp -> (when sent, tx), the last STAMPS_KEPT
         self._delivered_tx = 0  # the latest transmission known to have arrived
         self._shrunk_tx = 0  # a loss of a frame sent before this was answered by a smaller segment already
+        self._peer_holds = False  # the peer said it holds frames after a gap (FLAG_HELD, SACK blocks)
         self._probes, self._probed = 0, 0.0  # tail-loss probes since the line last delivered, and the last one's time
         self._srtt: float | None = None
         self._rttvar = 0.0
@@ -242,15 +248,23 @@ class Link:
         self._send_connect(now)
         self._last_heard = now
 
-    def send(self, message: bytes, now: float) -> None:
-        """Queue one message; it leaves as the window allows. Raises ValueError over `max_message` or when empty."""
+    def send(self, message: bytes, now: float) -> int:
+        """Queue one message; it leaves as the window allows. Returns its end in this connection's stream: the peer
+        has all of it once `acked` reaches that. Raises ValueError over `max_message` or when empty."""
         if not message:
             raise ValueError("an empty message")
         if len(message) > self.max_message:
             raise ValueError(f"message of {len(message):,} bytes is over the limit of {self.max_message:,}")
         self._queue.append([bytes(message), 0])
+        self._queued_end += len(message)
         self.stats.messages_out += 1
         self._fill(now)
+        return self._queued_end
+
+    @property
+    def acked(self) -> int:
+        """The stream offset below which the peer has acknowledged every byte."""
+        return self._sent[0].off if self._sent else self._next_off
 
     def receive(self, data: bytes, now: float) -> None:
         if not data:
@@ -391,7 +405,8 @@ class Link:
             sent = self._stamps.pop(f.stamp, None)
             if sent is not None:
                 self._rtt_sample(max(now - sent[0], 1e-4))  # sent: when the frame left the line (see _queue_delay)
-            self._on_ack(f.seq, now, f.kind == Kind.NAK, _blocks(f.seq, f.payload), sent[1] if sent else None)
+            tx = sent[1] if sent else None
+            self._on_ack(f.seq, now, f.kind == Kind.NAK, _blocks(f.seq, f.payload), tx, bool(f.flags & FLAG_HELD))
         elif f.kind == Kind.DATA and self.is_open:
             self._on_data(f, now)
 
@@ -430,22 +445,24 @@ class Link:
             self._ack(f.stamp, now)
             return
         if f.seq > self._expected:
-            self._hold(f)
-            if not self._nak(now, f.stamp):
-                self._ack(f.stamp, now)  # the gap was asked for just now: still say which frame came, and what is held
+            held = FLAG_HELD if self._hold(f) else 0
+            if not self._nak(now, f.stamp, held):
+                self._ack(f.stamp, now, held)  # the gap was asked for just now: still say what came, and what is held
             return
-        self._take(f.payload[self._expected - f.seq :], f.flags)  # all of it, unless an earlier cut of it came first
+        self._take(f.payload[self._expected - f.seq :], f.flags, now)  # all of it, unless an earlier cut came first
         for off in sorted(self._held):  # what was held after the gap, as far as it now follows without one
             if off > self._expected:
                 break
             payload, flags = self._held.pop(off)
             self._held_bytes -= len(payload)
             if off + len(payload) > self._expected:
-                self._take(payload[self._expected - off :], flags)
+                self._take(payload[self._expected - off :], flags, now)
         self._ack(f.stamp, now)
 
-    def _take(self, new: bytes, flags: int) -> None:
+    def _take(self, new: bytes, flags: int, now: float) -> None:
         """The next bytes of the stream, in order: a message is complete at a frame without FLAG_MORE."""
+        if not self._parts and not self._skipping_message:
+            self._msg_first = now
         self._expected += len(new)
         if not self._skipping_message:
             self._parts.append(new)
@@ -459,21 +476,23 @@ class Link:
         if not flags & FLAG_MORE:
             if not self._skipping_message:
                 self.stats.messages_in += 1
-                self._events.append(Message(b"".join(self._parts)))
+                self._events.append(Message(b"".join(self._parts), self._msg_first))
             self._parts, self._parts_size, self._skipping_message = [], 0, False
 
-    def _hold(self, f: Frame) -> None:
-        """A frame after a gap, kept until the gap is filled (the longer cut, where two start at the same offset)."""
+    def _hold(self, f: Frame) -> bool:
+        """A frame after a gap, kept until the gap is filled (the longer cut, where two start at the same offset).
+        False when there is no room for it."""
         have = self._held.get(f.seq, (b"", 0))[0]
-        if len(have) >= len(f.payload) or (not have and len(self._held) >= MAX_HELD):
-            return
-        if self._held_bytes - len(have) + len(f.payload) > MAX_HELD_BYTES:
-            return
+        if len(have) >= len(f.payload):
+            return True
+        if (not have and len(self._held) >= MAX_HELD) or self._held_bytes - len(have) + len(f.payload) > MAX_HELD_BYTES:
+            return False
         self._held[f.seq] = (f.payload, f.flags)
         self._held_bytes += len(f.payload) - len(have)
+        return True
 
-    def _ack(self, stamp: int, now: float) -> None:
-        self._emit(Frame(Kind.ACK, self.link, self._expected, self._sack(), stamp=stamp), now)
+    def _ack(self, stamp: int, now: float, flags: int = 0) -> None:
+        self._emit(Frame(Kind.ACK, self.link, self._expected, self._sack(), flags, stamp), now)
 
     def _sack(self) -> bytes:
         """The first MAX_BLOCKS ranges held beyond the next expected offset, as SACK blocks."""
@@ -488,20 +507,21 @@ class Link:
                 ranges.append([off, end])
         return b"".join(BLOCK.pack(a - self._expected, b - self._expected) for a, b in ranges)
 
-    def _nak(self, now: float, stamp: int = 0) -> bool:
+    def _nak(self, now: float, stamp: int = 0, flags: int = 0) -> bool:
         # One NAK per gap per 20 ms: a burst of later frames after one loss asks once, not once each.
         if self._nak_for and self._nak_for[0] == self._expected and now - self._nak_for[1] < NAK_INTERVAL:
             return False
         self._nak_for = (self._expected, now)
         self.stats.naks_sent += 1
-        self._emit(Frame(Kind.NAK, self.link, self._expected, self._sack(), stamp=stamp), now)
+        self._emit(Frame(Kind.NAK, self.link, self._expected, self._sack(), flags, stamp), now)
         return True
 
     def _oldest_in_flight(self) -> _Sent | None:
         flight = [s for s in self._sent if s.in_flight]
         return min(flight, key=lambda s: s.last + s.ahead) if flight else None
 
-    def _on_ack(self, nxt: int, now: float, nak: bool, blocks: list[tuple[int, int]], tx: int | None) -> None:
+    def _on_ack(self, nxt: int, now: float, nak: bool, blocks: list[tuple[int, int]], tx: int | None,
+                held: bool) -> None:  # fmt: skip
         sent = self._sent
         progressed = bool(sent) and sent[0].off < nxt
         done = 0
@@ -513,9 +533,12 @@ class Link:
         if sent and sent[0].off < nxt:  # the receiver took the head of a frame cut smaller since
             s = sent[0]
             s.payload, s.off = s.payload[nxt - s.off :], nxt
-        for s in sent:
-            if not s.sacked and any(a <= s.off and s.end <= b for a, b in blocks):
+        self._peer_holds = self._peer_holds or held or bool(blocks)
+        for s in sent:  # held there: the frame this ACK answers (FLAG_HELD), or one in a SACK block
+            if not s.sacked and ((held and s.tx == tx) or any(a <= s.off and s.end <= b for a, b in blocks)):
                 s.sacked, s.lost = True, False
+        if sent and sent[0].sacked:  # asked for all the same: the receiver could not keep it (full) or reset
+            sent[0].sacked, sent[0].lost = False, True
         if tx is not None and tx > self._delivered_tx:
             self._delivered_tx, self._probes = tx, 0
         if nak:
@@ -563,14 +586,20 @@ class Link:
             return
         flight = [s for s in self._sent if s.in_flight]
         count, size = len(flight), sum(len(s.payload) for s in flight)
+        # Frames cut smaller keep the window's bytes: `window` frames of the agreed size, as more smaller ones (up to
+        # what a receiver holds), so a line that carries only 64-byte frames still has a round trip's worth out. Not
+        # to a peer that drops what comes after a gap (before issue 22): it would be sent again, all of it.
+        frames = self.window
+        if self._peer_holds:
+            frames = min(MAX_HELD, self.window * max(1, self.agreed_payload // self.segment))
         waiting = False  # a lost frame the window has no room for yet: no new data before it
         i = 0
-        while i < len(self._sent):
+        while i < min(len(self._sent), MAX_HELD):  # no further than a receiver holds after the first gap
             s = self._sent[i]
             i += 1
             if not s.lost:
                 continue
-            if count >= self.window or size >= self.window_bytes:
+            if count >= frames or size >= self.window_bytes:
                 waiting = True
                 break
             if len(s.payload) > self.segment:  # cut again at the current size
@@ -580,13 +609,13 @@ class Link:
             count, size = count + 1, size + len(s.payload)
             self.stats.retransmissions += 1
             self._write(self._data_frame(s), now)
-        span = min(self.window_bytes, MAX_HELD_BYTES, MAX_HELD * self.segment)  # what a receiver holds after a gap
+        span = min(self.window_bytes, MAX_HELD_BYTES)
         while (
             not waiting
             and self._queue
-            and count < self.window
+            and count < frames
             and size < self.window_bytes
-            and (not self._sent or self._next_off - self._sent[0].off < span)
+            and (not self._sent or (len(self._sent) < MAX_HELD and self._next_off - self._sent[0].off < span))
         ):
             item = self._queue[0]
             msg, off = item
