@@ -222,6 +222,7 @@ class Link:
         self._shrunk_tx = 0  # a loss of a frame sent before this was answered by a smaller segment already
         self._peer_holds = False  # the peer said it holds frames after a gap (FLAG_HELD, SACK blocks)
         self._probes, self._probed = 0, 0.0  # tail-loss probes since the line last delivered, and the last one's time
+        self._garbled = False  # broken frames came since the last timeout or probe
         self._srtt: float | None = None
         self._rttvar = 0.0
         self._rtt_recent: deque[float] = deque(maxlen=RTT_KEPT)  # ms
@@ -279,6 +280,7 @@ class Link:
             return
         if d.crc_errors + d.resyncs > before[0]:
             self._nak(now)  # something broken arrived: ask for the rest again now rather than at the timeout
+            self._garbled = True
         if d.oversize > before[1]:
             self._events.append(ProtocolError("oversize", f"a frame over {self.decoder.max_payload:,} bytes: dropped"))
         if d.unknown > before[2]:
@@ -300,13 +302,17 @@ class Link:
             if self._before_timeout is None:
                 self._before_timeout, self._timeouts_open = set(self._stamps), 0
             self._timeouts_open += 1
-            self._rto = min(self._rto * 2, self.max_rto)
+            if not self._garbled:
+                # Backed off only when the line brought nothing at all: a peer stalled, a cable out. A line that
+                # brings broken frames is alive, and its losses are noise: waiting longer only slows the resends.
+                self._rto = min(self._rto * 2, self.max_rto)
+            self._garbled = False
             self._shrink(len(oldest.payload))
             for s in self._sent:
                 s.lost = s.lost or not s.sacked
             self._fill(now)
         elif (due := self._probe_due()) is not None and now >= due:
-            self._probes, self._probed = self._probes + 1, now
+            self._probes, self._probed, self._garbled = self._probes + (not self._garbled), now, False
             self._ping(now)
         elif self.role == "host" and now - self._last_sent >= self.keepalive:
             self._ping(now)

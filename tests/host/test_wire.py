@@ -365,6 +365,24 @@ def test_a_lost_frame_is_resent_within_a_few_round_trips_not_after_the_timer():
     assert h.stats.retransmissions >= 3 and a.stats.duplicates == 0  # what was lost (cut smaller), and only that
 
 
+def test_a_line_that_brings_broken_frames_is_not_backed_off_as_a_silent_one():
+    # Doubling the timer on each timeout is for a peer that stalled or a cable that is out; a line that brings broken
+    # frames is alive, and waiting longer there only slows the resends (issue 22: a small request took seconds).
+    resends = {}
+    for line in ("silent", "noisy"):
+        h, a = pair()
+        h.connect(0.0)
+        _, _, now = run_links(h, a, bytes, bytes, 20)
+        h.send(b"x" * 100, now)
+        for _ in range(1000):  # 1 s: everything the host sends is lost; back come only broken frames, or nothing
+            now += 0.001
+            h.outgoing()
+            h.receive(b"\x05noise\x00" if line == "noisy" else b"", now)
+            h.poll(now)
+        resends[line] = h.stats.timeouts
+    assert resends["silent"] <= 6 and resends["noisy"] >= 3 * resends["silent"], resends
+
+
 def test_frames_of_an_old_connection_are_dropped_after_a_reconnect():
     h, a = pair()
     h.connect(0.0, link=1)
