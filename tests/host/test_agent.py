@@ -190,6 +190,35 @@ def test_the_link_rtt_during_a_bench_is_the_links_own_and_the_boards_time_is_sai
     assert link["board_busy_ms"] > link["rtt_ms"], link
 
 
+def test_the_agent_acknowledges_a_request_before_it_handles_it(tmp_path):
+    # In-process (the agent's sans-I/O side), so the order of what it writes is seen exactly.
+    from edge_runtime.agent.server import Agent
+    from edge_runtime.agent.state import StateDir
+    from edge_runtime.wire import messages as wm
+    from edge_runtime.wire.frame import FrameDecoder, Kind
+    from edge_runtime.wire.link import Link
+
+    agent = Agent(StateDir(str(tmp_path / "state"), max_store=1 << 20))
+    try:
+        host = Link(role="host")
+        host.connect(0.0)
+        agent.feed(host.outgoing(), 0.0)
+        host.receive(agent.outgoing(), 0.0)
+        assert host.is_open
+        writes: list[list] = []
+        for rid, op, now in (("r1", "results", 0.1), ("r2", "ping", 0.2)):
+            writes.clear()
+            host.send(wm.encode(wm.request(rid, op)), now)
+            agent.feed(host.outgoing(), now, lambda b: writes.append([f.kind for f in FrameDecoder().feed(b)]))
+            after = [f.kind for f in FrameDecoder().feed(agent.outgoing())]
+            if op == "ping":  # answered as fast as its ACK would leave: one write
+                assert writes == [] and Kind.ACK in after and Kind.DATA in after, (writes, after)
+            else:  # the ACK first, alone; the answer after the request was handled
+                assert len(writes) == 1 and set(writes[0]) == {Kind.ACK} and Kind.DATA in after, (writes, after)
+    finally:
+        agent.close()
+
+
 def test_an_unreachable_agent_is_named_once_in_each_line(tmp_path):
     # Issue 22 (item 9): "tcp://...: tcp://...: tcp://...: nothing heard for 10.0 s; trying again".
     import socket
