@@ -230,6 +230,8 @@ def scenario_label(request, bargs) -> str:
 
 def format_link(url: str, link: dict, rerun: bool) -> str:
     rtt = f"rtt {link['rtt_ms']:.1f} ms" if link.get("rtt_ms") is not None else "rtt ?"
+    if link.get("board_busy_ms") is not None:  # the board's time to answer, apart from the link's round trip
+        rtt += f", board busy {link['board_busy_ms']:.1f} ms per request"
     text = (
         f"link         {url}: {link.get('frames_out', 0) + link.get('frames_in', 0):,} frames, "
         f"{link.get('bytes_out', 0) + link.get('bytes_in', 0):,} bytes, {link.get('retransmissions', 0)} "

@@ -81,12 +81,13 @@ def run(args) -> int:
 
 
 def render(rows: list[dict]) -> str:
+    from bench.transports import bare
     from edge_runtime.system.cpulist import format_cpu_list
 
     lines = []
     for r in rows:
         if not r["reachable"]:
-            lines.append(f"{r['url']}  UNREACHABLE  {r['error']}")
+            lines.append(f"{r['url']}  UNREACHABLE  {bare(r['url'], r['error'])}")  # the URL once
             continue
         if r.get("kind") == "kserve":
             srv = r.get("server") or {}

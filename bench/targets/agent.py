@@ -16,7 +16,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from bench.transports import StreamLost
+from bench.transports import StreamLost, bare, named
 from bench.transports.connection import Connection, ConnectRefused, LinkLost, RemoteError, new_request_id
 from edge_runtime.errors import UserError
 
@@ -46,6 +46,15 @@ class AgentResult:
     def record(self) -> dict:
         """The result with the link's statistics beside the board's sections (`link`, a key of schema 1.1)."""
         return {**self.result, "link": self.link} if self.link else dict(self.result)
+
+
+def _merge(totals: dict, st: dict) -> None:
+    """A connection's link statistics into the totals: counts add up, times (`..._ms`) are the latest measured."""
+    for k, v in st.items():
+        if k.endswith("_ms"):
+            totals[k] = v if v is not None else totals.get(k)
+        else:
+            totals[k] = totals.get(k, 0) + (v or 0)
 
 
 def file_sha256(path: str, also=None) -> str:
@@ -97,12 +106,12 @@ class AgentTarget:
             self.identity = conn.open()
         except (StreamLost, LinkLost) as err:
             conn.close()
-            raise TargetError(f"{err}", "unreachable") from None
+            raise TargetError(named(self.url, str(err)), "unreachable") from None
         except RemoteError as err:
             conn.close()
             raise TargetError(f"{self.url}: {err.message}", err.kind) from None
         except ConnectRefused as err:
-            raise TargetError(str(err), "refused") from None
+            raise TargetError(named(self.url, str(err)), "refused") from None
         self.conn = conn
         return self.identity
 
@@ -119,25 +128,16 @@ class AgentTarget:
         self.close()
 
     def link_stats(self) -> dict:
-        """Frames, bytes, retransmissions, CRC failures, resyncs and round trip over every connection so far."""
+        """Frames, bytes, retransmissions, CRC failures, resyncs over every connection so far; the link's own round
+        trip and the board's time to answer (`board_busy_ms`) of the latest connection that measured them."""
         out = dict(self._totals)
         if self.conn is not None:
-            cur = self.conn.stats()
-            for k, v in cur.items():
-                if k in ("rtt_ms", "rtt_min_ms"):
-                    out[k] = v if v is not None else out.get(k)
-                else:
-                    out[k] = out.get(k, 0) + (v or 0)
+            _merge(out, self.conn.stats())
         out["reconnects"] = self.reconnects
         return out
 
     def _add_stats(self, st: dict) -> None:
-        for k, v in st.items():
-            if k in ("rtt_ms", "rtt_min_ms"):
-                if v is not None:
-                    self._totals[k] = v
-            else:
-                self._totals[k] = self._totals.get(k, 0) + (v or 0)
+        _merge(self._totals, st)
 
     def _ensure(self, deadline: float) -> Connection:
         delay = 0.2
@@ -155,7 +155,7 @@ class AgentTarget:
             except TargetError as err:
                 if err.kind != "unreachable" or time.monotonic() + delay > deadline:
                     raise
-                self.log(f"{self.url}: {err}; trying again")
+                self.log(f"{named(self.url, str(err))}; trying again")
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
@@ -170,13 +170,13 @@ class AgentTarget:
                 return conn.request(op, args, blob, rid=rid, progress=progress, timeout=timeout, full=full)
             except LinkLost as err:
                 if time.monotonic() > deadline:
-                    raise TargetError(f"{self.url}: {err}") from None
+                    raise TargetError(named(self.url, str(err))) from None
                 deadline = time.monotonic() + self.reconnect_for  # the link was up: the budget starts again
-                self.log(f"{self.url}: link lost during {op} ({err}); reconnecting")
+                self.log(f"{self.url}: link lost during {op} ({bare(self.url, str(err))}); reconnecting")
             except RemoteError as err:
                 raise TargetError(f"{self.url}: {op}: {err.message}", err.kind) from None
             except TimeoutError as err:
-                raise TargetError(f"{err}", "timeout") from None
+                raise TargetError(named(self.url, str(err)), "timeout") from None
 
     # ------------------------------------------------------------------------------------------------ requests
     def info(self) -> dict:
@@ -220,7 +220,7 @@ class AgentTarget:
                 try:
                     have = self._send_chunks(conn, sha, f, fh, have, progress, sent_before, total)
                 except LinkLost as err:
-                    self.log(f"{self.url}: link lost during upload ({err}); resuming")
+                    self.log(f"{self.url}: link lost during upload ({bare(self.url, str(err))}); resuming")
                     st = self.call("model_status", {"sha256": sha, "files": wire_files})
                     have = next(h["have"] for h in st["files"] if h["name"] == f["name"])
                 except RemoteError as err:

@@ -2,6 +2,9 @@
 (`serial:///dev/ttyUSB0?baud=921600`, a device path, `rfc2217://`, `socket://`, `loop://`), plain sockets for the
 agent's `tcp://HOST:PORT`. A stream reads with a timeout (b"" when nothing came) and raises StreamLost when the other
 end is gone (EOF, a serial port unplugged); `Connection` (connection.py) runs the wire protocol over one.
+
+An error names the target's URL once, as its first word: each layer that adds its part uses `named`, which does not
+name it again (issue 22: "tcp://...: tcp://...: tcp://...: nothing heard for 10.0 s").
 """
 
 from __future__ import annotations
@@ -12,7 +15,18 @@ import socket
 from edge_runtime.agent.endpoint import Endpoint, parse_endpoint
 from edge_runtime.errors import UserError
 
-__all__ = ["Stream", "StreamLost", "open_stream", "parse_endpoint"]
+__all__ = ["Stream", "StreamLost", "bare", "named", "open_stream", "parse_endpoint"]
+
+
+def bare(url: str, text: str) -> str:
+    """`text` without the `url: ` it may start with."""
+    prefix = f"{url}: "
+    return text[len(prefix) :] if text.startswith(prefix) else text
+
+
+def named(url: str, text: str) -> str:
+    """`text` said of `url`, which it names once."""
+    return f"{url}: {bare(url, text)}"
 
 
 class StreamLost(ConnectionError):
@@ -31,14 +45,14 @@ class Stream:
 
 
 class TcpStream(Stream):
-    def __init__(self, ep: Endpoint, timeout: float):
+    def __init__(self, ep: Endpoint, timeout: float, name: str):
+        self.name = name
         try:
             self.sock = socket.create_connection((ep.host, ep.port), timeout=timeout)
         except OSError as err:
-            raise StreamLost(f"tcp://{ep.host}:{ep.port}: {err.strerror or err}") from None
+            raise StreamLost(f"{self.name}: {err.strerror or err}") from None
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock.settimeout(30.0)
-        self.name = f"tcp://{ep.host}:{ep.port}"
 
     def read(self, timeout: float) -> bytes:
         r, _, _ = select.select([self.sock], [], [], timeout)
@@ -63,17 +77,17 @@ class TcpStream(Stream):
 
 
 class SerialStream(Stream):
-    def __init__(self, ep: Endpoint):
+    def __init__(self, ep: Endpoint, name: str):
         try:
             import serial
         except ImportError:
             raise UserError("serial targets need pyserial", hint="pip install 'edge-runtime[host]'") from None
         self._errors = (serial.SerialException, OSError)
-        self.name = ep.url
+        self.name = name
         try:
             self.port = serial.serial_for_url(ep.url, baudrate=ep.baud, timeout=0, write_timeout=30)
         except (serial.SerialException, ValueError, OSError) as err:
-            raise StreamLost(f"{ep.url}: {' '.join(str(err).split())[:200]}") from None
+            raise StreamLost(f"{self.name}: {' '.join(str(err).split())[:200]}") from None
 
     def read(self, timeout: float) -> bytes:
         try:
@@ -101,5 +115,5 @@ def open_stream(url: str, timeout: float = 5.0) -> Stream:
     """The stream a target URL names. Raises UserError for a URL that names nothing, StreamLost when it cannot open."""
     ep = parse_endpoint(url, "target", listen=False)
     if ep.kind == "tcp":
-        return TcpStream(ep, timeout)
-    return SerialStream(ep)
+        return TcpStream(ep, timeout, url)
+    return SerialStream(ep, url)

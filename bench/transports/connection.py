@@ -2,6 +2,9 @@
 runs the link's timers and hands each response to the request waiting for it.
 
 `request()` sends and waits; `send_request()`/`wait()` let a caller keep several requests in flight (model chunks).
+`stats()` is the link's (frames, resends, its own round trip) with `board_busy_ms` beside it: how long the board took,
+on average, from having a request (its ACK, which the agent writes before it handles the request) to its first answer
+(a progress or the response): what a round trip of request and answer adds to the link's own.
 When the stream ends or the link hears nothing for `dead_after` seconds every waiter gets LinkLost: the target
 reconnects and asks again with the same request id, which the agent answers without running anything twice.
 """
@@ -17,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from bench.transports import Stream, StreamLost, open_stream
+from bench.transports import Stream, StreamLost, named, open_stream
 from edge_runtime.wire import messages as wm
 from edge_runtime.wire.link import Connected, Down, Link, Message, ProtocolError, Refused
 
@@ -74,6 +77,9 @@ class Connection:
         self._reader: threading.Thread | None = None
         self._closing = False
         self._nonce = ""
+        self._unacked_requests: dict[str, int] = {}  # request id -> its end in the link's stream, until acknowledged
+        self._acked_at: dict[str, float] = {}  # request id -> when the agent was known to have it, until answered
+        self._busy = [0.0, 0]  # board_busy_ms: total, requests
 
     # ------------------------------------------------------------------------------------------------ open/close
     def open(self) -> dict:
@@ -93,7 +99,7 @@ class Connection:
             if self._lost or time.monotonic() > deadline:
                 why = self._lost or f"no agent answered in {self.connect_timeout:g} s"
                 self.close()
-                raise StreamLost(f"{self.url}: {why}")
+                raise StreamLost(named(self.url, why))
         args = {}
         if self.token is not None:
             args["mac"] = hmac.new(self.token, self._nonce.encode(), hashlib.sha256).hexdigest()
@@ -121,7 +127,10 @@ class Connection:
 
     def stats(self) -> dict:
         with self._lock:
-            return self.link.stats_dict()
+            d = self.link.stats_dict()
+        total, n = self._busy
+        d["board_busy_ms"] = round(total / n, 3) if n else None
+        return d
 
     # ------------------------------------------------------------------------------------------------ requests
     def send_request(
@@ -135,9 +144,10 @@ class Connection:
             self._waiters.pop(rid, None)
             self._progress.pop(rid, None)
             raise LinkLost(self._lost)
+        data = wm.encode(wm.request(rid, op, args, blob))
         with self._wlock:
             with self._lock:
-                self.link.send(wm.encode(wm.request(rid, op, args, blob)), time.monotonic())
+                self._unacked_requests[rid] = self.link.send(data, time.monotonic())
                 out = self.link.outgoing()
             self._write(out)
         return rid
@@ -184,13 +194,17 @@ class Connection:
                 self._lose(str(err))
                 return
             except Exception as err:  # noqa: BLE001 - a closed stream raises whatever its library raises
-                self._lose(f"{type(err).__name__}: {err}")
+                self._lose(named(self.url, f"{type(err).__name__}: {err}"))
                 return
             now = time.monotonic()
             with self._lock:
                 self.link.receive(data, now)
                 self.link.poll(now)
                 events = self.link.events()
+                for rid, end in list(self._unacked_requests.items()):
+                    if end <= self.link.acked:
+                        del self._unacked_requests[rid]
+                        self._acked_at[rid] = now
             for ev in events:
                 self._on_event(ev)
             try:
@@ -219,6 +233,11 @@ class Connection:
             rid = msg.get("id")
             if not isinstance(rid, str):
                 rid = None
+            acked = self._acked_at.pop(rid, None) if rid is not None else None
+            if acked is not None:  # its first answer (or progress): the board's time since it had the request
+                self._busy[0] += max(0.0, ev.first_at - acked) * 1e3
+                self._busy[1] += 1
+            self._unacked_requests.pop(rid, None)  # answered before its ACK came: the ACK was lost, no sample
             if msg.type == "progress":
                 cb = self._progress.get(rid)
                 if cb is not None:
@@ -242,7 +261,7 @@ class Connection:
         try:
             self._stream.write(out)
         except Exception as err:  # noqa: BLE001 - a stream closed under us raises whatever its library raises
-            why = str(err) if isinstance(err, StreamLost) else f"{self.url}: {type(err).__name__}: {err}"
+            why = named(self.url, str(err) if isinstance(err, StreamLost) else f"{type(err).__name__}: {err}")
             self._lose(why)
             raise LinkLost(why) from None
 

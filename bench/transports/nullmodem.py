@@ -3,13 +3,17 @@ One end for the agent (`serial:///dev/pts/N`), one for the host, both opened wit
 trying the agent without hardware (`make demo`), and for tests and benchmarks of the link.
 
 With `p`, each 64-byte block it forwards is hit with that probability (a bit flipped, or 1-11 bytes dropped: a bit error
-rate near p/512, far worse than a working UART). `pull()` drops everything both ways for a while, as an unplugged cable
-does. Bytes that find no room on the far side beyond 1 MB of backlog are dropped (a UART overrun).
+rate near p/512, far worse than a working UART). With `flip` and `drop` (the per-byte mode), each byte on its own has a
+bit flipped with probability `flip` and is lost with probability `drop`, as line noise and overruns hit a UART: a frame
+of n bytes then survives with probability (1 - flip - drop)^n, however it is cut. `pull()` drops everything both ways
+for a while, as an unplugged cable does. Bytes that find no room on the far side beyond 1 MB of backlog are dropped (a
+UART overrun).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import random
 import select
@@ -39,9 +43,33 @@ def damage(data: bytes, rng: random.Random, p: float) -> tuple[bytes, int]:
     return bytes(out), faults
 
 
+def damage_bytes(data: bytes, rng: random.Random, flip: float, drop: float) -> tuple[bytes, int]:
+    """`data` as a noisy line delivers it, byte by byte: each byte has a bit flipped with probability `flip`, or is
+    lost with probability `drop`. Returns (the bytes, faults made). The gaps between faulty bytes are drawn
+    (geometric), so a clean megabyte costs a few draws, not a million."""
+    hit = flip + drop
+    if not hit or not data:
+        return data, 0
+    if flip < 0 or drop < 0 or hit >= 1:
+        raise ValueError(f"flip {flip!r} and drop {drop!r}: per-byte probabilities, together under 1")
+    out, faults, i, log_clean = bytearray(data), 0, -1, math.log1p(-hit)
+    while True:
+        i += 1 + int(math.log(1.0 - rng.random()) / log_clean)  # the next faulty byte
+        if i >= len(out):
+            return bytes(out), faults
+        faults += 1
+        if rng.random() * hit < drop:
+            del out[i]
+            i -= 1
+        else:
+            out[i] ^= 1 << rng.randrange(8)
+
+
 class NullModem:
-    def __init__(self, p: float = 0.0, seed: int = 0):
-        self.p = p
+    def __init__(self, p: float = 0.0, seed: int = 0, flip: float = 0.0, drop: float = 0.0):
+        if (p and (flip or drop)) or not all(0 <= x < 1 for x in (p, flip, drop)) or flip + drop >= 1:
+            raise ValueError(f"p={p!r} (per 64-byte block) or flip={flip!r} + drop={drop!r} (per byte), under 1")
+        self.p, self.flip, self.drop = p, flip, drop
         self.rng = random.Random(seed)
         self.m_agent, s_agent = os.openpty()
         self.m_host, s_host = os.openpty()
@@ -78,7 +106,10 @@ class NullModem:
         threading.Thread(target=unplug, daemon=True).start()
 
     def _hit(self, data: bytes) -> bytes:
-        out, n = damage(data, self.rng, self.p)
+        if self.flip or self.drop:
+            out, n = damage_bytes(data, self.rng, self.flip, self.drop)
+        else:
+            out, n = damage(data, self.rng, self.p)
         self.faults += n
         return out
 

@@ -119,7 +119,7 @@ def serve_serial(agent, ep: Endpoint, stop, log) -> None:
                         data += port.read(more)
                 now = time.monotonic()
                 if data:
-                    agent.feed(data, now)
+                    agent.feed(data, now, port.write)
                 agent.poll(now)
                 out = agent.outgoing()
                 if out:
@@ -194,12 +194,15 @@ def serve_tcp(agent, ep: Endpoint, stop, log, sock: socket.socket | None = None)
                     data = conn.recv(1 << 16)
                 except OSError:
                     data = b""
+                if data:
+                    try:
+                        agent.feed(data, now, conn.sendall)
+                    except OSError:
+                        data = b""  # the host is gone mid-write: as an end of stream
                 if not data:
                     agent.drop_session(f"{peer} closed the connection")
                     conn.close()
                     conn = None
-                else:
-                    agent.feed(data, now)
             agent.poll(now)
             out = agent.outgoing()
             if out and conn is not None:

@@ -54,6 +54,11 @@ COMMANDS = {"info", "thermal", "tune_show", "upload_end"}  # slow: a worker thre
 JOBS = {"bench", "load_check"}
 
 
+def _is_ping(message: bytes) -> bool:
+    """A `ping` request (a few dozen bytes; a guess is enough: it only decides whether its ACK leaves first)."""
+    return len(message) < 256 and b'"op":"ping"' in message
+
+
 @dataclass
 class Agent:
     state: StateDir
@@ -89,13 +94,26 @@ class Agent:
             t.start()
 
     # ----------------------------------------------------------------------------------------------- I/O side
-    def feed(self, data: bytes, now: float) -> None:
+    def feed(self, data: bytes, now: float, acks=None) -> None:
+        """Bytes from the host. With `acks` (the stream's write), what the link answers at once (its ACKs) is written
+        before a request is handled: the host's round trip samples are then the link's, not the time this board took
+        over the request (issue 22: 40 ms "link rtt" on loopback during a bench). A ping is answered as fast as its
+        ACK would leave, so both go in one write."""
         with self.lock:
             self._now = now
+            events = []
             try:
                 self.link.receive(data, now)
-                self._events(now)
+                events = self.link.events()
             except Exception as err:  # noqa: BLE001 - nothing a host sends may stop the agent
+                self._internal(err, now)
+            if acks is not None and any(isinstance(e, Message) and not _is_ping(e.data) for e in events):
+                out = self.link.outgoing()
+                if out:
+                    acks(out)  # outside the guard: a stream that fails is the I/O loop's to handle
+            try:
+                self._events(now, events)
+            except Exception as err:  # noqa: BLE001
                 self._internal(err, now)
 
     def poll(self, now: float) -> None:
@@ -175,8 +193,8 @@ class Agent:
         self.jobs.put(None)
         self.commands.put(None)
 
-    def _events(self, now: float) -> None:
-        for ev in self.link.events():
+    def _events(self, now: float, events: list | None = None) -> None:
+        for ev in self.link.events() if events is None else events:
             if isinstance(ev, Connected):
                 if ev.fresh:
                     self.authed = self.token is None

@@ -13,6 +13,11 @@ buffer after a cable was pulled or a side restarted, are told apart and dropped.
 frame's payload in the connection's stream (as TCP's, so a frame can be resent cut smaller); ACK and NAK carry the
 receiver's next expected offset in it. `stamp` numbers each DATA or PING transmission; the ACK or NAK it causes
 echoes it, so every acknowledgement is an unambiguous round-trip sample, even for a resent frame (TCP's timestamps).
+
+Since issue 22 an ACK or NAK may say more, in what a receiver of before ignored: FLAG_HELD when the DATA frame it
+answers came after a gap and is held until the gap is filled, and in its payload up to three SACK blocks (RFC 2018),
+the ranges held beyond `seq`, each as u32 start | u32 end relative to `seq`. CONNECT carries a stamp, which the ACCEPT
+echoes.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ class Kind(IntEnum):
 
 
 FLAG_MORE = 0x01  # DATA: the message continues in the next frame
+FLAG_HELD = 0x02  # ACK/NAK: the DATA frame it answers (its stamp) is held beyond a gap
 
 
 @dataclass(frozen=True)
