@@ -36,8 +36,10 @@ from dataclasses import dataclass, field
 
 from edge_runtime import __version__
 from edge_runtime.agent.jobs import Job, board_identity, board_request, cancel, run_child, run_command, stored_message
-from edge_runtime.agent.state import NO_SPACE, RequestError, StateDir, check_sha
-from edge_runtime.errors import EdgeRuntimeError
+from edge_runtime.agent.models import check_sha
+from edge_runtime.agent.room import NO_SPACE
+from edge_runtime.agent.state import StateDir
+from edge_runtime.errors import EdgeRuntimeError, RequestError
 from edge_runtime.wire import messages as wm
 from edge_runtime.wire.link import Connected, Down, Link, Message, ProtocolError
 
