@@ -82,6 +82,14 @@ class StateLostError(EdgeRuntimeError):
     exit_code = 4
 
 
+class RequestError(UserError):
+    """A request the agent refuses (bad name, bad hash, too large): answered with an error, the agent goes on."""
+
+    def __init__(self, message: str, kind: str = "bad-request"):
+        super().__init__(message)
+        self.kind = kind
+
+
 class CheckFailedError(EdgeRuntimeError):
     """A check that ran and failed (SLO missed, system not tuned). Exit code 1."""
 

@@ -11,18 +11,17 @@ import pytest
 
 from edge_runtime.errors import UserError
 from edge_runtime.measure.request import BenchRequest
+from edge_runtime.measure.scenario import load_keys, scenario_section
 from edge_runtime.measure.schedule import (
     Plan,
     burst_schedule,
     interval_schedule,
-    load_keys,
     measure_open_loop,
     plan_for,
     poisson_schedule,
     read_arrivals,
     replay_schedule,
     run_open_loop,
-    scenario_section,
 )
 
 

@@ -22,7 +22,7 @@ def state_cells(result: dict | None) -> dict:
     """How whole a run is and whether its target kept to its schedule, as row cells: `partial` (yes: cut short, its
     numbers are from part of the run), `saturated` (yes/no; None where no schedule was kept: a closed loop, an older
     record), the rates behind it, and a note for each that is yes (said under the table)."""
-    from edge_runtime.measure.schedule import saturation_text
+    from edge_runtime.measure.scenario import saturation_text
 
     if not result:
         return {"partial": None, "saturated": None, "notes": []}
@@ -259,7 +259,7 @@ def server_text(r: dict) -> str:
                  f"{sc.get('kind')} at concurrency {sc.get('concurrency')} in {r.get('wall_s') or 0:.2f} s, latency "
                  f"from {_since(sc)}")  # fmt: skip
     if sc.get("send_error_us"):
-        from edge_runtime.measure.schedule import load_text
+        from edge_runtime.measure.scenario import load_text
 
         err = sc["send_error_us"]
         asked = f" of {sc['rate_qps']:g}/s" if sc.get("rate_qps") and not sc.get("scheduled_qps") else ""

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from bench.scenarios.engine import NOT_SENT
-from edge_runtime.measure.schedule import asked_keys, load_keys, pct_us, saturation_text
+from edge_runtime.measure.scenario import asked_keys, load_keys, pct_us, saturation_text
 from edge_runtime.measure.stats import PERCENTILE_METHOD, histogram_us, jitter, latency_timeline, stability, summarize
 
 LATENCY_FROM = {

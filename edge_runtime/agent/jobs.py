@@ -15,7 +15,9 @@ import sys
 import threading
 from dataclasses import dataclass
 
-from edge_runtime.agent.state import RequestError, StateDir, check_sha
+from edge_runtime.agent.models import check_sha
+from edge_runtime.agent.state import StateDir
+from edge_runtime.errors import RequestError
 from edge_runtime.system.process import dies_with_parent, signal_name
 from edge_runtime.wire import messages as wm
 

@@ -1,5 +1,7 @@
 """The agent's request handling: one `Agent` owns the link to the host, the state directory and the jobs. The I/O loop
 (endpoint.py) feeds it bytes and writes what it gives back; worker threads run jobs and answer through the same link.
+Here: the dispatch, the answers kept, the job queue and the workers; what it answers itself (op_<name>) is in
+handlers.py.
 
 Requests (args in brackets; every answer is a `response` with the request's id):
 
@@ -24,25 +26,22 @@ deleted or replaced under it (should_stop; every request is refused from then on
 from __future__ import annotations
 
 import collections
-import hashlib
-import hmac
 import queue
 import signal
 import subprocess
 import threading
 import time
-import zlib
 from dataclasses import dataclass, field
 
-from edge_runtime import __version__
-from edge_runtime.agent.jobs import Job, board_identity, board_request, cancel, run_child, run_command, stored_message
-from edge_runtime.agent.state import NO_SPACE, RequestError, StateDir, check_sha
-from edge_runtime.errors import EdgeRuntimeError
+from edge_runtime.agent.handlers import MAX_CHUNK, Handlers
+from edge_runtime.agent.jobs import Job, board_identity, board_request, run_child, run_command, stored_message
+from edge_runtime.agent.room import NO_SPACE
+from edge_runtime.agent.state import StateDir
+from edge_runtime.errors import EdgeRuntimeError, RequestError
 from edge_runtime.wire import messages as wm
 from edge_runtime.wire.link import Connected, Down, Link, Message, ProtocolError
 
 ANSWERS_KEPT = 256  # quick answers kept in memory for repeated request ids
-MAX_CHUNK = 1 << 20
 MAX_REQUEST = MAX_CHUNK + (64 << 10)  # the largest message the agent takes: a chunk and its header
 MAX_UNAUTHENTICATED = 4096  # before the token is proven: a hello, nothing larger
 AUTH_GRACE_S = 5.0  # a host that has not proven its token by then is dropped (it must not hold the agent)
@@ -60,7 +59,7 @@ def _is_ping(message: bytes) -> bool:
 
 
 @dataclass
-class Agent:
+class Agent(Handlers):
     state: StateDir
     token: bytes | None = None
     max_payload: int = 64 * 1024
@@ -294,77 +293,6 @@ class Agent:
             while len(self.answers) > ANSWERS_KEPT:
                 self.answers.popitem(last=False)
         self._send(msg, now)
-
-    def op_hello(self, args: dict, blob: bytes) -> dict:
-        if self.token is not None:
-            mac = args.get("mac")
-            want = hmac.new(self.token, self.link.nonce.encode(), hashlib.sha256).hexdigest()
-            if not isinstance(mac, str) or not hmac.compare_digest(mac.encode(), want.encode()):
-                self.authed = False
-                raise RequestError("wrong or missing token", "auth")
-        self.authed = True
-        return {
-            "agent": __version__,
-            "protocol": wm.PROTOCOL_VERSION,
-            "max_payload": self.link.agreed_payload,
-            "models_bytes": self.state.store_bytes(),
-            "models_max_bytes": self.state.max_store,
-            **self.identity,
-        }
-
-    def op_ping(self, args: dict, blob: bytes) -> dict:
-        """The cheapest round trip (link quality, keep-alive, benchmarks)."""
-        return {}
-
-    def op_model_status(self, args: dict, blob: bytes) -> dict:
-        return self.state.model_status(args.get("sha256"), args.get("files"))
-
-    def op_upload_chunk(self, args: dict, blob: bytes) -> dict:
-        offset, size, crc = args.get("offset"), args.get("size"), args.get("crc32")
-        for name, v in (("offset", offset), ("size", size), ("crc32", crc)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise RequestError(f"{name} {v!r}: not a byte count")
-        if len(blob) > MAX_CHUNK:
-            raise RequestError(f"a chunk of {len(blob):,} bytes is over {MAX_CHUNK:,}", "too-large")
-        if zlib.crc32(blob) != crc:
-            raise RequestError(f"chunk at {offset:,}: its crc32 does not match: resend it", "bad-chunk")
-        have = self.state.write_chunk(check_sha(args.get("sha256")), args.get("name"), offset, blob)
-        return {"have": have}
-
-    def op_upload_end(self, args: dict, blob: bytes) -> dict:
-        return self.state.finish_file(check_sha(args.get("sha256")), args.get("name"), args.get("file_sha256"))
-
-    def op_results(self, args: dict, blob: bytes) -> dict:
-        with self.lock:
-            running = [{"id": j.rid, "op": j.op, "running": j.proc is not None} for j in self.active.values()]
-        cut = [rid for rid in self.state.interrupted() if rid not in self.active]
-        return {"pending": self.state.pending(), "active": running, "cut_short": cut}
-
-    def op_fetch(self, args: dict, blob: bytes) -> dict:
-        rid = args.get("id")
-        if not isinstance(rid, str) or not wm.REQUEST_ID.fullmatch(rid):
-            raise RequestError(f"id {str(rid)[:80]!r}: not a request id")
-        stored = self.state.answer(rid)
-        if stored is None:
-            state = "running" if rid in self.active else "unknown"
-            return {"id": rid, "state": state}
-        return {"id": rid, "state": "done", "answer": stored}
-
-    def op_ack(self, args: dict, blob: bytes) -> dict:
-        ids = args.get("ids")
-        if not isinstance(ids, list) or not all(isinstance(i, str) and wm.REQUEST_ID.fullmatch(i) for i in ids):
-            raise RequestError("ids: a list of request ids")
-        return {"acknowledged": [i for i in ids if self.state.ack(i)]}
-
-    def op_cancel(self, args: dict, blob: bytes) -> dict:
-        rid = args.get("id")
-        with self.lock:
-            job = self.active.get(rid) if isinstance(rid, str) else None
-            if job is None:
-                return {"id": rid, "cancelled": False, "why": "not queued or running"}
-            job.cancelled = True
-            cancel(job)  # the bench ends at its next chunk and keeps what it measured
-        return {"id": rid, "cancelled": True}
 
     # ----------------------------------------------------------------------------------------------- jobs
     def _submit(self, rid: str, op: str, args: dict, now: float) -> None:

@@ -47,7 +47,7 @@ def add_scenario_arguments(p) -> None:
 
 def scenario_text(sc: dict) -> str:
     """An open-loop run's scenario section in one line."""
-    from edge_runtime.measure.schedule import load_text
+    from edge_runtime.measure.scenario import load_text
 
     kind = sc.get("kind", "?")
     asked = {

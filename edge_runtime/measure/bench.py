@@ -34,7 +34,8 @@ from edge_runtime.measure.interference import competing_tasks, counters, interru
 from edge_runtime.measure.loop import Measurement, StopRequest, hdr_log_text, measure
 from edge_runtime.measure.prepare import Prepared, prepare
 from edge_runtime.measure.request import BenchRequest
-from edge_runtime.measure.schedule import OPEN_LOOP, measure_open_loop, plan_for, saturation_text, scenario_section
+from edge_runtime.measure.scenario import saturation_text, scenario_section
+from edge_runtime.measure.schedule import OPEN_LOOP, measure_open_loop, plan_for
 from edge_runtime.measure.sections import power_section, precision, thermal_section
 from edge_runtime.measure.stats import (
     PERCENTILE_METHOD,

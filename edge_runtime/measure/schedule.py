@@ -19,16 +19,15 @@ system was idle) says how well the issuer kept to the plan; the send lag of quer
 
 A run by duration ends at its time (issue 22): no query is sent after it, the queries the target had no time for are
 "not sent" (counted, with their share), and the one query in flight then finishes (a board cannot cut an inference).
-A run whose target served under SATURATED_BELOW of the scheduled rate is `saturated`, and says so (`load_keys`, the
-keys the host's engine writes too).
+A run whose target served under SATURATED_BELOW of the scheduled rate is `saturated`, and says so (scenario.py:
+`load_keys`, the keys the host's engine writes too).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -37,10 +36,6 @@ MAX_REPLAY = 1_000_000  # arrivals in one replay file
 SPIN_NS = 200_000  # the last 0.2 ms before a send are spun, not slept (sleep wakes late by ~50-100 us)
 CHUNK_QUERIES = 256  # at most this many queries between progress and stop checks (offline sends them all at once)
 OPEN_LOOP = ("server", "burst", "multi-stream", "replay", "offline")
-# Under this share of the scheduled rate the target did not keep up: a queue that only happens to be there at the end
-# (a few queries at 90% busy) is well under 5% of a run of a few hundred queries; a target that cannot serve the rate
-# leaves a growing one. README, "Scenarios": the rule and why.
-SATURATED_BELOW = 0.95
 KINDS = ("single-stream", *OPEN_LOOP)
 
 
@@ -334,120 +329,3 @@ def measure_open_loop(
     samples = (run.latency_ns if plan.from_intended else run.service_ns).copy()
     m = Measurement(samples, start_wall, wall_s, warm, overhead, False, stopped, chunks, begin / 1e9, 0)
     return m, run
-
-
-def pct_us(values_ns: np.ndarray, p: float) -> float | None:
-    """The nearest-rank percentile `p` of ns values, in us (None for no value)."""
-    from edge_runtime.measure.stats import nearest_rank
-
-    return round(nearest_rank(np.sort(values_ns), p) / 1e3, 3) if len(values_ns) else None
-
-
-def load_keys(
-    intended_ns: np.ndarray,
-    started_ns: np.ndarray,
-    end_s: float | None,
-    *,
-    scheduled: int | None = None,
-    finished_ns: np.ndarray | None = None,
-) -> dict:
-    """How an open loop kept to its schedule, in the scenario keys both engines write. `intended_ns`, `started_ns`:
-    the queries sent (ns from the start); `scheduled`: the queries the schedule held in the run's time (default: those
-    sent); `end_s`: the run's end by duration (None: a run by count, or one stopped early, whose window is then the
-    schedule of the queries it holds, one mean gap past the last); `finished_ns`, for one query at a time: the issuer's
-    own error too, over the queries that found the target idle. The send error is over every query sent: on a target
-    that fell behind it is the lag, and its count says how many queries it stands for."""
-    intended, started = np.asarray(intended_ns, np.int64), np.asarray(started_ns, np.int64)
-    k = len(started)
-    n = k if scheduled is None else int(scheduled)
-    if end_s:
-        planned_s = sent_s = float(end_s)  # nothing is sent after the end
-    else:
-        stretch = n / (n - 1) if n > 1 else 0.0
-        planned_s = float(intended.max()) * stretch / 1e9 if k else 0.0
-        sent_s = max(planned_s, float(started.max()) * stretch / 1e9) if k else 0.0
-    scheduled_qps = n / planned_s if planned_s > 0 else 0.0
-    achieved_qps = k / sent_s if sent_s > 0 else 0.0
-    lag = started - intended
-    out = {
-        "scheduled": n,
-        "not_sent": n - k,
-        "not_sent_share": round((n - k) / n, 6) if n else 0.0,
-        "scheduled_qps": round(scheduled_qps, 2),
-        "achieved_qps": round(achieved_qps, 2),
-        "saturated": bool(scheduled_qps > 0 and achieved_qps < SATURATED_BELOW * scheduled_qps),
-        "send_error_us": {"p50": pct_us(lag, 50), "p99": pct_us(lag, 99), "max": pct_us(lag, 100), "queries": k},
-    }
-    if finished_ns is not None:
-        done = np.maximum.accumulate(np.asarray(finished_ns, np.int64))
-        idle = np.concatenate(([np.iinfo(np.int64).min], done[:-1])) <= intended
-        own = lag[idle]
-        out["issuer_error_us"] = {"p50": pct_us(own, 50), "p99": pct_us(own, 99), "queries": int(idle.sum())}
-    return out
-
-
-def load_text(sc: Mapping[str, Any]) -> str:
-    """The rate achieved against the rate scheduled, saturation and the queries not sent, for the text reports (an old
-    record without `scheduled_qps` shows the rate achieved alone)."""
-    text = f"{sc.get('achieved_qps') or 0:,.1f}/s achieved"
-    if sc.get("scheduled_qps"):
-        text += f" of {sc['scheduled_qps']:,.1f}/s scheduled"
-    if sc.get("saturated"):
-        text += " (SATURATED)"
-    if sc.get("not_sent"):
-        text += f", {sc['not_sent']:,} not sent by the end ({sc['not_sent_share']:.1%})"
-    return text
-
-
-def saturation_text(sc: Mapping[str, Any]) -> str | None:
-    """A saturated run in one line (its warning, and its note in the reports); None when it kept up."""
-    if not sc.get("saturated"):
-        return None
-    text = f"saturated: {sc['achieved_qps']:,.1f}/s achieved of {sc['scheduled_qps']:,.1f}/s scheduled"
-    if sc.get("not_sent"):
-        text += (f"; {sc['not_sent']:,} of {sc['scheduled']:,} queries ({sc['not_sent_share']:.1%}) not sent by the "
-                 "end of the run")  # fmt: skip
-    return text + ": the target cannot keep up with this load"
-
-
-LATENCY_FROM = {
-    True: "intended send time (open loop; no coordinated omission)",
-    False: "each query's own start (offline sends every query at once; its measure is throughput)",
-}
-
-
-def asked_keys(kind: str, request) -> dict:
-    """What a scenario's load was asked to be, as its record says it (both engines)."""
-    out: dict = {}
-    if kind in ("server", "burst"):
-        out["rate_qps"] = request.rate_qps
-    if kind == "burst":
-        out["burst_on_s"], out["burst_off_s"] = request.burst_on_s, request.burst_off_s
-    if kind == "multi-stream":
-        out["interval_ms"] = request.interval_ms
-    if kind == "replay":
-        out["arrivals"] = len(request.arrivals_ms or ())
-    return out
-
-
-def scenario_section(
-    request, plan: Plan | None, run: OpenLoopRun | None, wall_s: float, stopped: bool = False
-) -> dict | None:
-    """An open-loop run's own numbers for the result record: what was asked, the rate scheduled and achieved and the
-    queries not sent (`load_keys`), the send error, and latency timed from the actual send (what a closed loop would
-    have said) beside the record's latency_us."""
-    if plan is None or run is None or len(run.intended_ns) == 0:
-        return None
-    out: dict = {"kind": plan.kind, **asked_keys(plan.kind, request)}
-    n = len(run.intended_ns)
-    out.update(queries=n, samples_per_query=plan.samples_per_query, latency_from=LATENCY_FROM[plan.from_intended])
-    if not plan.from_intended:
-        out["achieved_qps"] = round(n / wall_s if wall_s > 0 else 0.0, 2)
-        return out
-    out.update(load_keys(run.intended_ns, run.started_ns, None if stopped else plan.end_s,
-                         scheduled=n + run.not_sent, finished_ns=run.finished_ns))  # fmt: skip
-    out["service_us"] = {"p50": pct_us(run.service_ns, 50), "p99": pct_us(run.service_ns, 99)}
-    if plan.kind == "multi-stream":
-        late = int(np.sum(run.latency_ns > request.interval_ms * 1e6))
-        out["queries_over_interval"] = late  # a query not done before the next was due: the board cannot keep up
-    return out
