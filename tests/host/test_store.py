@@ -299,3 +299,54 @@ def test_commands_that_read_a_store_do_not_make_one(tmp_path):
         proc = edge_bench(*args, store=typo)
         assert proc.returncode == 2 and "no such store" in proc.stderr and len(proc.stderr.splitlines()) == 1, args
         assert not typo.exists()
+
+
+@pytest.mark.parametrize(
+    ("schema", "said"),
+    [
+        ("foo/1", "schema 'foo/1' is not one this version reads (it reads edge-runtime/bench/1)"),
+        ("edge-runtime/bench/9", "written by a newer edge-runtime (schema edge-runtime/bench/9); this version reads up "
+         "to edge-runtime/bench/1 (upgrade edge-runtime to read it)"),
+    ],
+)  # fmt: skip
+def test_a_run_this_version_cannot_read_is_refused_in_one_line_by_every_command_that_reads_it(tmp_path, schema, said):
+    """The store reads through edge_runtime.results, as the board's files are read: a record of an unknown schema or a
+    newer major version is not stored, and one written into the file by other means (SQL) is refused by report, report
+    of the latest runs, compare and baseline show, exit 2, in one line naming the run, the store and the schema. A newer
+    minor version reads, its extra keys kept."""
+    store = tmp_path / "s.sqlite"
+    work = np.random.default_rng(3).lognormal(np.log(180), 0.2, 2000)
+    odd_doc = {**result(work), "schema": schema}
+    with Store(store) as st:
+        first = st.add_run({**result(work), "schema": "edge-runtime/bench/1.4", "npu_w": {"avg": 1.5}}, target="b")
+        with pytest.raises(UserError) as err:
+            st.add_run(odd_doc, target="b")
+        assert str(err.value) == f"the result to store in {store}: {said}"
+        assert st.db.execute("SELECT count(*) FROM runs").fetchone()[0] == 1  # nothing kept
+        sql = "INSERT INTO runs (created_at, target, scenario, repetition, result) VALUES (?, ?, ?, ?, ?)"
+        odd = st.db.execute(sql, (time.time(), "b", "single-stream", 0, json.dumps(odd_doc))).lastrowid
+        st.db.execute("INSERT INTO baselines (name, run_id, created_at) VALUES ('odd', ?, ?)", (odd, time.time()))
+        last = st.add_run(result(work * 1.01), target="b")
+    proc = edge_bench("report", str(first), "--json", "-", store=store)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["runs"][0]["result"]["npu_w"] == {"avg": 1.5}, proc.stderr
+    proc = edge_bench("compare", str(first), str(last), store=store)
+    assert proc.returncode in (0, 1) and "verdict:" in proc.stdout, proc.stderr
+    for args in (("report", str(odd)), ("report",), ("compare", str(first), str(odd)), ("baseline", "show", "odd")):
+        proc = edge_bench(*args, store=store)
+        line = f"edge-bench: error: run {odd} in {store}: {said}\n"
+        assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", line), args
+
+
+@pytest.mark.parametrize(
+    "kw", [{}, {"open_loop": False, "signum": None, "answered": False}], ids=["server-interrupted", "closed-no-answer"]
+)
+def test_a_host_record_is_stored_and_read_back_as_it_was_written(tmp_path, kw):
+    """A server's record (host_result's) is read through the same reader as a board's, and comes back as it was
+    written, its client sections typed and no board section made up; a typed record is stored as its JSON."""
+    doc = host_record(**kw)
+    with Store(tmp_path / "s.sqlite") as st:
+        run = st.run(st.add_run(doc, target="kserve+http://127.0.0.1:8000/digits", scenario="server"))
+        assert run.result == doc and run.record.to_dict() == doc and "thermal" not in doc
+        assert run.record.errors.failed == doc["failed_queries"] and run.record.errors.kinds == doc["errors"]["kinds"]
+        assert run.record.server.statistics == doc["server"]["statistics"]
+        assert st.run(st.add_run(run.record, target="again")).result == doc
