@@ -127,6 +127,8 @@ def _convert(hint, value, where: str):
             raise UserError(f"{where}: expected a list, got {type(value).__name__}")
         args = typing.get_args(hint)
         if (len(args) == 2 and args[1] is Ellipsis) or len(args) == 1:
+            if _all_plain(args[0], value):
+                return tuple(tuple(v) if isinstance(v, list) else v for v in value)
             return tuple(_convert(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
         if args and len(value) != len(args):
             raise UserError(f"{where}: expected {len(args)} items, got {len(value)}")
@@ -152,6 +154,27 @@ def _convert(hint, value, where: str):
             raise UserError(f"{where}: expected a string, got {value!r}")
         return value
     return _checked_any(value, where)
+
+
+_JSON_KINDS = {int: (int,), float: (int, float), str: (str,)}  # what JSON gives for each (a bool is neither number)
+
+
+def _all_plain(item, value: list) -> bool:
+    """Every item of `value` already what `item` says, when it is a scalar or a fixed tuple of scalars: one quick pass
+    over a long list (a histogram's buckets, a timeline) before the item-by-item conversion, which names the first
+    item that is not."""
+    parts = typing.get_args(item) if typing.get_origin(item) is tuple else (item,)
+    kinds = [_JSON_KINDS.get(p) for p in parts]
+    if not kinds or None in kinds:
+        return False
+
+    def plain(x, kind) -> bool:
+        return type(x) in kind and (type(x) is not float or math.isfinite(x))
+
+    if typing.get_origin(item) is not tuple:
+        return all(plain(x, kinds[0]) for x in value)
+    n = len(kinds)
+    return all(type(v) in (list, tuple) and len(v) == n and all(map(plain, v, kinds)) for v in value)
 
 
 def _checked_any(value, where: str):

@@ -155,6 +155,23 @@ def test_a_result_with_a_value_of_the_wrong_kind_is_refused_naming_it(section, k
     assert needle in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize(
+    ("histogram", "needle"),
+    [
+        ([[1, 2], [3, True]], "histogram_us[1][1]: expected a whole number, got True"),
+        ([[1, 2], [3]], "histogram_us[1]: expected 2 items, got 1"),
+        ([[1, 2], [3.5, 4]], "histogram_us[1][0]: expected a whole number, got 3.5"),
+        ([[1, 2], "3,4"], "histogram_us[1]: expected a list, got str"),
+    ],
+)
+def test_a_long_list_reads_in_one_pass_and_its_first_wrong_item_is_named(histogram, needle):
+    doc = {"schema": "edge-runtime/bench/1", "histogram_us": [[us, 1] for us in range(1, 20_001)]}
+    assert results.load(doc).histogram_us[:2] == ((1, 1), (2, 1))
+    with pytest.raises(UserError) as err:
+        results.load({**doc, "histogram_us": histogram})
+    assert str(err.value) == f"result: {needle}"
+
+
 def test_a_number_too_large_for_a_float_and_deep_nesting_are_refused(tmp_path):
     f = tmp_path / "r.json"
     text = (DATA / "bench-v1-before-restructure.json").read_text()
