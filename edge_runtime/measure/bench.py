@@ -3,7 +3,7 @@
 A run is four phases, each in its own function:
 1. `prepare` (measure/prepare.py): isolation report and platform latency (cyclictest) first, so they see the system
    before the model loads it; the thermal limit, the cool-down wait, and a refusal when the board is already above
-   the limit;
+   the limit (or never cooled down): raised here as `NothingMeasured`, with the record of the refused run;
 2. `_measure`: an ExitStack of resources, each undone whatever happens, in this order: co-runners (so load and
    warm-up run under the same load), the session (loaded with `cpus`: the process and every thread pinned before the
    backend starts its pools; affinity put back after it closes), SCHED_FIFO for every thread (after one call, when
@@ -11,6 +11,9 @@ A run is four phases, each in its own function:
    the interference counters read just around the timed part;
 3. `_build`: the typed result record (edge_runtime.results.BenchResult), statistics, interference, thermal, power;
 4. the samples go back beside the record (`BenchRun`), never inside it.
+
+A failed check that leaves nothing measured (refused before load, the limit crossed in load or warm-up) still has a
+record: `NothingMeasured.result`, marked `aborted` with the phase, for the caller's --json.
 
 The request (`BenchRequest`) is pure data; what only a local caller has (a feeds function, an HDR log output, a
 progress callback, a stop flag) are arguments here.
@@ -24,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -35,7 +39,7 @@ from edge_runtime.measure.loop import Measurement, StopRequest, hdr_log_text, me
 from edge_runtime.measure.prepare import Prepared, prepare
 from edge_runtime.measure.request import BenchRequest
 from edge_runtime.measure.schedule import OPEN_LOOP, measure_open_loop, plan_for, scenario_section
-from edge_runtime.measure.sections import power_section, precision, thermal_section
+from edge_runtime.measure.sections import power_section, precision, thermal_before_load, thermal_section
 from edge_runtime.measure.stats import (
     PERCENTILE_METHOD,
     histogram_us,
@@ -82,6 +86,16 @@ TIMED_CALL = (
 )
 
 
+class NothingMeasured(CheckFailedError):
+    """A failed check that ended a run before its first timed call (the board above the thermal limit, or never cooled
+    down, before the model loaded; the limit crossed during load or warm-up): exit 1 with one line, and `result`, the
+    record that says why (`aborted` with its phase, the temperatures, no latency), for a --json asked for."""
+
+    def __init__(self, refused: CheckFailedError, result: BenchResult):
+        super().__init__(refused.message, hint=refused.hint)
+        self.result = result
+
+
 @dataclass(frozen=True)
 class BenchRun:
     """A result and, beside it, every latency in nanoseconds in the order measured (for histograms and logs)."""
@@ -121,7 +135,8 @@ def run_bench(
     `feeds(session)` gives the inputs (default: seeded random data of the request's seed). `hdr_log` receives an
     HdrHistogram interval log. `stop`, armed for the measured part, ends the loop at the next chunk when a signal sets
     it, and the partial result comes back marked `aborted` (kind `interrupted`). Raises Interrupted when stopped
-    before anything was measured, CheckFailedError above the thermal limit before or during warm-up.
+    before anything was measured, NothingMeasured (a CheckFailedError, with the record) above the thermal limit before
+    the measured part.
     """
     request.validate()
     if (request.concurrency or 1) > 1:
@@ -134,9 +149,11 @@ def run_bench(
 
         check_distinct([hdr_out], model_files(request.model))  # the log never replaces the model it measures
     prep = prepare(request, root, say)
+    if prep.refused is not None:
+        raise NothingMeasured(prep.refused, _refused(request, root, prep))
     got = _measure(request, root, prep, feeds, say, stop)
     m = got.m
-    if len(m.samples_ns) == 0:  # nothing was measured, so there is no result to keep
+    if len(m.samples_ns) == 0:  # nothing was measured: no latency to keep
         if stop is not None and stop.requested:
             raise Interrupted(stop.signum or 2)
         if not m.stopped:
@@ -145,12 +162,15 @@ def run_bench(
                 f"--duration {request.duration_s:g}: no inference completed in that time{per_call}",
                 hint="give a longer --duration",
             )
-        phase, _ = got.sampler.crossing(float("inf"))
-        raise CheckFailedError(
+        # Stopped at the limit in load or warm-up: the measured part would have begun now, after every reading.
+        m.begin_perf_s = m.begin_perf_s or time.perf_counter()
+        phase, _ = got.sampler.crossing(m.begin_perf_s)
+        refused = CheckFailedError(
             f"thermal limit {prep.limit_c:g} C exceeded during {phase} ({got.sampler.over_limit_c:.1f} C): "
             "nothing measured",
             hint="let the board cool down first (--cooldown-to)",
         )
+        raise NothingMeasured(refused, _build(request, root, prep, got, stop))
     result = _build(request, root, prep, got, stop)
     if hdr_out is not None:
         comment = f"edge-runtime bench {os.path.basename(result.model.path)}"
@@ -264,7 +284,7 @@ def _build(request: BenchRequest, root: SystemRoot, prep: Prepared, got: _Measur
     m = got.m
     cpus = list(request.cpus) if request.cpus else None
     snap_end = read_snapshot(root, cpus)
-    lat = summarize(m.samples_ns)
+    lat = summarize(m.samples_ns) if len(m.samples_ns) else None  # None: stopped before the measured part
     unstable, quality_warnings = stability(m.samples_ns, lat)
     if m.truncated:
         quality_warnings.append("the run filled its sample buffer before --duration ended")
@@ -276,29 +296,7 @@ def _build(request: BenchRequest, root: SystemRoot, prep: Prepared, got: _Measur
             f"thermal and power read from the --sysroot tree {root.root}, not from the machine that ran the model"
         )
     measured_cpus = cpus or sorted(os.sched_getaffinity(0))
-    before, after = got.marks["before"], got.marks["after"]
-    if before["interrupts"] is None or after["interrupts"] is None:
-        fired = None
-        quality_warnings.append(
-            f"interrupts unknown: no readable /proc/interrupts under {root.root} (not zero: unread)"
-        )
-    elif not root.is_live and before["interrupts_text"] == after["interrupts_text"]:
-        fired = None  # a captured file that nobody updates: no count was observed
-        quality_warnings.append(
-            f"interrupts unknown: {root.root}/proc/interrupts did not change during the run (a capture, not a count)"
-        )
-    else:
-        fired = interrupt_delta(before["interrupts"], after["interrupts"], measured_cpus)
-    migrations = (
-        after["migrations"] - before["migrations"]
-        if after["migrations"] is not None and before["migrations"] is not None
-        else None
-    )
-    others = competing_tasks(
-        got.marks["others_before"], got.marks["others_after"], measured_cpus, before, after, m.wall_s
-    )
-    if others["warning"]:
-        quality_warnings.append(others["warning"])
+    interference = _interference(root, got, measured_cpus, quality_warnings)
     sampler = got.sampler
     warnings = quality_warnings + prep.isolation["warnings"]
     if sampler.warning:
@@ -310,9 +308,9 @@ def _build(request: BenchRequest, root: SystemRoot, prep: Prepared, got: _Measur
         what = (
             "interrupted by " + aborted.signal if aborted.kind == "interrupted" else "aborted above the thermal limit"
         )
-        warnings.append(f"{what}: partial result of {len(m.samples_ns):,} inferences")
+        n = len(m.samples_ns)
+        warnings.append(f"{what}: partial result of {n:,} inferences" if n else f"{what}: nothing measured")
     requested = set(cpus or [])
-    iterations, duration_s = request.length
     model, backend = got.model, got.backend
     spq = got.plan.samples_per_query if got.plan is not None else 1  # throughput counts inferences, not queries
     return BenchResult(
@@ -326,55 +324,22 @@ def _build(request: BenchRequest, root: SystemRoot, prep: Prepared, got: _Measur
             backend.fallback_reason,
             backend.details,
         ),
-        config=Config(
-            threads=request.threads if request.threads is not None else (len(cpus) if cpus else None),
-            cpus=tuple(cpus) if cpus else None,
-            rt_priority=request.rt_priority,
-            mlock=request.mlock,
-            warmup=m.warmup_calls,
-            iterations=iterations,
-            duration_s=duration_s,
-            stress=tuple(got.stress),
-            timed_call=TIMED_CALL,
-        ),
-        latency_us=Latency(**lat),
-        jitter_us=Jitter(**jitter(lat)),
+        config=_config(request, m.warmup_calls, got.stress),
+        latency_us=Latency(**lat) if lat else Latency(),
+        jitter_us=Jitter(**jitter(lat)) if lat else Jitter(),
         throughput_ips=len(m.samples_ns) * spq / m.wall_s if m.wall_s > 0 else None,
         pinning=Pinning(
             requested=tuple(cpus) if cpus else None,
             all_threads_pinned=bool(requested) and all(set(t.cpus) <= requested for t in got.threads),
             threads=tuple(ThreadPin(t.tid, t.name, tuple(t.cpus)) for t in got.threads),
         ),
-        interference=Interference(
-            cpus=tuple(measured_cpus),
-            interrupts=None if fired is None else sum(c for rows in fired.values() for _, _, c in rows),
-            interrupts_per_cpu=None
-            if fired is None
-            else {
-                str(cpu): [{"source": n, "label": lbl, "count": c} for n, lbl, c in rows] for cpu, rows in fired.items()
-            },
-            context_switches_involuntary=after["nonvoluntary"] - before["nonvoluntary"],
-            context_switches_voluntary=after["voluntary"] - before["voluntary"],
-            migrations=migrations,
-            page_faults_major=after["majflt"] - before["majflt"],
-            runqueue_wait_ms=others["runqueue_wait_ms"],
-            runqueue_wait_share=others["runqueue_wait_share"],
-            other_tasks=tuple(
-                OtherTask(t["pid"], t["comm"], tuple(t["cpus"]), t["cpu_s"], t["ended"]) for t in others["tasks"]
-            ),
-        ),
+        interference=interference,
         isolation=prep.isolation,
         platform_latency=prep.platform_latency,
         thermal=thermal_section(prep.snap_start, snap_end, sampler, m, prep.limit_c, prep.limit_source, prep.cooldown),
         power=power_section(prep.snap_start, sampler, m),
         quality=Quality(m.timer_overhead_ns, PERCENTILE_METHOD, unstable, tuple(warnings)),
-        environment=Environment.from_dict(
-            environment(
-                root,
-                cpus,
-                {"edge-runtime": __version__, "numpy": np.__version__, **packages(["psutil", *got.extra_packages])},
-            )
-        ),
+        environment=_environment(root, cpus, got.extra_packages),
         started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(m.start_ns / 1e9)),
         wall_s=m.wall_s,
         aborted=aborted,
@@ -384,14 +349,109 @@ def _build(request: BenchRequest, root: SystemRoot, prep: Prepared, got: _Measur
     )
 
 
+def _interference(root: SystemRoot, got: _Measured, measured_cpus: list[int], warnings: list[str]) -> Interference:
+    """What disturbed the measured CPUs during the measured part (unknown, never zero, for a run stopped before it:
+    the counters are read just around it)."""
+    before, after = got.marks.get("before"), got.marks.get("after")
+    if before is None or after is None:
+        return Interference(cpus=tuple(measured_cpus))
+    if before["interrupts"] is None or after["interrupts"] is None:
+        fired = None
+        warnings.append(f"interrupts unknown: no readable /proc/interrupts under {root.root} (not zero: unread)")
+    elif not root.is_live and before["interrupts_text"] == after["interrupts_text"]:
+        fired = None  # a captured file that nobody updates: no count was observed
+        warnings.append(
+            f"interrupts unknown: {root.root}/proc/interrupts did not change during the run (a capture, not a count)"
+        )
+    else:
+        fired = interrupt_delta(before["interrupts"], after["interrupts"], measured_cpus)
+    migrations = (
+        after["migrations"] - before["migrations"]
+        if after["migrations"] is not None and before["migrations"] is not None
+        else None
+    )
+    others = competing_tasks(
+        got.marks["others_before"], got.marks["others_after"], measured_cpus, before, after, got.m.wall_s
+    )
+    if others["warning"]:
+        warnings.append(others["warning"])
+    return Interference(
+        cpus=tuple(measured_cpus),
+        interrupts=None if fired is None else sum(c for rows in fired.values() for _, _, c in rows),
+        interrupts_per_cpu=None
+        if fired is None
+        else {str(cpu): [{"source": n, "label": lbl, "count": c} for n, lbl, c in rows] for cpu, rows in fired.items()},
+        context_switches_involuntary=after["nonvoluntary"] - before["nonvoluntary"],
+        context_switches_voluntary=after["voluntary"] - before["voluntary"],
+        migrations=migrations,
+        page_faults_major=after["majflt"] - before["majflt"],
+        runqueue_wait_ms=others["runqueue_wait_ms"],
+        runqueue_wait_share=others["runqueue_wait_share"],
+        other_tasks=tuple(
+            OtherTask(t["pid"], t["comm"], tuple(t["cpus"]), t["cpu_s"], t["ended"]) for t in others["tasks"]
+        ),
+    )
+
+
+def _config(request: BenchRequest, warmup_calls: int, stress) -> Config:
+    cpus = request.cpus or None
+    iterations, duration_s = request.length
+    return Config(
+        threads=request.threads if request.threads is not None else (len(cpus) if cpus else None),
+        cpus=tuple(cpus) if cpus else None,
+        rt_priority=request.rt_priority,
+        mlock=request.mlock,
+        warmup=warmup_calls,
+        iterations=iterations,
+        duration_s=duration_s,
+        stress=tuple(stress),
+        timed_call=TIMED_CALL,
+    )
+
+
+def _environment(root: SystemRoot, cpus: list[int] | None, extra_packages: list[str]) -> Environment:
+    versions = {"edge-runtime": __version__, "numpy": np.__version__, **packages(["psutil", *extra_packages])}
+    return Environment.from_dict(environment(root, cpus, versions))
+
+
+def _refused(request: BenchRequest, root: SystemRoot, prep: Prepared) -> BenchResult:
+    """The record of a run refused before its model loaded: what was asked, the readings that refused it, nothing
+    measured. The backend is the one that would have run; it was never loaded, so it has no version."""
+    from edge_runtime.runtime.model import DEFAULT_BACKEND, FORMATS, inspect_model
+
+    cpus = list(request.cpus) if request.cpus else None
+    path = Path(request.model)
+    try:
+        model = inspect_model(path)
+        sha256, fmt = model.sha256, model.format
+    except UserError:  # a bad model is refused when it loads; the board refused the run before that
+        sha256, fmt = "", FORMATS.get(path.suffix.lower(), "")
+    reason = prep.refused.message
+    return BenchResult(
+        model=ModelInfo(str(path), sha256, fmt, precision(path)),
+        backend=BackendSection(request.backend or DEFAULT_BACKEND.get(fmt, "")),
+        config=_config(request, 0, ()),
+        pinning=Pinning(requested=tuple(cpus) if cpus else None),
+        interference=Interference(cpus=tuple(cpus or ())),
+        isolation=prep.isolation,
+        platform_latency=prep.platform_latency,
+        thermal=thermal_before_load(prep.snap_start, prep.limit_c, prep.limit_source, prep.cooldown, cpus),
+        quality=Quality(None, PERCENTILE_METHOD, None, (*prep.isolation["warnings"], "refused: nothing measured")),
+        environment=_environment(root, cpus, []),
+        started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        aborted=Aborted("thermal", reason, None, None, False, "before load"),
+    )
+
+
 def _aborted(m: Measurement, stop: StopRequest | None, prep: Prepared, sampler: Sampler) -> Aborted | None:
     if not m.stopped:
         return None
+    partial = len(m.samples_ns) > 0
     if stop is not None and stop.requested:
         name = signal_name(stop.signum or 2)
-        return Aborted("interrupted", f"interrupted by {name}", name, round(m.wall_s, 3), True)
+        return Aborted("interrupted", f"interrupted by {name}", name, round(m.wall_s, 3), partial)
     phase, at_s = sampler.crossing(m.begin_perf_s)
     where = "" if phase == "measure" else f" during {phase}"
     reason = f"thermal limit {prep.limit_c:g} C exceeded{where} ({sampler.over_limit_c:.1f} C)"
-    return Aborted("thermal", reason, None, at_s, True, phase)
+    return Aborted("thermal", reason, None, at_s, partial, phase)
 

@@ -1,6 +1,7 @@
 """Phase 1 of a bench run: what is looked at before the model loads. The isolation report and the platform latency
 (cyclictest) first, so they see the system without the model; then the thermal limit, the wait for a cool board,
-and a refusal when the board is already above its limit."""
+and a refusal when the board is already above its limit or never cooled down (returned, not raised: the caller
+still writes the record of a refused run)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ class Prepared:
     limit_c: float | None
     limit_source: str
     cooldown: dict | None
-    snap_start: Snapshot
+    snap_start: Snapshot  # the last reading before the model loads (after the cool-down wait, if any)
+    refused: CheckFailedError | None = None  # the run must not go on: too hot, or it never cooled down
 
 
 def prepare(request: BenchRequest, root: SystemRoot, say: Callable[[str], None]) -> Prepared:
@@ -52,40 +54,45 @@ def prepare(request: BenchRequest, root: SystemRoot, say: Callable[[str], None])
     cpus = list(request.cpus) if request.cpus else None
     snap_start = read_snapshot(root, cpus)
     limit_c, limit_source = thermal_limit(request.thermal_limit_c, detect(root), snap_start)
-    cooldown = None
+    cooldown = refused = None
     if request.cooldown_to_c is not None:
-        cooldown = _cool_down(root, request, snap_start, say, iso["warnings"])
+        cooldown, refused = _cool_down(root, request, snap_start, say, iso["warnings"])
         if cooldown:
             snap_start = read_snapshot(root, cpus)
     hottest = snap_start.max_c()
-    if limit_c is not None and hottest is not None and hottest > limit_c:
-        raise CheckFailedError(
+    if refused is None and limit_c is not None and hottest is not None and hottest > limit_c:
+        refused = CheckFailedError(
             f"already above the thermal limit before measuring: {hottest:.1f} C > {limit_c:g} C ({limit_source})",
             hint="let the board cool first (--cooldown-to C waits for it)",
         )
-    return Prepared(iso, platform_latency, limit_c, limit_source, cooldown, snap_start)
+    return Prepared(iso, platform_latency, limit_c, limit_source, cooldown, snap_start, refused)
 
 
-def _cool_down(root: SystemRoot, cfg: BenchRequest, snap, say, warnings: list[str]) -> dict | None:
-    """Wait, with progress, until the hottest sensor is below --cooldown-to."""
+def _cool_down(
+    root: SystemRoot, cfg: BenchRequest, snap, say, warnings: list[str]
+) -> tuple[dict | None, CheckFailedError | None]:
+    """Wait, with progress, until the hottest sensor is below --cooldown-to: (what the wait saw, the refusal when the
+    board never got there within --cooldown-timeout)."""
     if not snap.available:
         warnings.append("--cooldown-to: no thermal sensors here, nothing to wait for")
-        return None
+        return None, None
     target = cfg.cooldown_to_c
     t0 = time.monotonic()
     start_c = snap.max_c()
     while True:
         now_c = read_snapshot(root, list(cfg.cpus) if cfg.cpus else None).max_c()
         waited = time.monotonic() - t0
+        seen = {"to_c": target, "start_c": start_c, "reached_c": now_c, "waited_s": round(waited, 2)}
         if now_c is not None and now_c <= target:
-            return {"to_c": target, "start_c": start_c, "reached_c": now_c, "waited_s": round(waited, 2)}
+            return seen, None
         if waited > cfg.cooldown_timeout_s:
             # A sensor that stopped answering is not a cool board: say which it was.
             now = f"still {now_c:.1f} C" if now_c is not None else "no temperature reading (the sensors went away)"
-            raise CheckFailedError(
+            refused = CheckFailedError(
                 f"--cooldown-to {target:g}: {now} after {cfg.cooldown_timeout_s:g} s",
                 hint="improve cooling or raise the target",
             )
+            return {**seen, "reached_c": None, "last_c": now_c, "timed_out": True}, refused
         now = f"{now_c:.1f} C > {target:g} C" if now_c is not None else "no temperature reading"
         say(f"cooling down: {now}, waited {waited:.0f} s")
         time.sleep(min(1.0, max(0.1, cfg.sample_interval_s)))

@@ -59,16 +59,7 @@ def thermal_section(
         else None,
         throttle_reasons=tuple(sampler.throttle_why or reasons),
         latency_drift_pct=drift,
-        zones=tuple(
-            ZoneSection(
-                z.name,
-                z.type,
-                z.temp_c,
-                next((e.temp_c for e in end.zones if e.name == z.name), None),
-                tuple({"type": t.type, "temp_c": t.temp_c, "hysteresis_c": t.hysteresis_c} for t in z.trips),
-            )
-            for z in start.zones
-        ),
+        zones=_zones(start, end),
         firmware_throttled=end.throttled,
         sensors_skipped=start.skipped,
         cooldown=cooldown,
@@ -81,6 +72,41 @@ def thermal_section(
             "points": len(timeline),
         },
         timeline=tuple(timeline),
+    )
+
+
+def thermal_before_load(snap: Snapshot, limit_c, limit_source: str, cooldown, cpus: list[int] | None) -> Thermal:
+    """The thermal section of a run refused before its model loaded: the reading that decided it (start, max and end
+    are that one reading; no sampler ran), the limit and its source, the zones with their trip points, the wait."""
+    hottest = snap.max_c()
+    reasons = throttle_reasons(snap, None, cpus)
+    return Thermal(
+        available=snap.available,
+        start_c=hottest,
+        max_c=hottest,
+        end_c=hottest,
+        limit_c=limit_c,
+        limit_source=limit_source,
+        headroom_c=round(limit_c - hottest, 2) if limit_c is not None and hottest is not None else None,
+        throttled=bool(reasons) if snap.available or reasons else None,
+        throttle_reasons=tuple(reasons),
+        zones=_zones(snap, snap),
+        firmware_throttled=snap.throttled,
+        sensors_skipped=snap.skipped,
+        cooldown=cooldown,
+    )
+
+
+def _zones(start: Snapshot, end: Snapshot) -> tuple[ZoneSection, ...]:
+    return tuple(
+        ZoneSection(
+            z.name,
+            z.type,
+            z.temp_c,
+            next((e.temp_c for e in end.zones if e.name == z.name), None),
+            tuple({"type": t.type, "temp_c": t.temp_c, "hysteresis_c": t.hysteresis_c} for t in z.trips),
+        )
+        for z in start.zones
     )
 
 
