@@ -27,19 +27,23 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
-from edge_runtime import __version__
 from edge_runtime.errors import CheckFailedError, Interrupted, UserError
 from edge_runtime.measure.corunners import CoRunner
-from edge_runtime.measure.interference import competing_tasks, counters, interrupt_delta
+from edge_runtime.measure.interference import counters, interference_section
 from edge_runtime.measure.loop import Measurement, StopRequest, hdr_log_text, measure
-from edge_runtime.measure.prepare import Prepared, prepare
+from edge_runtime.measure.prepare import Prepared, prepare, refused_record
 from edge_runtime.measure.request import BenchRequest
 from edge_runtime.measure.schedule import OPEN_LOOP, measure_open_loop, plan_for, scenario_section
-from edge_runtime.measure.sections import power_section, precision, thermal_before_load, thermal_section
+from edge_runtime.measure.sections import (
+    config_section,
+    environment_section,
+    power_section,
+    precision,
+    thermal_section,
+)
 from edge_runtime.measure.stats import (
     PERCENTILE_METHOD,
     histogram_us,
@@ -52,19 +56,14 @@ from edge_runtime.results import (
     Aborted,
     BackendSection,
     BenchResult,
-    Config,
-    Environment,
-    Interference,
     Jitter,
     Latency,
     ModelInfo,
-    OtherTask,
     Pinning,
     Quality,
     ThreadPin,
 )
 from edge_runtime.runtime.feeds import random_feeds
-from edge_runtime.system.environment import environment, packages
 from edge_runtime.system.outputs import Output, check_distinct, plan_output, write_output
 from edge_runtime.system.process import (
     cpu_times_by_task,
@@ -79,11 +78,6 @@ from edge_runtime.system.process import (
 from edge_runtime.system.root import SystemRoot
 from edge_runtime.system.sampler import Sampler
 from edge_runtime.system.thermal import read_snapshot
-
-TIMED_CALL = (
-    "Session.runner(): the backend's run call on inputs bound once (outputs not copied out), timed in Python around "
-    "the call as an application sees it"
-)
 
 
 class NothingMeasured(CheckFailedError):
@@ -150,7 +144,7 @@ def run_bench(
         check_distinct([hdr_out], model_files(request.model))  # the log never replaces the model it measures
     prep = prepare(request, root, say)
     if prep.refused is not None:
-        raise NothingMeasured(prep.refused, _refused(request, root, prep))
+        raise NothingMeasured(prep.refused, refused_record(request, root, prep))
     got = _measure(request, root, prep, feeds, say, stop)
     m = got.m
     if len(m.samples_ns) == 0:  # nothing was measured: no latency to keep
@@ -296,7 +290,7 @@ def _build(request: BenchRequest, root: SystemRoot, prep: Prepared, got: _Measur
             f"thermal and power read from the --sysroot tree {root.root}, not from the machine that ran the model"
         )
     measured_cpus = cpus or sorted(os.sched_getaffinity(0))
-    interference = _interference(root, got, measured_cpus, quality_warnings)
+    interference = interference_section(root, got.marks, measured_cpus, m.wall_s, quality_warnings)
     sampler = got.sampler
     warnings = quality_warnings + prep.isolation["warnings"]
     if sampler.warning:
@@ -324,7 +318,7 @@ def _build(request: BenchRequest, root: SystemRoot, prep: Prepared, got: _Measur
             backend.fallback_reason,
             backend.details,
         ),
-        config=_config(request, m.warmup_calls, got.stress),
+        config=config_section(request, m.warmup_calls, got.stress),
         latency_us=Latency(**lat) if lat else Latency(),
         jitter_us=Jitter(**jitter(lat)) if lat else Jitter(),
         throughput_ips=len(m.samples_ns) * spq / m.wall_s if m.wall_s > 0 else None,
@@ -339,107 +333,13 @@ def _build(request: BenchRequest, root: SystemRoot, prep: Prepared, got: _Measur
         thermal=thermal_section(prep.snap_start, snap_end, sampler, m, prep.limit_c, prep.limit_source, prep.cooldown),
         power=power_section(prep.snap_start, sampler, m),
         quality=Quality(m.timer_overhead_ns, PERCENTILE_METHOD, unstable, tuple(warnings)),
-        environment=_environment(root, cpus, got.extra_packages),
+        environment=environment_section(root, cpus, got.extra_packages),
         started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(m.start_ns / 1e9)),
         wall_s=m.wall_s,
         aborted=aborted,
         scenario=scenario_section(request, got.plan, got.open_loop, m.wall_s),
         timeline_us=latency_timeline(m),
         histogram_us=histogram_us(m.samples_ns),
-    )
-
-
-def _interference(root: SystemRoot, got: _Measured, measured_cpus: list[int], warnings: list[str]) -> Interference:
-    """What disturbed the measured CPUs during the measured part (unknown, never zero, for a run stopped before it:
-    the counters are read just around it)."""
-    before, after = got.marks.get("before"), got.marks.get("after")
-    if before is None or after is None:
-        return Interference(cpus=tuple(measured_cpus))
-    if before["interrupts"] is None or after["interrupts"] is None:
-        fired = None
-        warnings.append(f"interrupts unknown: no readable /proc/interrupts under {root.root} (not zero: unread)")
-    elif not root.is_live and before["interrupts_text"] == after["interrupts_text"]:
-        fired = None  # a captured file that nobody updates: no count was observed
-        warnings.append(
-            f"interrupts unknown: {root.root}/proc/interrupts did not change during the run (a capture, not a count)"
-        )
-    else:
-        fired = interrupt_delta(before["interrupts"], after["interrupts"], measured_cpus)
-    migrations = (
-        after["migrations"] - before["migrations"]
-        if after["migrations"] is not None and before["migrations"] is not None
-        else None
-    )
-    others = competing_tasks(
-        got.marks["others_before"], got.marks["others_after"], measured_cpus, before, after, got.m.wall_s
-    )
-    if others["warning"]:
-        warnings.append(others["warning"])
-    return Interference(
-        cpus=tuple(measured_cpus),
-        interrupts=None if fired is None else sum(c for rows in fired.values() for _, _, c in rows),
-        interrupts_per_cpu=None
-        if fired is None
-        else {str(cpu): [{"source": n, "label": lbl, "count": c} for n, lbl, c in rows] for cpu, rows in fired.items()},
-        context_switches_involuntary=after["nonvoluntary"] - before["nonvoluntary"],
-        context_switches_voluntary=after["voluntary"] - before["voluntary"],
-        migrations=migrations,
-        page_faults_major=after["majflt"] - before["majflt"],
-        runqueue_wait_ms=others["runqueue_wait_ms"],
-        runqueue_wait_share=others["runqueue_wait_share"],
-        other_tasks=tuple(
-            OtherTask(t["pid"], t["comm"], tuple(t["cpus"]), t["cpu_s"], t["ended"]) for t in others["tasks"]
-        ),
-    )
-
-
-def _config(request: BenchRequest, warmup_calls: int, stress) -> Config:
-    cpus = request.cpus or None
-    iterations, duration_s = request.length
-    return Config(
-        threads=request.threads if request.threads is not None else (len(cpus) if cpus else None),
-        cpus=tuple(cpus) if cpus else None,
-        rt_priority=request.rt_priority,
-        mlock=request.mlock,
-        warmup=warmup_calls,
-        iterations=iterations,
-        duration_s=duration_s,
-        stress=tuple(stress),
-        timed_call=TIMED_CALL,
-    )
-
-
-def _environment(root: SystemRoot, cpus: list[int] | None, extra_packages: list[str]) -> Environment:
-    versions = {"edge-runtime": __version__, "numpy": np.__version__, **packages(["psutil", *extra_packages])}
-    return Environment.from_dict(environment(root, cpus, versions))
-
-
-def _refused(request: BenchRequest, root: SystemRoot, prep: Prepared) -> BenchResult:
-    """The record of a run refused before its model loaded: what was asked, the readings that refused it, nothing
-    measured. The backend is the one that would have run; it was never loaded, so it has no version."""
-    from edge_runtime.runtime.model import DEFAULT_BACKEND, FORMATS, inspect_model
-
-    cpus = list(request.cpus) if request.cpus else None
-    path = Path(request.model)
-    try:
-        model = inspect_model(path)
-        sha256, fmt = model.sha256, model.format
-    except UserError:  # a bad model is refused when it loads; the board refused the run before that
-        sha256, fmt = "", FORMATS.get(path.suffix.lower(), "")
-    reason = prep.refused.message
-    return BenchResult(
-        model=ModelInfo(str(path), sha256, fmt, precision(path)),
-        backend=BackendSection(request.backend or DEFAULT_BACKEND.get(fmt, "")),
-        config=_config(request, 0, ()),
-        pinning=Pinning(requested=tuple(cpus) if cpus else None),
-        interference=Interference(cpus=tuple(cpus or ())),
-        isolation=prep.isolation,
-        platform_latency=prep.platform_latency,
-        thermal=thermal_before_load(prep.snap_start, prep.limit_c, prep.limit_source, prep.cooldown, cpus),
-        quality=Quality(None, PERCENTILE_METHOD, None, (*prep.isolation["warnings"], "refused: nothing measured")),
-        environment=_environment(root, cpus, []),
-        started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        aborted=Aborted("thermal", reason, None, None, False, "before load"),
     )
 
 

@@ -1,7 +1,7 @@
 """Phase 1 of a bench run: what is looked at before the model loads. The isolation report and the platform latency
 (cyclictest) first, so they see the system without the model; then the thermal limit, the wait for a cool board,
 and a refusal when the board is already above its limit or never cooled down (returned, not raised: the caller
-still writes the record of a refused run)."""
+raises it with `refused_record`, the record of the refused run, for a --json asked for)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,13 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
-from edge_runtime.errors import CheckFailedError
+from edge_runtime.errors import CheckFailedError, UserError
 from edge_runtime.measure.request import BenchRequest
+from edge_runtime.measure.sections import config_section, environment_section, precision, thermal_before_load
+from edge_runtime.measure.stats import PERCENTILE_METHOD
+from edge_runtime.results import Aborted, BackendSection, BenchResult, Interference, ModelInfo, Pinning, Quality
 from edge_runtime.system.cpulist import format_cpu_list
 from edge_runtime.system.isolation import isolation_report
 from edge_runtime.system.root import SystemRoot
@@ -96,3 +100,32 @@ def _cool_down(
         now = f"{now_c:.1f} C > {target:g} C" if now_c is not None else "no temperature reading"
         say(f"cooling down: {now}, waited {waited:.0f} s")
         time.sleep(min(1.0, max(0.1, cfg.sample_interval_s)))
+
+
+def refused_record(request: BenchRequest, root: SystemRoot, prep: Prepared) -> BenchResult:
+    """The record of a run refused before its model loaded: what was asked, the readings that refused it, nothing
+    measured. The backend is the one that would have run; it was never loaded, so it has no version."""
+    from edge_runtime.runtime.model import DEFAULT_BACKEND, FORMATS, inspect_model
+
+    cpus = list(request.cpus) if request.cpus else None
+    path = Path(request.model)
+    try:
+        model = inspect_model(path)
+        sha256, fmt = model.sha256, model.format
+    except UserError:  # a bad model is refused when it loads; the board refused the run before that
+        sha256, fmt = "", FORMATS.get(path.suffix.lower(), "")
+    reason = prep.refused.message
+    return BenchResult(
+        model=ModelInfo(str(path), sha256, fmt, precision(path)),
+        backend=BackendSection(request.backend or DEFAULT_BACKEND.get(fmt, "")),
+        config=config_section(request, 0, ()),
+        pinning=Pinning(requested=tuple(cpus) if cpus else None),
+        interference=Interference(cpus=tuple(cpus or ())),
+        isolation=prep.isolation,
+        platform_latency=prep.platform_latency,
+        thermal=thermal_before_load(prep.snap_start, prep.limit_c, prep.limit_source, prep.cooldown, cpus),
+        quality=Quality(None, PERCENTILE_METHOD, None, (*prep.isolation["warnings"], "refused: nothing measured")),
+        environment=environment_section(root, cpus, []),
+        started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        aborted=Aborted("thermal", reason, None, None, False, "before load"),
+    )

@@ -1,5 +1,6 @@
 """Sections of a bench result that are built from several sources: thermal (snapshots at start and end, the sampler's
-timeline) and power (the board's own rail), and the model's precision from its name."""
+timeline; or the one reading that refused a run), power (the board's own rail), the config as run, the environment,
+and the model's precision from its name."""
 
 from __future__ import annotations
 
@@ -7,10 +8,19 @@ import itertools
 
 import numpy as np
 
+from edge_runtime import __version__
 from edge_runtime.measure.loop import Measurement
-from edge_runtime.results import Power, Thermal, ThermalPoint, ZoneSection
+from edge_runtime.measure.request import BenchRequest
+from edge_runtime.results import Config, Environment, Power, Thermal, ThermalPoint, ZoneSection
+from edge_runtime.system.environment import environment, packages
+from edge_runtime.system.root import SystemRoot
 from edge_runtime.system.sampler import Sampler
 from edge_runtime.system.thermal import Snapshot, pick_rail, throttle_reasons
+
+TIMED_CALL = (
+    "Session.runner(): the backend's run call on inputs bound once (outputs not copied out), timed in Python around "
+    "the call as an application sees it"
+)
 
 
 def _sample_index(chunks: list[tuple[int, float]] | None, t: float) -> int | None:
@@ -133,3 +143,26 @@ def precision(path) -> str:
         if p in name:
             return p
     return "unknown"
+
+
+def config_section(request: BenchRequest, warmup_calls: int, stress) -> Config:
+    """The config section: what the request asked, with the warm-up calls made and the co-runners that ran."""
+    cpus = request.cpus or None
+    iterations, duration_s = request.length
+    return Config(
+        threads=request.threads if request.threads is not None else (len(cpus) if cpus else None),
+        cpus=tuple(cpus) if cpus else None,
+        rt_priority=request.rt_priority,
+        mlock=request.mlock,
+        warmup=warmup_calls,
+        iterations=iterations,
+        duration_s=duration_s,
+        stress=tuple(stress),
+        timed_call=TIMED_CALL,
+    )
+
+
+def environment_section(root: SystemRoot, cpus: list[int] | None, extra_packages: list[str]) -> Environment:
+    """The environment section: the observed system and this process's packages (with the backend's own)."""
+    versions = {"edge-runtime": __version__, "numpy": np.__version__, **packages(["psutil", *extra_packages])}
+    return Environment.from_dict(environment(root, cpus, versions))
