@@ -162,3 +162,39 @@ def test_edge_bench_prints_its_help():
 
     proc = subprocess.run([sys.executable, "-m", "bench.cli", "--help"], capture_output=True, text=True)
     assert proc.returncode == 0 and "usage: edge-bench" in proc.stdout
+
+
+# ---------------------------------------------------------------------- a one-shot run's own cost (issue 22, item 10)
+
+
+def test_random_inputs_are_seeded_per_input_and_cover_each_dtype():
+    """The inputs `run` and `bench` make (numpy.random no more): the same seed gives the same arrays, another seed or
+    another input other ones; floats in [0, 1) at their own precision, integers over their whole range, bools both."""
+    from edge_runtime.runtime.backends.base import TensorInfo
+    from edge_runtime.runtime.feeds import random_feeds
+
+    ins = [
+        TensorInfo("f", (1, 4096), np.dtype(np.float32)),
+        TensorInfo("g", (1, 4096), np.dtype(np.float32)),
+        TensorInfo("h", (4096,), np.dtype(np.float16)),
+        TensorInfo("q", (None, 4096), np.dtype(np.int8)),
+        TensorInfo("u", (4096,), np.dtype(np.uint16)),
+        TensorInfo("b", (4096,), np.dtype(bool)),
+    ]
+    a, sources = random_feeds(ins, 3)
+    again, _ = random_feeds(ins, 3)
+    other, _ = random_feeds(ins, 4)
+    for t in ins:
+        assert a[t.name].dtype == t.dtype and a[t.name].shape == tuple(d or 1 for d in t.shape)
+        assert np.array_equal(a[t.name], again[t.name]) and not np.array_equal(a[t.name], other[t.name])
+    assert not np.array_equal(a["f"], a["g"])  # two inputs of one shape get their own data
+    for name in ("f", "h"):
+        x = a[name].astype(np.float64)
+        assert 0.0 <= x.min() and x.max() < 1.0 and abs(x.mean() - 0.5) < 0.03, name
+    assert (a["q"].min(), a["q"].max()) == (-128, 127) and a["u"].min() < 1000 and a["u"].max() > 64000
+    assert 0.45 < a["b"].mean() < 0.55
+    uniform = "random uniform [0, 1)"
+    assert sources == {"f": uniform, "g": uniform, "h": uniform, "q": "random integers [-128, 127]",
+                       "u": "random integers [0, 65535]", "b": "random bool"}  # fmt: skip
+    given, src = random_feeds(ins[:1], 3, {"f": np.zeros((1, 4096), np.float32)})
+    assert not given["f"].any() and src == {"f": "file"}
