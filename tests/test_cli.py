@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -167,6 +169,38 @@ def test_edge_bench_prints_its_help():
 
 
 # ---------------------------------------------------------------------- a one-shot run's own cost (issue 22, item 10)
+# What `run` used to pay for beside the library's own work: numpy.random for its inputs, hashlib (OpenSSL) for a small
+# model's hash, argparse's shutil (with bz2 and lzma), selectors, tempfile for LiteRT's stderr, the output machinery
+# with no output asked for. The parent (flags, paths, the fork) never imports numpy; the work imports none of these.
+PARENT_NEVER = ["numpy", "shutil", "selectors", "hashlib", "tempfile", "edge_runtime.system.outputs"]
+WORK_NEVER = ["numpy.random", "shutil", "selectors", "hashlib", "tempfile", "edge_runtime.system.outputs"]
+
+
+def _imported_after(code: str) -> list:
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    ("suffix", "backend", "library"),
+    [("_int8.onnx", "onnxruntime", "onnxruntime"), ("_int8.xml", "openvino", "openvino"),
+     ("_int8.tflite", "tflite", "ai_edge_litert.interpreter")],
+)  # fmt: skip
+def test_a_one_shot_run_imports_only_what_it_uses(suffix, backend, library):
+    need(backend)
+    model = str(artifact("digits_cnn", suffix))
+    # What the library brings itself (OpenVINO imports shutil and tempfile) is the library's, not the run's.
+    own = _imported_after(f"import json, sys, numpy, {library}\nprint(json.dumps(sorted(sys.modules)))")
+    parent, work = _imported_after(
+        "import json, sys\n"
+        "from edge_runtime.cli.main import main\n"
+        f"assert main(['run', {model!r}]) == 0\n"  # forked: what the parent imported
+        f"parent = [m for m in {PARENT_NEVER!r} if m in sys.modules]\n"
+        f"assert main(['run', {model!r}, '--no-sandbox']) == 0\n"  # here: what the work imports
+        f"print(json.dumps([parent, [m for m in {WORK_NEVER!r} if m in sys.modules]]))\n"
+    )
+    assert parent == [] and [m for m in work if m not in own] == []
 
 
 def test_random_inputs_are_seeded_per_input_and_cover_each_dtype():
@@ -258,3 +292,28 @@ def test_onnx_external_data_is_found_and_a_model_without_is_not_walked(tmp_path,
     assert_one_line_error(proc, "ext.weights", "the model's external data")
     (tmp_path / "ext.weights").unlink()
     assert_one_line_error(run_cli("run", str(path)), "external data file", "is missing")
+
+
+def test_a_forked_run_ends_without_a_teardown_and_still_lets_go_of_its_output(tmp_path):
+    """The command line ends a forked run with os._exit after its exit handlers (a teardown writes to every page the
+    fork made copy-on-write): the text and the --json are complete, and the output's lock file in /run/lock goes."""
+    need("onnxruntime")
+    from edge_runtime.system.locks import lock_dir
+
+    out = tmp_path / "run.json"
+    code = (
+        "import sys\n"
+        "from edge_runtime.cli.main import main\n"
+        f"sys.argv = ['edge-runtime', 'run', {str(artifact('digits_cnn', '_int8.onnx'))!r}, '--json', {str(out)!r}]\n"
+        "main()\n"
+        "raise SystemExit('main() returned: the process was not ended at once')\n"
+    )
+    pipe = subprocess.PIPE
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=pipe, stderr=pipe, text=True, cwd=ROOT)
+    stdout, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 0, stderr
+    assert stdout.startswith("model    ") and stdout.endswith("\n") and "time     load" in stdout
+    assert json.loads(out.read_text())["schema"] == "edge-runtime/run/1"
+    # A claim's lock file holds its holder's pid; the exit handlers removed this one (other commands' may be there).
+    locks = [Path(lock_dir()) / n for n in os.listdir(lock_dir()) if n.startswith("edge-runtime-out-")]
+    assert [p for p in locks if p.read_text().strip() == str(proc.pid)] == []
