@@ -43,10 +43,12 @@ def triton():
 
 
 def test_triton_over_http_and_grpc_answers_as_onnx_runtime_does_and_splits_the_time(triton, tmp_path):
+    from bench.targets import TargetOptions
     from bench.targets.kserve import KServeTarget
 
     for proto, addr in (("http", triton.http), ("grpc", triton.grpc)):
-        t = KServeTarget(f"kserve+{proto}://{addr}/digits", headers={"triton-access-token": triton.token})
+        options = TargetOptions(headers={"triton-access-token": triton.token})
+        t = KServeTarget(f"kserve+{proto}://{addr}/digits", options)
         ident = t.connect()
         assert ident["board"].startswith("triton") and ident["model"] == "digits"
         infos = t.tensor_infos()
