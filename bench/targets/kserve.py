@@ -36,15 +36,6 @@ DTYPES = {"BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint3
           "FP64": "float64"}  # fmt: skip
 GRPC_TOKEN = "triton-grpc-protocol-triton-access-token"
 OPEN_LOOP_WORKERS = 16  # the client's connections in an open loop unless a concurrency is given
-METRICS = {  # Triton's Prometheus names -> the result's (several GPUs: see kserve_stats.COMBINE)
-    "nv_gpu_utilization": "gpu_utilization",
-    "nv_gpu_memory_used_bytes": "gpu_memory_used_bytes",
-    "nv_gpu_power_usage": "gpu_power_w",
-    "nv_energy_consumption": "gpu_energy_j",
-    "nv_gpu_temperature": "gpu_temperature_c",
-    "nv_cpu_utilization": "cpu_utilization",
-    "nv_cpu_memory_used_bytes": "cpu_memory_used_bytes",
-}
 
 
 def parse_url(url: str) -> dict:
@@ -292,9 +283,10 @@ class KServeTarget(Target):
 
     # ----------------------------------------------------------------------------------------------- a run
     def bench(self, request, *, progress=None, rid: str | None = None, sink=None) -> TargetResult:
+        from bench.metrics.kserve_stats import StatsReader
+        from bench.metrics.prometheus import MetricsSampler
         from bench.scenarios.engine import closed_loop, open_loop, warm_up
         from bench.scenarios.record import host_result
-        from bench.targets.kserve_stats import MetricsSampler, StatsReader
         from bench.transports.connection import new_request_id
         from edge_runtime.measure.schedule import plan_for
 
@@ -339,7 +331,9 @@ class KServeTarget(Target):
             return send
 
         senders = [make_sender() for _ in range(conc)]
-        stats = StatsReader(self, probe)
+        name, version = self.opts["model"], self.opts["version"]
+        stats = StatsReader(lambda: _plain(probe.get_inference_statistics(name, version, headers=self.headers,
+                                                                           **self.limit)), _why)  # fmt: skip
         # The server's headers (its access token) go to its own host's metrics port only, never to another host.
         host_of = lambda address: (address or "").rsplit(":", 1)[0]  # noqa: E731
         same_host = host_of(self.opts["metrics"]) == host_of(self.opts["address"])

@@ -11,8 +11,8 @@ import urllib.parse
 from collections.abc import Mapping
 from dataclasses import replace
 
+from bench.metrics.nvml import GPU_DEVICES
 from bench.targets.base import Target, TargetError, TargetInfo, TargetOptions, TargetResult, board_lines
-from bench.targets.nvml import GPU_DEVICES
 from bench.transports.connection import new_request_id
 from edge_runtime.errors import Interrupted, UserError
 
@@ -110,7 +110,7 @@ class LocalTarget(Target):
         request = replace(request, **fill).validate()
         gpu = None
         if (request.device or "").lower() in GPU_DEVICES:  # a local NVIDIA GPU: NVML says what it did meanwhile
-            from bench.targets.nvml import GpuSampler
+            from bench.metrics.nvml import GpuSampler
 
             try:
                 gpu = GpuSampler()
