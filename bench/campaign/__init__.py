@@ -17,9 +17,10 @@ import difflib
 import math
 import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from bench.scenarios import ALL_KEYS, CAMPAIGN_KEY, DEFAULTS, KINDS, Scenario, keys_of
+from bench.slo import SLO, SLO_KEYS
 from bench.targets.base import TargetInfo
 from edge_runtime.errors import UserError
 from edge_runtime.measure.request import SCENARIO_KEYS, SCENARIO_OPTIONAL
@@ -29,7 +30,6 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-SLO_KEYS = {"p50_ms": 0.50, "p90_ms": 0.90, "p99_ms": 0.99, "p999_ms": 0.999, "max_ms": 1.0}
 KEYS = {
     "campaign": {"name", "repetitions", "description"},
     "target": {"name", "url", "cpus", "threads", "backend", "device", "token_file", "slo", "headers"},
@@ -55,21 +55,6 @@ class _Where(str):
     """A campaign as messages name it ("campaign 'c.toml'"), counting the unknown keys met while it is read."""
 
     unknown = 0
-
-
-@dataclass(frozen=True)
-class SLO:
-    bounds_ms: dict[str, float] = field(default_factory=dict)  # "p99_ms" -> 10.0
-    error_budget: float | None = None
-
-    def merged(self, other: SLO | None) -> SLO:
-        if other is None:
-            return self
-        budget = other.error_budget if other.error_budget is not None else self.error_budget
-        return SLO({**self.bounds_ms, **other.bounds_ms}, budget)
-
-    def __bool__(self) -> bool:
-        return bool(self.bounds_ms) or self.error_budget is not None
 
 
 @dataclass(frozen=True)
