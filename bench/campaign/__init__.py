@@ -268,8 +268,9 @@ def _target(where: str, i: int, t: dict, base: str) -> Target:
         expand_headers(headers, f"{where}: [target.headers] of {name!r}")
     for key in ("cpus", "threads", "backend", "device", "token_file"):
         if info.kind == "server" and t.get(key) is not None:
-            raise UserError(f"{where}: [[target]] {name!r}: {key} is a board's option; a server target takes "
-                            f"headers and the options of its URL ({info.summary})")  # fmt: skip
+            also = " and [target.headers]" if "headers" in info.takes else ""
+            raise UserError(f"{where}: [[target]] {name!r}: {key} is a board's option; a server target takes the "
+                            f"options of its URL{also} ({info.summary})")  # fmt: skip
     return Target(name, url, cpus, threads, t.get("backend"), t.get("device"), token, slo, headers)
 
 

@@ -1,20 +1,23 @@
 """`edge-bench targets URL...`: is each target reachable, what board, CPUs, backends and versions, and how good is
 the link (round trip, retransmissions, CRC errors seen while asking); for a KServe v2 server, what server, the model's
-inputs and the round trip. Exit 1 when one is unreachable."""
+inputs and the round trip. Exit 1 when one is unreachable. Each kind says this in its own words (describe_text).
+`edge-bench targets --schemes`: the URL schemes this edge-bench knows, built in and from entry points."""
 
 from __future__ import annotations
 
 import sys
 
 from bench.cli.common import add_store, add_target_options, check_reconnect, token
-from edge_runtime.cli.common import add_json, plan_outputs
+from edge_runtime.cli.common import UsageError, add_json, plan_outputs
+from edge_runtime.errors import UserError
 
 HELP = "reachable? what board, CPUs, backends and versions, link quality; exit 1 if any is not reachable"
 
 
 def add_arguments(p) -> None:
     where = "tcp://HOST:PORT, serial:///dev/ttyUSB0?baud=N, socket://..., kserve+http://HOST:PORT/MODEL"
-    p.add_argument("urls", nargs="+", metavar="URL", help=where)
+    p.add_argument("urls", nargs="*", metavar="URL", help=where)
+    p.add_argument("--schemes", action="store_true", help="list the URL schemes known here (built in and plugins)")
     p.add_argument("--header", action="append", metavar="'NAME: VALUE'", help="a server target's header (repeatable)")
     add_target_options(p)
     p.set_defaults(reconnect_for=0.0)
@@ -28,6 +31,10 @@ def run(args) -> int:
     from edge_runtime.system.outputs import write_json
 
     check_reconnect(args.reconnect_for)
+    if args.schemes or not args.urls:
+        if args.urls or not args.schemes:
+            raise UsageError("give URL... to describe targets, or --schemes (alone) to list the kinds known here")
+        return list_schemes(args)
     headers = header_flags(args.header)
     classes = [registry.check(url) for url in args.urls]  # a URL that names nothing: a user error before any is tried
     outs = plan_outputs([("--json", args.json)])
@@ -47,6 +54,30 @@ def run(args) -> int:
     if not ("--json" in outs and outs["--json"].is_stdout):
         sys.stdout.write(render(rows))
     return 0 if all(r["reachable"] for r in rows) else 1
+
+
+def list_schemes(args) -> int:
+    from bench.targets import registry
+    from edge_runtime.system.outputs import write_json
+
+    outs = plan_outputs([("--json", args.json)])
+    rows = []
+    for scheme, name in registry.schemes().items():
+        try:
+            info = registry.target_class(scheme + ":" if scheme else "/").info
+            rows.append({"scheme": scheme, "kind": info.kind, "class": name, "summary": info.summary})
+        except UserError as err:  # a plugin that cannot be loaded is listed with why, not hidden
+            rows.append({"scheme": scheme, "kind": None, "class": name, "error": err.one_line()})
+    if "--json" in outs:
+        write_json({"schema": "edge-bench/schemes/1", "schemes": rows}, outs["--json"])
+    if not ("--json" in outs and outs["--json"].is_stdout):
+        said = set()  # a kind's URL form once, beside its first scheme
+        for r in rows:
+            shown = f"{r['scheme']}:" if r["scheme"] else "/dev/..."
+            note = "" if r["class"] in said else f"  {r.get('summary') or r['error']}"
+            said.add(r["class"])
+            sys.stdout.write(f"{shown:<13} {r['kind'] or '?':<7} {r['class']}{note}\n")
+    return 0
 
 
 def render(rows: list[dict]) -> str:

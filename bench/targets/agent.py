@@ -51,7 +51,8 @@ class AgentTarget(Target):
     schemes = BOARD_SCHEMES
     info = TargetInfo(
         kind="board",
-        summary="a board's agent: tcp://HOST:PORT, serial:///dev/ttyUSB0?baud=N, a device path, socket://, loop://",
+        summary="tcp://HOST:PORT, serial:///dev/ttyUSB0?baud=N, a device path, socket://, rfc2217:// or loop:// for a "
+        "board's agent",
         thermal=True,
         takes=frozenset({"token", "reconnect_for", "cpus", "threads", "backend", "device"}),
         recovers=True,

@@ -82,7 +82,7 @@ class KServeTarget(Target):
     schemes = SCHEMES
     info = TargetInfo(
         kind="server",
-        summary="kserve+http://HOST:PORT/MODEL or kserve+grpc://HOST:PORT/MODEL (a KServe v2 server)",
+        summary="kserve+http://HOST:PORT/MODEL or kserve+grpc://HOST:PORT/MODEL for a KServe v2 server",
         takes=frozenset({"headers", "concurrency"}),
     )
 

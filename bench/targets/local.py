@@ -46,7 +46,7 @@ class LocalTarget(Target):
     schemes = ("local",)
     info = TargetInfo(
         kind="board",
-        summary="local: (this machine; local:?backend=NAME&cpus=LIST&threads=N&device=D)",
+        summary="local:?backend=NAME&cpus=LIST&threads=N&device=D for this machine",
         thermal=True,
         takes=frozenset({"cpus", "threads", "backend", "device"}),
     )

@@ -78,8 +78,8 @@ def target_class(url: str) -> type[Target]:
             raise UserError(f"target scheme {scheme!r}: {module}:{name} cannot be loaded ({type(err).__name__}: "
                             f"{err})") from None  # fmt: skip
         if not (isinstance(target, type) and issubclass(target, Target)) or scheme not in target.schemes:
-            raise TypeError(f"target scheme {scheme!r}: {module}:{name} is not a bench.targets.base.Target "
-                            "that declares it in its schemes")  # fmt: skip
+            raise UserError(f"target scheme {scheme!r}: {module}:{name} is not a bench.targets.base.Target that "
+                            "declares it in its schemes")  # fmt: skip
         _REGISTRY[scheme] = target
     return target
 
