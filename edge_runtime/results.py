@@ -2,9 +2,11 @@
 and reports read, through the same code.
 
 The records are frozen dataclasses. `to_dict()` gives the JSON shape of the schema, key for key and in order;
-`from_dict()` reads it back, converting nested sections, tolerating keys an older writer left out (they read as None)
-and keeping keys a newer writer of the same major version added (`extra`), so a file survives a round trip. `load()`
-refuses, with one line, a file that is not a result, an unknown schema or a newer major version.
+`from_dict()` reads it back, converting nested sections, tolerating keys an older writer left out (they read as their
+defaults) and keeping keys a newer writer of the same major version added (`extra`), so a file survives a round trip:
+a record as read writes back the keys it was read with, in their order (a host's record, which has no pinning or
+thermal section, stays without them). `load()` refuses, with one line, a file that is not a result, an unknown schema
+or a newer major version.
 
 Never: import anything of edge_runtime but errors and the system's checked file reader (the host imports this module
 without the runtime), or carry private data: the latency samples travel beside a result (`measure.bench.BenchRun`),
@@ -50,16 +52,22 @@ class Record:
     )
 
     _hints: ClassVar[dict[type, dict[str, Any]]] = {}
+    # The keys a record read by from_dict() was read with, in their order (set on the instance); None: built in code.
+    # Not a field: equality ignores it, and dataclasses.replace() makes a record that writes the schema's every key.
+    _read_keys: ClassVar[tuple[str, ...] | None] = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON shape: every key of the schema in order (None left out where the field says so), then `extra`;
+        for a record as read, the keys it was read with, in their order."""
+        names = {f.metadata.get("key", f.name): f for f in dataclasses.fields(self) if not f.metadata.get("extra")}
+        if self._read_keys is not None:
+            return {k: _plain(getattr(self, names[k].name) if k in names else self.extra[k]) for k in self._read_keys}
         out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            if f.metadata.get("extra"):
-                continue
+        for key, f in names.items():
             value = getattr(self, f.name)
             if value is None and f.metadata.get("omit_none"):
                 continue
-            out[f.metadata.get("key", f.name)] = _plain(value)
+            out[key] = _plain(value)
         for k, v in self.extra.items():
             out.setdefault(k, _plain(v))
         return out
@@ -80,9 +88,11 @@ class Record:
                 known[f.name] = _convert(hints[f.name], data[key], f"{where}.{key}" if where else key)
         extra = {k: v for k, v in data.items() if k not in names}
         try:
-            return cls(**known, extra=extra)
+            record = cls(**known, extra=extra)
         except TypeError as err:  # a required key missing
             raise UserError(f"{where or cls.__name__}: {err}") from err
+        object.__setattr__(record, "_read_keys", tuple(data))  # frozen: set once, here
+        return record
 
     @classmethod
     def _type_hints(cls) -> dict[str, Any]:
@@ -117,6 +127,8 @@ def _convert(hint, value, where: str):
             raise UserError(f"{where}: expected a list, got {type(value).__name__}")
         args = typing.get_args(hint)
         if (len(args) == 2 and args[1] is Ellipsis) or len(args) == 1:
+            if _all_plain(args[0], value):
+                return tuple(tuple(v) if isinstance(v, list) else v for v in value)
             return tuple(_convert(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
         if args and len(value) != len(args):
             raise UserError(f"{where}: expected {len(args)} items, got {len(value)}")
@@ -142,6 +154,27 @@ def _convert(hint, value, where: str):
             raise UserError(f"{where}: expected a string, got {value!r}")
         return value
     return _checked_any(value, where)
+
+
+_JSON_KINDS = {int: (int,), float: (int, float), str: (str,)}  # what JSON gives for each (a bool is neither number)
+
+
+def _all_plain(item, value: list) -> bool:
+    """Every item of `value` already what `item` says, when it is a scalar or a fixed tuple of scalars: one quick pass
+    over a long list (a histogram's buckets, a timeline) before the item-by-item conversion, which names the first
+    item that is not."""
+    parts = typing.get_args(item) if typing.get_origin(item) is tuple else (item,)
+    kinds = [_JSON_KINDS.get(p) for p in parts]
+    if not kinds or None in kinds:
+        return False
+
+    def plain(x, kind) -> bool:
+        return type(x) in kind and (type(x) is not float or math.isfinite(x))
+
+    if typing.get_origin(item) is not tuple:
+        return all(plain(x, kinds[0]) for x in value)
+    n = len(kinds)
+    return all(type(v) in (list, tuple) and len(v) == n and all(map(plain, v, kinds)) for v in value)
 
 
 def _checked_any(value, where: str):
@@ -350,6 +383,26 @@ class Aborted(Record):
 
 
 @dataclass(frozen=True)
+class Errors(Record):
+    """A run a client timed: its failed queries, their share of the queries sent, how many of each kind, and the first
+    message of each kind."""
+
+    failed: int = 0
+    share: float = 0.0
+    kinds: Mapping[str, int] = field(default_factory=dict)
+    examples: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ServerSection(Record):
+    """What a server said about a run a client timed: its statistics (the time split), its metrics, the network."""
+
+    statistics: Mapping[str, Any] | None = None
+    metrics: Mapping[str, Any] | None = None
+    network: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
 class BenchResult(Record):
     """One `edge-runtime bench` run: schema `edge-runtime/bench/1`."""
 
@@ -377,9 +430,9 @@ class BenchResult(Record):
     scenario: Mapping[str, Any] | None = field(default=None, metadata=OMIT_NONE)
     # A run a host timed as a client (a KServe v2 server): failed queries by kind and their share, the count the
     # SLO's error budget takes, and what the server said about itself (its time split, its metrics).
-    errors: Mapping[str, Any] | None = field(default=None, metadata=OMIT_NONE)
+    errors: Errors | None = field(default=None, metadata=OMIT_NONE)
     failed_queries: int | None = field(default=None, metadata=OMIT_NONE)
-    server: Mapping[str, Any] | None = field(default=None, metadata=OMIT_NONE)
+    server: ServerSection | None = field(default=None, metadata=OMIT_NONE)
     # A local NVIDIA GPU's own figures during the run (NVML: utilisation, memory, power, temperature, clocks).
     gpu: Mapping[str, Any] | None = field(default=None, metadata=OMIT_NONE)
     # Latency over time: up to 200 windows of equal count in order, {t_s (end of the window, s from the start of the
@@ -404,17 +457,17 @@ def parse_schema(text: object) -> tuple[str, int, int]:
     return name, int(major), int(minor or 0)
 
 
-def load(source: str | os.PathLike[str] | Mapping[str, Any]) -> BenchResult:
-    """A result record from a file or a dict. Refuses, with one line naming the file: no JSON, no schema, an unknown
-    schema, or a newer major version than this one reads (`upgrade edge-runtime`). Older files of the same major
-    version read, with the keys they lack as None."""
-    where = "result"
+def load(source: str | os.PathLike[str] | Mapping[str, Any], *, where: str | None = None) -> BenchResult:
+    """A result record from a file or a dict. Refuses, with one line naming the file (or `where`, e.g. "run 17 in
+    s.sqlite"): no JSON, no schema, an unknown schema, or a newer major version than this one reads (`upgrade
+    edge-runtime`). Older files of the same major version read, with the keys they lack as their defaults."""
     if isinstance(source, Mapping):
         data = source
+        where = where or "result"
     else:
         from edge_runtime.system.files import open_input
 
-        where = f"result {str(source)!r}"
+        where = where or f"result {str(source)!r}"
         with open_input(source, "result", max_bytes=MAX_RESULT_BYTES) as f:
             raw = f.read()
 
@@ -448,6 +501,8 @@ def load(source: str | os.PathLike[str] | Mapping[str, Any]) -> BenchResult:
     if major < 1:
         raise UserError(f"{where}: schema {data['schema']!r}: no such version")
     try:
-        return cls.from_dict(data, where)
+        return cls.from_dict(data)
+    except UserError as err:  # the key's path after the name: "run 3 in s.sqlite: errors.failed: expected ..."
+        raise UserError(f"{where}: {err.message}", hint=err.hint) from None
     except RecursionError as err:
         raise UserError(f"{where}: nested too deeply to be a result") from err

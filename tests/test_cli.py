@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import MANIFEST, artifact, backend_installed, need
-from helpers import fixture, run_cli
+from conftest import MANIFEST, MODELS, ROOT, artifact, backend_installed, need
+from helpers import assert_one_line_error, fixture, run_cli
 
 from edge_runtime.system.root import SystemRoot
 
@@ -162,3 +166,154 @@ def test_edge_bench_prints_its_help():
 
     proc = subprocess.run([sys.executable, "-m", "bench.cli", "--help"], capture_output=True, text=True)
     assert proc.returncode == 0 and "usage: edge-bench" in proc.stdout
+
+
+# ---------------------------------------------------------------------- a one-shot run's own cost (issue 22, item 10)
+# What `run` used to pay for beside the library's own work: numpy.random for its inputs, hashlib (OpenSSL) for a small
+# model's hash, argparse's shutil (with bz2 and lzma), selectors, tempfile for LiteRT's stderr, the output machinery
+# with no output asked for. The parent (flags, paths, the fork) never imports numpy; the work imports none of these.
+PARENT_NEVER = ["numpy", "shutil", "selectors", "hashlib", "tempfile", "edge_runtime.system.outputs"]
+WORK_NEVER = ["numpy.random", "shutil", "selectors", "hashlib", "tempfile", "edge_runtime.system.outputs"]
+
+
+def _imported_after(code: str) -> list:
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    ("suffix", "backend", "library"),
+    [("_int8.onnx", "onnxruntime", "onnxruntime"), ("_int8.xml", "openvino", "openvino"),
+     ("_int8.tflite", "tflite", "ai_edge_litert.interpreter")],
+)  # fmt: skip
+def test_a_one_shot_run_imports_only_what_it_uses(suffix, backend, library):
+    need(backend)
+    model = str(artifact("digits_cnn", suffix))
+    # What the library brings itself (OpenVINO imports shutil and tempfile) is the library's, not the run's.
+    own = _imported_after(f"import json, sys, numpy, {library}\nprint(json.dumps(sorted(sys.modules)))")
+    parent, work = _imported_after(
+        "import json, sys\n"
+        "from edge_runtime.cli.main import main\n"
+        f"assert main(['run', {model!r}]) == 0\n"  # forked: what the parent imported
+        f"parent = [m for m in {PARENT_NEVER!r} if m in sys.modules]\n"
+        f"assert main(['run', {model!r}, '--no-sandbox']) == 0\n"  # here: what the work imports
+        f"print(json.dumps([parent, [m for m in {WORK_NEVER!r} if m in sys.modules]]))\n"
+    )
+    assert parent == [] and [m for m in work if m not in own] == []
+
+
+def test_random_inputs_are_seeded_per_input_and_cover_each_dtype():
+    """The inputs `run` and `bench` make (numpy.random no more): the same seed gives the same arrays, another seed or
+    another input other ones; floats in [0, 1) at their own precision, integers over their whole range, bools both."""
+    from edge_runtime.runtime.backends.base import TensorInfo
+    from edge_runtime.runtime.feeds import random_feeds
+
+    ins = [
+        TensorInfo("f", (1, 4096), np.dtype(np.float32)),
+        TensorInfo("g", (1, 4096), np.dtype(np.float32)),
+        TensorInfo("h", (4096,), np.dtype(np.float16)),
+        TensorInfo("q", (None, 4096), np.dtype(np.int8)),
+        TensorInfo("u", (4096,), np.dtype(np.uint16)),
+        TensorInfo("b", (4096,), np.dtype(bool)),
+    ]
+    a, sources = random_feeds(ins, 3)
+    again, _ = random_feeds(ins, 3)
+    other, _ = random_feeds(ins, 4)
+    for t in ins:
+        assert a[t.name].dtype == t.dtype and a[t.name].shape == tuple(d or 1 for d in t.shape)
+        assert np.array_equal(a[t.name], again[t.name]) and not np.array_equal(a[t.name], other[t.name])
+    assert not np.array_equal(a["f"], a["g"])  # two inputs of one shape get their own data
+    for name in ("f", "h"):
+        x = a[name].astype(np.float64)
+        assert 0.0 <= x.min() and x.max() < 1.0 and abs(x.mean() - 0.5) < 0.03, name
+    assert (a["q"].min(), a["q"].max()) == (-128, 127) and a["u"].min() < 1000 and a["u"].max() > 64000
+    assert 0.45 < a["b"].mean() < 0.55
+    uniform = "random uniform [0, 1)"
+    assert sources == {"f": uniform, "g": uniform, "h": uniform, "q": "random integers [-128, 127]",
+                       "u": "random integers [0, 65535]", "b": "random bool"}  # fmt: skip
+    given, src = random_feeds(ins[:1], 3, {"f": np.zeros((1, 4096), np.float32)})
+    assert not given["f"].any() and src == {"f": "file"}
+
+
+def test_a_small_model_is_hashed_without_openssl_and_a_large_one_with_it():
+    """hashlib loads OpenSSL and builds all its algorithms (~3 ms) before it hashes: a model under 1 MiB is hashed by
+    the interpreter's own SHA-256, a larger one by OpenSSL; the same digest either way, .xml then .bin for an IR."""
+    small = artifact("mobilenet_v1_025_vww", "_int8.xml")  # 245 KB + 242 KB
+    large = MODELS / "fc_autoencoder_ad" / "fc_autoencoder_ad_fp32.onnx"
+    assert large.stat().st_size > 1 << 20
+    code = (
+        "import json, sys\n"
+        "from edge_runtime.runtime.model import inspect_model\n"
+        f"small = inspect_model({str(small)!r}).sha256\n"
+        "before = 'hashlib' in sys.modules\n"
+        f"large = inspect_model({str(large)!r}).sha256\n"
+        "print(json.dumps([small, before, large, 'hashlib' in sys.modules]))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    assert got[0] == hashlib.sha256(small.read_bytes() + small.with_suffix(".bin").read_bytes()).hexdigest()
+    assert got[2] == hashlib.sha256(large.read_bytes()).hexdigest()
+    assert got[1] is False and got[3] is True
+
+
+def test_onnx_external_data_is_found_and_a_model_without_is_not_walked(tmp_path, monkeypatch):
+    """The external-data files an ONNX model names are inputs like the model; a model with none (no "location" key
+    in its bytes) is not walked field by field in Python (~3 ms for a 300 KB model, twice per run)."""
+    need("onnxruntime")
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edge_runtime.runtime import model as model_mod
+
+    w = numpy_helper.from_array(np.eye(64, dtype=np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "ext",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])],
+        [w],
+    )
+    path = tmp_path / "ext.onnx"
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save_model(m, str(path), save_as_external_data=True, location="ext.weights", size_threshold=0)
+    walked = []
+    walk = model_mod._external_locations
+    monkeypatch.setattr(model_mod, "_external_locations", lambda *a: walked.append(a[3]) or walk(*a))
+    assert model_mod.inspect_model(artifact("mobilenet_v1_025_vww", "_int8.onnx")).external == ()
+    assert walked == []
+    assert model_mod.inspect_model(path).external == (tmp_path / "ext.weights",) and walked
+    doc = json.loads(run_cli("run", str(path), "--json").stdout)
+    weights = (tmp_path / "ext.weights").read_bytes()
+    assert doc["model"]["sha256"] == hashlib.sha256(path.read_bytes() + weights).hexdigest()
+    proc = run_cli("run", str(path), "--json", str(tmp_path / "ext.weights"))
+    assert_one_line_error(proc, "ext.weights", "the model's external data")
+    (tmp_path / "ext.weights").unlink()
+    assert_one_line_error(run_cli("run", str(path)), "external data file", "is missing")
+
+
+def test_a_forked_run_ends_without_a_teardown_and_still_lets_go_of_its_output(tmp_path):
+    """The command line ends a forked run with os._exit after its exit handlers (a teardown writes to every page the
+    fork made copy-on-write): the text and the --json are complete, and the output's lock file in /run/lock goes."""
+    need("onnxruntime")
+    from edge_runtime.system.locks import lock_dir
+
+    out = tmp_path / "run.json"
+    code = (
+        "import sys\n"
+        "from edge_runtime.cli.main import main\n"
+        f"sys.argv = ['edge-runtime', 'run', {str(artifact('digits_cnn', '_int8.onnx'))!r}, '--json', {str(out)!r}]\n"
+        "main()\n"
+        "raise SystemExit('main() returned: the process was not ended at once')\n"
+    )
+    pipe = subprocess.PIPE
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=pipe, stderr=pipe, text=True, cwd=ROOT)
+    stdout, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 0, stderr
+    assert stdout.startswith("model    ") and stdout.endswith("\n") and "time     load" in stdout
+    assert json.loads(out.read_text())["schema"] == "edge-runtime/run/1"
+    # A claim's lock file holds its holder's pid; the exit handlers removed this one (other commands' may be there).
+    locks = [Path(lock_dir()) / n for n in os.listdir(lock_dir()) if n.startswith("edge-runtime-out-")]
+    assert [p for p in locks if p.read_text().strip() == str(proc.pid)] == []

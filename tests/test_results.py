@@ -20,6 +20,7 @@ from edge_runtime.system import SystemRoot
 
 DATA = ROOT / "tests" / "data"
 BEFORE = sorted(DATA.glob("bench-v1-*.json"))  # written by edge-runtime bench before the restructure (issue 10)
+HOST = DATA / "host-kserve-v1.json"  # a KServe server's run as the host's harness wrote it before issue 23
 MODEL = artifact("digits_cnn", "_int8.onnx")
 
 
@@ -50,6 +51,44 @@ def test_results_from_before_the_restructure_read_back_exactly(path):
     back = r.to_dict()
     assert back == raw and list(back) == list(raw)  # key for key, in order
     assert results.load(back) == r
+
+
+def test_a_host_record_reads_back_exactly_with_its_client_sections_typed():
+    """A server's record has errors and server sections, and no pinning, interference or thermal: it reads, and writes
+    back what it was, no section made up."""
+    raw = json.loads(HOST.read_text())
+    r = results.load(HOST)
+    assert isinstance(r.errors, results.Errors) and isinstance(r.server, results.ServerSection)
+    assert r.errors.failed == r.failed_queries == raw["errors"]["failed"] == 1 and r.errors.kinds == {"http 500": 1}
+    assert r.server.statistics == raw["server"]["statistics"] and r.scenario["kind"] == "server"
+    assert r.model.extra == {"server_name": "digits", "server_versions": ["1"]}
+    back = r.to_dict()
+    assert back == raw and list(back) == list(raw)  # key for key, in order
+    assert results.load(back) == r
+    raw["errors"]["failed"] = "1"
+    with pytest.raises(UserError) as err:
+        results.load(raw, where="run 3 in s.sqlite")
+    assert str(err.value) == "run 3 in s.sqlite: errors.failed: expected a whole number, got '1'"
+
+
+def test_a_record_as_read_writes_back_what_it_read_and_one_built_writes_the_whole_schema():
+    import dataclasses
+
+    doc = {"schema": "edge-runtime/bench/1", "latency_us": {"count": 3, "p50": 1.5},
+           "aborted": {"kind": "interrupted", "signal": None}, "npu_w": 2.5}  # fmt: skip
+    r = results.load(doc)
+    assert r.to_dict() == doc and list(r.to_dict()) == list(doc)  # `signal: null` too, though None is left out
+    assert r.pinning == results.Pinning() and r.latency_us.p99 is None  # what it lacks reads as the defaults
+    built = dataclasses.replace(r, wall_s=2.0).to_dict()
+    assert set(built) == set(results.BenchResult().to_dict()) | {"aborted", "npu_w"} and built["wall_s"] == 2.0
+    assert built["thermal"]["available"] is False and built["latency_us"] == doc["latency_us"]
+
+
+def test_a_result_given_as_a_dict_is_named_by_where():
+    with pytest.raises(UserError) as err:
+        results.load({"schema": "foo/1"}, where="run 3 in s.sqlite")
+    said = "run 3 in s.sqlite: schema 'foo/1' is not one this version reads (it reads edge-runtime/bench/1)"
+    assert str(err.value) == said
 
 
 def test_a_bench_today_has_the_shape_of_one_from_before():
@@ -114,6 +153,23 @@ def test_a_result_with_a_value_of_the_wrong_kind_is_refused_naming_it(section, k
     with pytest.raises(UserError) as err:
         results.load(doc)
     assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("histogram", "needle"),
+    [
+        ([[1, 2], [3, True]], "histogram_us[1][1]: expected a whole number, got True"),
+        ([[1, 2], [3]], "histogram_us[1]: expected 2 items, got 1"),
+        ([[1, 2], [3.5, 4]], "histogram_us[1][0]: expected a whole number, got 3.5"),
+        ([[1, 2], "3,4"], "histogram_us[1]: expected a list, got str"),
+    ],
+)
+def test_a_long_list_reads_in_one_pass_and_its_first_wrong_item_is_named(histogram, needle):
+    doc = {"schema": "edge-runtime/bench/1", "histogram_us": [[us, 1] for us in range(1, 20_001)]}
+    assert results.load(doc).histogram_us[:2] == ((1, 1), (2, 1))
+    with pytest.raises(UserError) as err:
+        results.load({**doc, "histogram_us": histogram})
+    assert str(err.value) == f"result: {needle}"
 
 
 def test_a_number_too_large_for_a_float_and_deep_nesting_are_refused(tmp_path):

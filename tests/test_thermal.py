@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, artifact, need
-from helpers import bench, fixture, read_until, reaped, request, run_cli
+from helpers import assert_one_line_error, bench, fixture, read_until, reaped, request, run_cli
 
+from edge_runtime import results
 from edge_runtime.system.firmware import decode_throttled, parse_tegrastats, parse_throttled
 from edge_runtime.system.root import SystemRoot
 from edge_runtime.system.thermal import (
@@ -296,12 +297,58 @@ def test_a_limit_crossed_in_warm_up_names_the_phase_and_never_a_negative_time(tm
     assert thermal_phase(12.5, 5.0, 10.0) == ("measure", 2.5)
     need("onnxruntime")
     root, temp = board_tree(tmp_path, 50.0)
-    with reaped(spawn_bench(root, "--duration", "5", "--warmup-time", "20")) as proc:
+    out = tmp_path / "result.json"
+    with reaped(spawn_bench(root, "--duration", "5", "--warmup-time", "20", "--json", str(out))) as proc:
         read_until(proc, "warming up: 20 s")  # the warm-up is running: heat the board now
         heater(temp, [(0.0, 66.0)]).join(10)
         _, stderr = proc.communicate(timeout=60)  # long before the 20 s warm-up would have ended
     assert proc.returncode == 1, stderr
     assert "thermal limit 60 C exceeded during warm-up (66.0 C): nothing measured" in stderr
+    # Nothing measured, and still a record of why (issue 22): the phase, the heat, no latency, the model that ran.
+    r = results.load(out).to_dict()
+    assert r["aborted"]["kind"] == "thermal" and r["aborted"]["phase"] == "warm-up" and r["aborted"]["partial"] is False
+    assert r["aborted"]["at_s"] == 0.0 and "exceeded during warm-up (66.0 C)" in r["aborted"]["reason"]
+    assert r["latency_us"]["count"] == 0 and r["latency_us"]["p99"] is None and r["throughput_ips"] is None
+    assert r["thermal"]["max_c"] == 66.0 and r["thermal"]["headroom_c"] == -6.0 and r["config"]["warmup"] > 0
+    assert r["backend"]["name"] == "onnxruntime" and r["backend"]["version"] and len(r["model"]["sha256"]) == 64
+    assert all(p["t_s"] <= 0 and p["sample_index"] is None for p in r["thermal"]["timeline"])  # all before measuring
+
+
+@pytest.mark.parametrize("why", ["above the limit", "never cooled down"])
+@pytest.mark.parametrize("to", ["file", "stdout"])
+def test_a_run_refused_before_load_still_writes_its_record(tmp_path, why, to):
+    """A board already at 61.5 C with a 50 C limit (or one that never cools to 40 C) is refused before the model
+    loads: exit 1 with one line, as before, and the --json asked for is written (it was not: issue 22): the refused
+    run, `aborted.phase` "before load", with the temperatures that decided it."""
+    need("onnxruntime")
+    root, _ = board_tree(tmp_path, 61.5)
+    out = tmp_path / "refused.json"
+    cool = ["--cooldown-to", "40", "--cooldown-timeout", "0.3", "--sample-interval", "0.1"] if "cool" in why else []
+    model = str(artifact("digits_cnn", "_int8.onnx"))
+    proc = run_cli("bench", model, "--thermal-limit", "50", "--sysroot", str(root), "--cpus", "1", *cool,
+                   "--json", str(out) if to == "file" else "-")  # fmt: skip
+    said = "--cooldown-to 40: still 61.5 C after 0.3 s" if cool else "thermal limit before measuring: 61.5 C > 50 C"
+    if cool:  # "cooling down" progress lines come first; the error is the last line, and the only one
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        errors = [ln for ln in proc.stderr.splitlines() if not ln.startswith("cooling down: ")]
+        assert len(errors) == 1 and errors[0].startswith("edge-runtime: error: ") and said in errors[0], proc.stderr
+    else:
+        assert_one_line_error(proc, said, code=1)
+    r = results.load(out if to == "file" else json.loads(proc.stdout)).to_dict()  # a result any reader takes
+    assert r["aborted"] == {"kind": "thermal", "reason": r["aborted"]["reason"], "at_s": None, "partial": False,
+                            "phase": "before load"}  # fmt: skip
+    assert said in r["aborted"]["reason"]
+    t = r["thermal"]
+    assert t["available"] and t["start_c"] == t["max_c"] == t["end_c"] == 61.5
+    assert (t["limit_c"], t["limit_source"], t["headroom_c"]) == (50.0, "--thermal-limit", -11.5)
+    assert t["zones"] and all(z["start_c"] == 61.5 and z["trips"] for z in t["zones"])
+    if cool:
+        assert t["cooldown"]["to_c"] == 40.0 and t["cooldown"]["reached_c"] is None and t["cooldown"]["timed_out"]
+        assert t["cooldown"]["waited_s"] >= 0.3
+    assert r["model"]["path"] == model and r["model"]["format"] == "onnx" and len(r["model"]["sha256"]) == 64
+    assert r["latency_us"]["count"] == 0 and r["config"]["cpus"] == [1] and r["config"]["warmup"] == 0
+    assert r["backend"]["name"] == "onnxruntime" and r["backend"]["version"] == ""  # never loaded
+    assert r["environment"]["sysroot"] == str(root)
 
 
 def test_prometheus_textfile(tmp_path):

@@ -1,11 +1,14 @@
 """The results store: one SQLite file (WAL) that keeps every run with what explains it, and the baselines.
 
-A run is one result record (`edge-runtime/bench/1`, or a later scenario record) with where it came from: campaign,
+A run is one result record (`edge-runtime/bench/1`, a board's or a host's) with where it came from: campaign,
 target, scenario, model (name and sha256), repetition, the host's request id (a result delivered twice is stored once),
 the environment snapshot, the latency histogram (HdrHistogram, encoded, when the hdr extra is installed), the
 thermal timeline and the verdict it was given (SLO checks, run rules). Each run is written in one transaction: a
 process killed mid-write leaves the store as it was.
 The schema is versioned with `PRAGMA user_version`; MIGRATIONS takes an older file forward, a newer one is refused.
+Records go in and come out through `edge_runtime.results`, the reader the board's own files go through: a record of
+an unknown schema or a newer major version is refused when it is stored, and when it is read (one written into the
+file by other means), in one line naming the run and the store.
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ import os
 import sqlite3
 import stat
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
+from edge_runtime import results
 from edge_runtime.errors import UserError
 
 DEFAULT_STORE = "edge-bench.sqlite"
@@ -77,6 +82,8 @@ class Run:
     hdr: str | None
     timeline: list | None
     verdict: dict | None = None  # {"slo": bench.slo.evaluate(...) or None, "rules": bench.slo.run_rules(...) or None}
+    # `result` read through edge_runtime.results (the store reads every run so); `result` stays the stored dict.
+    record: results.BenchResult | None = field(default=None, repr=False, compare=False)
 
     def summary(self) -> dict:
         lat = self.result.get("latency_us") or {}
@@ -160,7 +167,7 @@ class Store:
     # ------------------------------------------------------------------------------------------------ runs
     def add_run(
         self,
-        result: dict,
+        result: Mapping[str, Any] | results.BenchResult,
         *,
         target: str,
         scenario: str = "single-stream",
@@ -172,7 +179,12 @@ class Store:
         verdict: dict | None = None,
     ) -> int:
         """Keep one run, with the verdict it was given (`{"slo": ..., "rules": ...}`, bench.slo), in one transaction;
-        its id. The same request id twice (a result delivered again) gives the first run's id."""
+        its id. The same request id twice (a result delivered again) gives the first run's id. What is written is read
+        back through edge_runtime.results first: a record this version cannot read is refused, and nothing is kept."""
+        if isinstance(result, results.BenchResult):
+            result = result.to_dict()
+        text = _dumps(result)  # NaN and Infinity as null, numpy scalars as numbers: what the store will hold
+        results.load(json.loads(text), where=f"the result to store in {self.path}")
         model = result.get("model") or {}
         env = result.get("environment") or None
         timeline = (result.get("thermal") or {}).get("timeline")
@@ -187,7 +199,7 @@ class Store:
             repetition,
             request_id,
             (env or {}).get("board"),
-            _dumps(result),
+            text,
             _dumps(env) if env is not None else None,
             encode_histogram(result.get("histogram_us") or []),
             _dumps(timeline) if timeline is not None else None,
@@ -213,12 +225,13 @@ class Store:
             row = self.db.execute(f"SELECT {_COLUMNS} FROM runs WHERE id = ?", (int(text),)).fetchone()
             if row is None:
                 raise UserError(f"run {text}: no such run in {self.path}", hint="edge-bench report lists them")
-            return _run(row)
+            return _run(row, self.path)
         return self.baseline(text.removeprefix("baseline:"))
 
     def runs(self, limit: int | None = None) -> list[Run]:
+        """The latest runs first (all of them without `limit`), each read as `run()` reads one."""
         q = f"SELECT {_COLUMNS} FROM runs ORDER BY id DESC" + (" LIMIT ?" if limit else "")
-        return [_run(r) for r in self.db.execute(q, (limit,) if limit else ())]
+        return [_run(r, self.path) for r in self.db.execute(q, (limit,) if limit else ())]
 
     # ------------------------------------------------------------------------------------------------ baselines
     def set_baseline(self, name: str, run_ref: str | int) -> Run:
@@ -251,12 +264,22 @@ _COLUMNS = (
 )
 
 
-def _run(row) -> Run:
+def _run(row, path: str) -> Run:
+    """A stored run, its record read through edge_runtime.results: a schema this version does not read (unknown, or a
+    newer major version) or a value of the wrong kind is one line naming the run and the store."""
     (rid, created, campaign, target, url, scenario, name, sha, rep, req, board, result, env, hdr, timeline) = row[:15]
-    verdict = row[15]
-    return Run(rid, created, campaign, target, url, scenario, name, sha, rep, req, board, json.loads(result),
+    verdict, where = row[15], f"run {rid} in {path}"
+    doc = _loads(result, where)
+    return Run(rid, created, campaign, target, url, scenario, name, sha, rep, req, board, doc,
                json.loads(env) if env else None, hdr, json.loads(timeline) if timeline else None,
-               json.loads(verdict) if verdict else None)  # fmt: skip
+               json.loads(verdict) if verdict else None, record=results.load(doc, where=where))  # fmt: skip
+
+
+def _loads(text: str, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as err:  # written into the file by other means
+        raise UserError(f"{where}: its result is not JSON ({' '.join(str(err).split())[:120]})") from None
 
 
 def _dumps(doc: Any) -> str:

@@ -144,7 +144,7 @@ def request_from_args(args):
 
 def run(args) -> int:
     from edge_runtime.cli.signals import SIGNALS
-    from edge_runtime.measure.bench import run_bench
+    from edge_runtime.measure.bench import NothingMeasured, run_bench
     from edge_runtime.measure.loop import StopRequest, hdr_log_text
 
     root = sysroot(args.sysroot)
@@ -168,6 +168,12 @@ def run(args) -> int:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             bench = run_bench(request, root, feeds=feeds, progress=progress, stop=stop)
+    except NothingMeasured as err:  # exit 1 like every failed check, and the --json asked for says why
+        if "--json" in outs:
+            from edge_runtime.system.outputs import write_json
+
+            write_json(err.result.to_dict(), outs["--json"])
+        raise
     finally:
         SIGNALS.stop = None
         if tty:

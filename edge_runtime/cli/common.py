@@ -10,11 +10,14 @@ import math
 import os
 import re
 import sys
+from typing import TYPE_CHECKING
 
 from edge_runtime.errors import FeedError, UserError
 from edge_runtime.system.files import check_input
 from edge_runtime.system.limits import MAX_DURATION_S, MAX_SEED, MAX_THREADS, MAX_WARMUP, MAX_WARMUP_S
-from edge_runtime.system.outputs import Output, check_distinct, check_outside, plan_output
+
+if TYPE_CHECKING:  # imported where an output is planned: a command that writes no file never loads it (issue 22)
+    from edge_runtime.system.outputs import Output
 
 PROG = "edge-runtime"
 
@@ -25,11 +28,39 @@ class UsageError(UserError):
     """A bad flag or value (exit 2)."""
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, given the terminal's width as shutil would find it (COLUMNS, else the terminal of
+    standard output, else 80) without importing shutil: argparse does for every parser it builds, help asked or not,
+    and shutil brings bz2, lzma and zlib (~3 ms of a one-shot `run`, issue 22)."""
+
+    def __init__(self, prog: str, *args, **kwargs) -> None:
+        if len(args) < 3 and kwargs.get("width") is None:
+            kwargs["width"] = _terminal_columns() - 2  # what argparse takes off shutil's answer
+        super().__init__(prog, *args, **kwargs)
+
+
+def _terminal_columns() -> int:
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns > 0:
+        return columns
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80
+    except (AttributeError, ValueError, OSError):
+        return 80
+
+
 class Parser(argparse.ArgumentParser):
     """argparse that raises instead of exiting, so bad flags get the same one-line error and exit code 2. `program`:
     the command whose name already starts the line (edge-bench sets its own)."""
 
     program = PROG
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # type: ignore[override]
         # "argument --threads: 0: must be at least 1" -> "--threads 0: must be at least 1": flag, value, what is wrong
@@ -197,13 +228,14 @@ def plan_outputs(
     """Check every output of a command before it runs: each writable, none the same as another or as an input, and
     none inside the --sysroot tree the command reads (`root`, when it is a captured tree) or inside the board profiles
     directory (every *.toml there is read as a profile by the next command)."""
+    if all(dest is None for _, dest in pairs):  # nothing written: nothing to check (and the profiles need not be found)
+        return {}
+    from edge_runtime.system.boards import boards_dir
+    from edge_runtime.system.outputs import check_distinct, check_outside, plan_output
+
     outs = {
         flag: plan_output(flag, dest, regular_only=flag in regular_only) for flag, dest in pairs if dest is not None
     }
-    if not outs:  # nothing written: nothing to check (and the profiles need not be found)
-        return outs
-    from edge_runtime.system.boards import boards_dir
-
     check_distinct(outs.values(), inputs)
     trees = [(boards_dir(), "the board profiles directory")]
     if root is not None and not root.is_live:
@@ -358,9 +390,9 @@ def load_inputs(specs: list[str] | None, session, seed: int) -> tuple[dict, dict
 def emit_json(doc: dict, outs: dict[str, Output]) -> bool:
     """Write `doc` where --json said. True when it went to standard output: the text report is then left out, so
     stdout stays one JSON document."""
-    from edge_runtime.system.outputs import write_json
-
     if "--json" not in outs:
         return False
+    from edge_runtime.system.outputs import write_json
+
     write_json(doc, outs["--json"])
     return outs["--json"].is_stdout

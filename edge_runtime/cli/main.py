@@ -16,7 +16,6 @@ from edge_runtime import __version__
 from edge_runtime.cli.common import PROG, Parser, UsageError
 from edge_runtime.cli.signals import SIGNALS
 from edge_runtime.errors import EdgeRuntimeError
-from edge_runtime.system.process import signal_name
 
 # The order `--help` lists them in: module, help line.
 COMMANDS = {
@@ -58,13 +57,16 @@ def command_module(name: str):
 
 
 def build_parser(command: str | None = None) -> Parser:
-    """Every command is listed; only `command`'s flags are declared (all of them when None), so only its module is
-    imported."""
+    """Every command is listed, with all its flags (None); or every command listed and none declared (""); or only
+    `command`, the one the command line names, with its flags: only its module is imported, and no parser is built
+    for the others (argparse gives each its help action and translations: ~2 ms of a one-shot `run`, issue 22)."""
     ap = Parser(prog=PROG, description="On-device inference runtime: load, run and measure INT8 models.")
     ap.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     ap.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for name, (_, text) in COMMANDS.items():
+        if command and name != command:
+            continue
         p = sub.add_parser(name, help=text, description=text)
         if command is None or name == command:
             command_module(name).add_arguments(p)
@@ -72,11 +74,12 @@ def build_parser(command: str | None = None) -> Parser:
 
 
 def _chosen(argv: list[str]) -> str | None:
-    """The command in argv: the first word that names one (the global flags before it take no value)."""
+    """The command in argv: the first word that names one (the global flags before it take no value). None when the
+    program's own help or version comes first: that lists every command."""
     for word in argv:
         if word in COMMANDS:
             return word
-        if not word.startswith("-"):
+        if not word.startswith("-") or word in ("-h", "--help", "--version"):
             return None
     return None
 
@@ -104,14 +107,16 @@ def _reopen_closed_std_fds() -> set[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    as_program = argv is None  # the process is this command (a caller passing argv keeps its interpreter)
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
     if not debug:
         warnings.showwarning = _one_line_warning
     closed = _reopen_closed_std_fds()
-    from edge_runtime.system import outputs
+    if closed:  # (a command that writes no output file never imports outputs: issue 22)
+        from edge_runtime.system import outputs
 
-    outputs.CLOSED_STD_FDS.update(closed)
+        outputs.CLOSED_STD_FDS.update(closed)
 
     def err_line(text: str) -> None:
         if sys.stderr is not None and 2 not in closed:
@@ -134,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         code = command_module(args.command).run(args)
         if sys.stdout is not None:
             sys.stdout.flush()
+        if as_program and getattr(args, "forked", False):
+            _end_now(code)
         return code
     except EdgeRuntimeError as err:
         if debug:
@@ -141,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         err_line(f"error: {err.one_line()}")
         return err.exit_code
     except KeyboardInterrupt as err:
+        from edge_runtime.system.process import signal_name
+
         signum = getattr(err, "signum", None) or 2
         err_line("interrupted" + (f" ({signal_name(signum)})" if signum != 2 else ""))
         return 128 + signum
@@ -161,6 +170,26 @@ def main(argv: list[str] | None = None) -> int:
             raise
         err_line(_internal(err))
         return 3
+
+
+def _end_now(code: int) -> None:
+    """End a process that forked its work (the one-shot run) without tearing the interpreter down. A fork leaves every
+    page of this process copy-on-write, and the teardown writes to all of them: ~1,500 page faults, a third of what
+    the forked run cost over the library's own script (issue 22). What an exit owes is done first: the exit handlers
+    (an output's lock), then the standard streams. Returns (a normal exit follows) where the handlers cannot be run."""
+    import atexit
+
+    run_handlers = getattr(atexit, "_run_exitfuncs", None)  # what Py_Finalize calls first; CPython 3.x has it
+    if run_handlers is None:
+        return
+    run_handlers()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass  # a stream that cannot be flushed now could not be at exit either
+    os._exit(code)
 
 
 def _internal(err: BaseException) -> str:

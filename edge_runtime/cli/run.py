@@ -60,6 +60,7 @@ def run(args) -> int:
     kwargs = load_kwargs(args)
     if kwargs["sandbox"] and sandbox.can_fork():
         doc, notes = _isolated(args, {**kwargs, "sandbox": False})
+        args.forked = True  # the command line may end this process without a teardown (main._end_now)
     else:
         doc, notes = _measure(args, kwargs)
     for note in notes:
@@ -72,7 +73,8 @@ def run(args) -> int:
 
 def _measure(args, kwargs: dict, say=None) -> tuple[dict, list[str]]:
     """Load, feed, run once: the record, and the warnings to show (as text). `say` (in the forked child) is told the
-    backend before its library is imported, then that the import passed, so a crash is blamed on the right part."""
+    backend before its library is imported, then that the import passed, so a crash is blamed on the right part; the
+    model's sha256 is then left to the parent (None here), which hashes it while the child works."""
     import numpy as np
 
     from edge_runtime.runtime import backends
@@ -96,7 +98,11 @@ def _measure(args, kwargs: dict, say=None) -> tuple[dict, list[str]]:
         infer_ms = (time.perf_counter() - t1) * 1e3
         doc = {
             "schema": "edge-runtime/run/1",
-            "model": {"path": str(session.model.path), "sha256": session.model.sha256, "format": session.model.format},
+            "model": {
+                "path": str(session.model.path),
+                "sha256": session.model.sha256 if say is None else None,
+                "format": session.model.format,
+            },
             "backend": session.backend.to_dict(),
             "inputs": [{**t.to_dict(), "source": sources[t.name]} for t in session.inputs],
             "outputs": [],
@@ -130,9 +136,19 @@ def _isolated(args, kwargs: dict) -> tuple[dict, list[str]]:
         except Exception as err:  # noqa: BLE001 - told to the parent, which says it in one line
             say({"ok": False, "error": "ModelError", "message": f"model {args.model!r}: {type(err).__name__}: {err}"})
 
+    hashed: list[str] = []
+
+    def meanwhile() -> None:  # the parent would only wait while the child imports and loads: it hashes the model
+        from edge_runtime.runtime.model import inspect_model
+
+        try:
+            hashed.append(inspect_model(args.model).sha256)
+        except EdgeRuntimeError:
+            pass  # the child says what is wrong with the file
+
     timeout = sandbox.TIMEOUT_S
     try:
-        code, lines, err = sandbox.forked(work, timeout)
+        code, lines, err = sandbox.forked(work, timeout, meanwhile)
     except TimeoutError:
         raise ModelError(
             f"model {args.model!r}: it did not load and run within {timeout:g} s (checked in a child process)"
@@ -145,7 +161,13 @@ def _isolated(args, kwargs: dict) -> tuple[dict, list[str]]:
         doc, notes = answer.answer
         doc["backend"].update(fallback=True, fallback_reason=answer.why)
         return doc, [f"{backend}: falling back to CPU: {answer.why}", *notes]
-    return answer["doc"], answer.get("notes") or []
+    doc = answer["doc"]
+    if not hashed:  # read here, the file's error is said (a file changed under the run)
+        from edge_runtime.runtime.model import inspect_model
+
+        hashed.append(inspect_model(args.model).sha256)
+    doc["model"]["sha256"] = hashed[0]
+    return doc, answer.get("notes") or []
 
 
 def render(doc: dict) -> str:

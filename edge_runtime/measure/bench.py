@@ -3,7 +3,7 @@
 A run is four phases, each in its own function:
 1. `prepare` (measure/prepare.py): isolation report and platform latency (cyclictest) first, so they see the system
    before the model loads it; the thermal limit, the cool-down wait, and a refusal when the board is already above
-   the limit;
+   the limit (or never cooled down): raised here as `NothingMeasured`, with the record of the refused run;
 2. `_measure`: an ExitStack of resources, each undone whatever happens, in this order: co-runners (so load and
    warm-up run under the same load), the session (loaded with `cpus`: the process and every thread pinned before the
    backend starts its pools; affinity put back after it closes), SCHED_FIFO for every thread (after one call, when
@@ -11,6 +11,9 @@ A run is four phases, each in its own function:
    the interference counters read just around the timed part;
 3. `_build`: the typed result record (edge_runtime.results.BenchResult), statistics, interference, thermal, power;
 4. the samples go back beside the record (`BenchRun`), never inside it.
+
+A failed check that leaves nothing measured (refused before load, the limit crossed in load or warm-up) still has a
+record: `NothingMeasured.result`, marked `aborted` with the phase, for the caller's --json.
 
 The request (`BenchRequest`) is pure data; what only a local caller has (a feeds function, an HDR log output, a
 progress callback, a stop flag) are arguments here.
@@ -27,16 +30,21 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edge_runtime import __version__
 from edge_runtime.errors import CheckFailedError, Interrupted, UserError
 from edge_runtime.measure.corunners import CoRunner
-from edge_runtime.measure.interference import competing_tasks, counters, interrupt_delta
+from edge_runtime.measure.interference import counters, interference_section
 from edge_runtime.measure.loop import Measurement, StopRequest, hdr_log_text, measure
-from edge_runtime.measure.prepare import Prepared, prepare
+from edge_runtime.measure.prepare import Prepared, prepare, refused_record
 from edge_runtime.measure.request import BenchRequest
 from edge_runtime.measure.scenario import saturation_text, scenario_section
 from edge_runtime.measure.schedule import OPEN_LOOP, measure_open_loop, plan_for
-from edge_runtime.measure.sections import power_section, precision, thermal_section
+from edge_runtime.measure.sections import (
+    config_section,
+    environment_section,
+    power_section,
+    precision,
+    thermal_section,
+)
 from edge_runtime.measure.stats import (
     PERCENTILE_METHOD,
     histogram_us,
@@ -49,19 +57,14 @@ from edge_runtime.results import (
     Aborted,
     BackendSection,
     BenchResult,
-    Config,
-    Environment,
-    Interference,
     Jitter,
     Latency,
     ModelInfo,
-    OtherTask,
     Pinning,
     Quality,
     ThreadPin,
 )
 from edge_runtime.runtime.feeds import random_feeds
-from edge_runtime.system.environment import environment, packages
 from edge_runtime.system.outputs import Output, check_distinct, plan_output, write_output
 from edge_runtime.system.process import (
     cpu_times_by_task,
@@ -77,10 +80,15 @@ from edge_runtime.system.root import SystemRoot
 from edge_runtime.system.sampler import Sampler
 from edge_runtime.system.thermal import read_snapshot
 
-TIMED_CALL = (
-    "Session.runner(): the backend's run call on inputs bound once (outputs not copied out), timed in Python around "
-    "the call as an application sees it"
-)
+
+class NothingMeasured(CheckFailedError):
+    """A failed check that ended a run before its first timed call (the board above the thermal limit, or never cooled
+    down, before the model loaded; the limit crossed during load or warm-up): exit 1 with one line, and `result`, the
+    record that says why (`aborted` with its phase, the temperatures, no latency), for a --json asked for."""
+
+    def __init__(self, refused: CheckFailedError, result: BenchResult):
+        super().__init__(refused.message, hint=refused.hint)
+        self.result = result
 
 
 @dataclass(frozen=True)
@@ -122,7 +130,8 @@ def run_bench(
     `feeds(session)` gives the inputs (default: seeded random data of the request's seed). `hdr_log` receives an
     HdrHistogram interval log. `stop`, armed for the measured part, ends the loop at the next chunk when a signal sets
     it, and the partial result comes back marked `aborted` (kind `interrupted`). Raises Interrupted when stopped
-    before anything was measured, CheckFailedError above the thermal limit before or during warm-up.
+    before anything was measured, NothingMeasured (a CheckFailedError, with the record) above the thermal limit before
+    the measured part.
     """
     request.validate()
     if (request.concurrency or 1) > 1:
@@ -135,9 +144,11 @@ def run_bench(
 
         check_distinct([hdr_out], model_files(request.model))  # the log never replaces the model it measures
     prep = prepare(request, root, say)
+    if prep.refused is not None:
+        raise NothingMeasured(prep.refused, refused_record(request, root, prep))
     got = _measure(request, root, prep, feeds, say, stop)
     m = got.m
-    if len(m.samples_ns) == 0:  # nothing was measured, so there is no result to keep
+    if len(m.samples_ns) == 0:  # nothing was measured: no latency to keep
         if stop is not None and stop.requested:
             raise Interrupted(stop.signum or 2)
         if not m.stopped:
@@ -146,12 +157,15 @@ def run_bench(
                 f"--duration {request.duration_s:g}: no inference completed in that time{per_call}",
                 hint="give a longer --duration",
             )
-        phase, _ = got.sampler.crossing(float("inf"))
-        raise CheckFailedError(
+        # Stopped at the limit in load or warm-up: the measured part would have begun now, after every reading.
+        m.begin_perf_s = m.begin_perf_s or time.perf_counter()
+        phase, _ = got.sampler.crossing(m.begin_perf_s)
+        refused = CheckFailedError(
             f"thermal limit {prep.limit_c:g} C exceeded during {phase} ({got.sampler.over_limit_c:.1f} C): "
             "nothing measured",
             hint="let the board cool down first (--cooldown-to)",
         )
+        raise NothingMeasured(refused, _build(request, root, prep, got, stop))
     result = _build(request, root, prep, got, stop)
     if hdr_out is not None:
         comment = f"edge-runtime bench {os.path.basename(result.model.path)}"
@@ -265,7 +279,7 @@ def _build(request: BenchRequest, root: SystemRoot, prep: Prepared, got: _Measur
     m = got.m
     cpus = list(request.cpus) if request.cpus else None
     snap_end = read_snapshot(root, cpus)
-    lat = summarize(m.samples_ns)
+    lat = summarize(m.samples_ns) if len(m.samples_ns) else None  # None: stopped before the measured part
     unstable, quality_warnings = stability(m.samples_ns, lat)
     if m.truncated:
         quality_warnings.append("the run filled its sample buffer before --duration ended")
@@ -277,29 +291,7 @@ def _build(request: BenchRequest, root: SystemRoot, prep: Prepared, got: _Measur
             f"thermal and power read from the --sysroot tree {root.root}, not from the machine that ran the model"
         )
     measured_cpus = cpus or sorted(os.sched_getaffinity(0))
-    before, after = got.marks["before"], got.marks["after"]
-    if before["interrupts"] is None or after["interrupts"] is None:
-        fired = None
-        quality_warnings.append(
-            f"interrupts unknown: no readable /proc/interrupts under {root.root} (not zero: unread)"
-        )
-    elif not root.is_live and before["interrupts_text"] == after["interrupts_text"]:
-        fired = None  # a captured file that nobody updates: no count was observed
-        quality_warnings.append(
-            f"interrupts unknown: {root.root}/proc/interrupts did not change during the run (a capture, not a count)"
-        )
-    else:
-        fired = interrupt_delta(before["interrupts"], after["interrupts"], measured_cpus)
-    migrations = (
-        after["migrations"] - before["migrations"]
-        if after["migrations"] is not None and before["migrations"] is not None
-        else None
-    )
-    others = competing_tasks(
-        got.marks["others_before"], got.marks["others_after"], measured_cpus, before, after, m.wall_s
-    )
-    if others["warning"]:
-        quality_warnings.append(others["warning"])
+    interference = interference_section(root, got.marks, measured_cpus, m.wall_s, quality_warnings)
     sampler = got.sampler
     warnings = quality_warnings + prep.isolation["warnings"]
     if sampler.warning:
@@ -315,9 +307,9 @@ def _build(request: BenchRequest, root: SystemRoot, prep: Prepared, got: _Measur
         what = (
             "interrupted by " + aborted.signal if aborted.kind == "interrupted" else "aborted above the thermal limit"
         )
-        warnings.append(f"{what}: partial result of {len(m.samples_ns):,} inferences")
+        n = len(m.samples_ns)
+        warnings.append(f"{what}: partial result of {n:,} inferences" if n else f"{what}: nothing measured")
     requested = set(cpus or [])
-    iterations, duration_s = request.length
     model, backend = got.model, got.backend
     spq = got.plan.samples_per_query if got.plan is not None else 1  # throughput counts inferences, not queries
     return BenchResult(
@@ -331,55 +323,22 @@ def _build(request: BenchRequest, root: SystemRoot, prep: Prepared, got: _Measur
             backend.fallback_reason,
             backend.details,
         ),
-        config=Config(
-            threads=request.threads if request.threads is not None else (len(cpus) if cpus else None),
-            cpus=tuple(cpus) if cpus else None,
-            rt_priority=request.rt_priority,
-            mlock=request.mlock,
-            warmup=m.warmup_calls,
-            iterations=iterations,
-            duration_s=duration_s,
-            stress=tuple(got.stress),
-            timed_call=TIMED_CALL,
-        ),
-        latency_us=Latency(**lat),
-        jitter_us=Jitter(**jitter(lat)),
+        config=config_section(request, m.warmup_calls, got.stress),
+        latency_us=Latency(**lat) if lat else Latency(),
+        jitter_us=Jitter(**jitter(lat)) if lat else Jitter(),
         throughput_ips=len(m.samples_ns) * spq / m.wall_s if m.wall_s > 0 else None,
         pinning=Pinning(
             requested=tuple(cpus) if cpus else None,
             all_threads_pinned=bool(requested) and all(set(t.cpus) <= requested for t in got.threads),
             threads=tuple(ThreadPin(t.tid, t.name, tuple(t.cpus)) for t in got.threads),
         ),
-        interference=Interference(
-            cpus=tuple(measured_cpus),
-            interrupts=None if fired is None else sum(c for rows in fired.values() for _, _, c in rows),
-            interrupts_per_cpu=None
-            if fired is None
-            else {
-                str(cpu): [{"source": n, "label": lbl, "count": c} for n, lbl, c in rows] for cpu, rows in fired.items()
-            },
-            context_switches_involuntary=after["nonvoluntary"] - before["nonvoluntary"],
-            context_switches_voluntary=after["voluntary"] - before["voluntary"],
-            migrations=migrations,
-            page_faults_major=after["majflt"] - before["majflt"],
-            runqueue_wait_ms=others["runqueue_wait_ms"],
-            runqueue_wait_share=others["runqueue_wait_share"],
-            other_tasks=tuple(
-                OtherTask(t["pid"], t["comm"], tuple(t["cpus"]), t["cpu_s"], t["ended"]) for t in others["tasks"]
-            ),
-        ),
+        interference=interference,
         isolation=prep.isolation,
         platform_latency=prep.platform_latency,
         thermal=thermal_section(prep.snap_start, snap_end, sampler, m, prep.limit_c, prep.limit_source, prep.cooldown),
         power=power_section(prep.snap_start, sampler, m),
         quality=Quality(m.timer_overhead_ns, PERCENTILE_METHOD, unstable, tuple(warnings)),
-        environment=Environment.from_dict(
-            environment(
-                root,
-                cpus,
-                {"edge-runtime": __version__, "numpy": np.__version__, **packages(["psutil", *got.extra_packages])},
-            )
-        ),
+        environment=environment_section(root, cpus, got.extra_packages),
         started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(m.start_ns / 1e9)),
         wall_s=m.wall_s,
         aborted=aborted,
@@ -392,11 +351,12 @@ def _build(request: BenchRequest, root: SystemRoot, prep: Prepared, got: _Measur
 def _aborted(m: Measurement, stop: StopRequest | None, prep: Prepared, sampler: Sampler) -> Aborted | None:
     if not m.stopped:
         return None
+    partial = len(m.samples_ns) > 0
     if stop is not None and stop.requested:
         name = signal_name(stop.signum or 2)
-        return Aborted("interrupted", f"interrupted by {name}", name, round(m.wall_s, 3), True)
+        return Aborted("interrupted", f"interrupted by {name}", name, round(m.wall_s, 3), partial)
     phase, at_s = sampler.crossing(m.begin_perf_s)
     where = "" if phase == "measure" else f" during {phase}"
     reason = f"thermal limit {prep.limit_c:g} C exceeded{where} ({sampler.over_limit_c:.1f} C)"
-    return Aborted("thermal", reason, None, at_s, True, phase)
+    return Aborted("thermal", reason, None, at_s, partial, phase)
 

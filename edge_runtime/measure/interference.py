@@ -17,6 +17,7 @@ import re
 import time
 from dataclasses import dataclass
 
+from edge_runtime.results import Interference, OtherTask
 from edge_runtime.system.cpulist import format_cpu_list, is_number
 from edge_runtime.system.process import major_faults, schedstat, task_migrations, task_status
 from edge_runtime.system.root import SystemRoot
@@ -158,3 +159,48 @@ def competing_tasks(before_tasks, after_tasks, cpus, before, after, wall_s: floa
         wait = f"the measuring thread waited {share:.0%} of the run for the CPU; " if share is not None else ""
         warning = f"other tasks ran on the measured CPU {format_cpu_list(cpus)}: {wait}{named}"
     return {"runqueue_wait_ms": wait_ms, "runqueue_wait_share": share, "tasks": rows[:20], "warning": warning}
+
+
+def interference_section(
+    root: SystemRoot, marks: dict, measured_cpus: list[int], wall_s: float, warnings: list[str]
+) -> Interference:
+    """The result's interference section: what disturbed the measured CPUs during the measured part, from the
+    counters read just around it (`marks`; unknown, never zero, for a run stopped before it). Appends to `warnings`
+    what could not be counted."""
+    before, after = marks.get("before"), marks.get("after")
+    if before is None or after is None:
+        return Interference(cpus=tuple(measured_cpus))
+    if before["interrupts"] is None or after["interrupts"] is None:
+        fired = None
+        warnings.append(f"interrupts unknown: no readable /proc/interrupts under {root.root} (not zero: unread)")
+    elif not root.is_live and before["interrupts_text"] == after["interrupts_text"]:
+        fired = None  # a captured file that nobody updates: no count was observed
+        warnings.append(
+            f"interrupts unknown: {root.root}/proc/interrupts did not change during the run (a capture, not a count)"
+        )
+    else:
+        fired = interrupt_delta(before["interrupts"], after["interrupts"], measured_cpus)
+    migrations = (
+        after["migrations"] - before["migrations"]
+        if after["migrations"] is not None and before["migrations"] is not None
+        else None
+    )
+    others = competing_tasks(marks["others_before"], marks["others_after"], measured_cpus, before, after, wall_s)
+    if others["warning"]:
+        warnings.append(others["warning"])
+    return Interference(
+        cpus=tuple(measured_cpus),
+        interrupts=None if fired is None else sum(c for rows in fired.values() for _, _, c in rows),
+        interrupts_per_cpu=None
+        if fired is None
+        else {str(cpu): [{"source": n, "label": lbl, "count": c} for n, lbl, c in rows] for cpu, rows in fired.items()},
+        context_switches_involuntary=after["nonvoluntary"] - before["nonvoluntary"],
+        context_switches_voluntary=after["voluntary"] - before["voluntary"],
+        migrations=migrations,
+        page_faults_major=after["majflt"] - before["majflt"],
+        runqueue_wait_ms=others["runqueue_wait_ms"],
+        runqueue_wait_share=others["runqueue_wait_share"],
+        other_tasks=tuple(
+            OtherTask(t["pid"], t["comm"], tuple(t["cpus"]), t["cpu_s"], t["ended"]) for t in others["tasks"]
+        ),
+    )

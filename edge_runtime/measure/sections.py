@@ -1,5 +1,6 @@
 """Sections of a bench result that are built from several sources: thermal (snapshots at start and end, the sampler's
-timeline) and power (the board's own rail), and the model's precision from its name."""
+timeline; or the one reading that refused a run), power (the board's own rail), the config as run, the environment,
+and the model's precision from its name."""
 
 from __future__ import annotations
 
@@ -7,10 +8,19 @@ import itertools
 
 import numpy as np
 
+from edge_runtime import __version__
 from edge_runtime.measure.loop import Measurement
-from edge_runtime.results import Power, Thermal, ThermalPoint, ZoneSection
+from edge_runtime.measure.request import BenchRequest
+from edge_runtime.results import Config, Environment, Power, Thermal, ThermalPoint, ZoneSection
+from edge_runtime.system.environment import environment, packages
+from edge_runtime.system.root import SystemRoot
 from edge_runtime.system.sampler import Sampler
 from edge_runtime.system.thermal import Snapshot, pick_rail, throttle_reasons
+
+TIMED_CALL = (
+    "Session.runner(): the backend's run call on inputs bound once (outputs not copied out), timed in Python around "
+    "the call as an application sees it"
+)
 
 
 def _sample_index(chunks: list[tuple[int, float]] | None, t: float) -> int | None:
@@ -59,16 +69,7 @@ def thermal_section(
         else None,
         throttle_reasons=tuple(sampler.throttle_why or reasons),
         latency_drift_pct=drift,
-        zones=tuple(
-            ZoneSection(
-                z.name,
-                z.type,
-                z.temp_c,
-                next((e.temp_c for e in end.zones if e.name == z.name), None),
-                tuple({"type": t.type, "temp_c": t.temp_c, "hysteresis_c": t.hysteresis_c} for t in z.trips),
-            )
-            for z in start.zones
-        ),
+        zones=_zones(start, end),
         firmware_throttled=end.throttled,
         sensors_skipped=start.skipped,
         cooldown=cooldown,
@@ -81,6 +82,41 @@ def thermal_section(
             "points": len(timeline),
         },
         timeline=tuple(timeline),
+    )
+
+
+def thermal_before_load(snap: Snapshot, limit_c, limit_source: str, cooldown, cpus: list[int] | None) -> Thermal:
+    """The thermal section of a run refused before its model loaded: the reading that decided it (start, max and end
+    are that one reading; no sampler ran), the limit and its source, the zones with their trip points, the wait."""
+    hottest = snap.max_c()
+    reasons = throttle_reasons(snap, None, cpus)
+    return Thermal(
+        available=snap.available,
+        start_c=hottest,
+        max_c=hottest,
+        end_c=hottest,
+        limit_c=limit_c,
+        limit_source=limit_source,
+        headroom_c=round(limit_c - hottest, 2) if limit_c is not None and hottest is not None else None,
+        throttled=bool(reasons) if snap.available or reasons else None,
+        throttle_reasons=tuple(reasons),
+        zones=_zones(snap, snap),
+        firmware_throttled=snap.throttled,
+        sensors_skipped=snap.skipped,
+        cooldown=cooldown,
+    )
+
+
+def _zones(start: Snapshot, end: Snapshot) -> tuple[ZoneSection, ...]:
+    return tuple(
+        ZoneSection(
+            z.name,
+            z.type,
+            z.temp_c,
+            next((e.temp_c for e in end.zones if e.name == z.name), None),
+            tuple({"type": t.type, "temp_c": t.temp_c, "hysteresis_c": t.hysteresis_c} for t in z.trips),
+        )
+        for z in start.zones
     )
 
 
@@ -107,3 +143,26 @@ def precision(path) -> str:
         if p in name:
             return p
     return "unknown"
+
+
+def config_section(request: BenchRequest, warmup_calls: int, stress) -> Config:
+    """The config section: what the request asked, with the warm-up calls made and the co-runners that ran."""
+    cpus = request.cpus or None
+    iterations, duration_s = request.length
+    return Config(
+        threads=request.threads if request.threads is not None else (len(cpus) if cpus else None),
+        cpus=tuple(cpus) if cpus else None,
+        rt_priority=request.rt_priority,
+        mlock=request.mlock,
+        warmup=warmup_calls,
+        iterations=iterations,
+        duration_s=duration_s,
+        stress=tuple(stress),
+        timed_call=TIMED_CALL,
+    )
+
+
+def environment_section(root: SystemRoot, cpus: list[int] | None, extra_packages: list[str]) -> Environment:
+    """The environment section: the observed system and this process's packages (with the backend's own)."""
+    versions = {"edge-runtime": __version__, "numpy": np.__version__, **packages(["psutil", *extra_packages])}
+    return Environment.from_dict(environment(root, cpus, versions))

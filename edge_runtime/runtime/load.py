@@ -55,7 +55,6 @@ def load(
     `probe_timeout_s=` are the old names of `sandbox=` and `sandbox_timeout_s=`: they still work, and warn.)
     """
     from edge_runtime.runtime import sandbox as crash_check
-    from edge_runtime.system.process import pin_all_threads
 
     if isolate is not None:
         if isolate != sandbox and sandbox is not True:
@@ -105,6 +104,8 @@ def load(
     # The library is imported here, after the crash check: one that crashes when imported ends the child, not us.
     version = cls.library_version()
     if cpu_list:
+        from edge_runtime.system.process import pin_all_threads
+
         pin_all_threads(list(cpu_list))  # before the backend starts its pools, which inherit the mask
     impl = cls(mf, opts)
     if crashed:

@@ -9,16 +9,13 @@ does, in its own process, so there is no import circle.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import edge_runtime.errors as errors
 from edge_runtime.errors import BackendNotInstalledError, DeviceError, ModelError
-from edge_runtime.system.process import dies_with_parent, signal_name
 
 if TYPE_CHECKING:  # not imported at run time: numpy comes with them, and the forked run imports this before numpy
     from edge_runtime.runtime.backends.base import LoadOptions
@@ -42,6 +39,8 @@ def _key(model: ModelFile, backend: str, opts: LoadOptions) -> tuple:
 
 
 def _json(line: str) -> dict | None:
+    import json
+
     try:
         doc = json.loads(line)
     except ValueError:
@@ -68,8 +67,11 @@ def _child_env() -> tuple[dict, str]:
 def statuses(names: list[str], timeout_s: float = TIMEOUT_S) -> dict[str, dict]:
     """Each backend's `status()` (`edge-runtime info`), each taken in its own child process, all at once: a library
     that crashes or hangs when imported is reported as unusable, with the reason, instead of ending the caller."""
+    import json
     import subprocess
     import time
+
+    from edge_runtime.system.process import dies_with_parent, signal_name
 
     env, package_root = _child_env()
     procs = {}
@@ -119,8 +121,7 @@ def require_usable(name: str) -> None:
         )
 
 
-@dataclass
-class Fallback:
+class Fallback(NamedTuple):
     """The delegate or device crashed the child and the caller allows a fallback: `answer` is the CPU run's."""
 
     why: str
@@ -133,6 +134,8 @@ def verdict(returncode: int, lines: list, stderr: str, shown: str, backend: str,
     an accelerator crashed and the caller allows CPU (`retry()` gives the answer of the same work on CPU). `opts`: any
     object with `delegate`, `device` and `fallback`."""
     if returncode < 0:
+        from edge_runtime.system.process import signal_name
+
         sig = signal_name(-returncode)
         if not any(d and "imported" in d for d in lines):
             message, hint = _import_crash(backend, sig)
@@ -181,7 +184,11 @@ def check(model: ModelFile, backend: str, opts: LoadOptions, timeout_s: float = 
         "threads": 1,
         "fallback": opts.fallback,
     }
+    import json
     import subprocess  # here: the forked run (the command line's) never needs it
+    from dataclasses import replace
+
+    from edge_runtime.system.process import dies_with_parent
 
     env, package_root = _child_env()
     shown = str(model.path)
@@ -221,13 +228,16 @@ def can_fork() -> bool:
         return False
 
 
-def forked(work, timeout_s: float) -> tuple[int, list, str]:
+def forked(work, timeout_s: float, meanwhile=None) -> tuple[int, list, str]:
     """`work(say)` in a child forked from this single-threaded process, which has parsed the flags and imported
     nothing heavy: the child imports numpy and the backend, loads and runs, and says JSON lines; a crash ends only it.
-    Nothing is imported twice and no interpreter is started again, so the check costs about a fork. Returns (exit
-    status, negative for a signal; the JSON lines; the child's stderr and stdout, for an error message). The child
-    dies with this process; one still running at the deadline is killed and the run refused like a hang."""
-    import selectors
+    Nothing is imported twice and no interpreter is started again, so the check costs about a fork. `meanwhile()`,
+    if given, is this process's own work while it would only wait (it raises nothing). Returns (exit status,
+    negative for a signal; the JSON lines; the child's stderr and stdout, for an error message). The child dies with
+    this process; one still running at the deadline is killed and the run refused like a hang."""
+    import gc
+    import json
+    import select  # not selectors: its import (~0.5 ms) was a part of every one-shot run worth saving (issue 22)
     import signal
     import time
 
@@ -241,6 +251,10 @@ def forked(work, timeout_s: float) -> tuple[int, list, str]:
     pid = os.fork()
     if pid == 0:  # the child: never returns
         code = 70
+        # No garbage collection in the child: it lives for one load and one inference and ends with os._exit, and a
+        # collection would walk (writing to each) the objects of its imports and those it shares with this process,
+        # every page written a copy (~5 ms of a one-shot run: issue 22).
+        gc.disable()
         try:
             os.close(r_ans)
             os.close(r_err)
@@ -269,24 +283,28 @@ def forked(work, timeout_s: float) -> tuple[int, list, str]:
             os._exit(code)
     os.close(w_ans)
     os.close(w_err)
+    if meanwhile is not None:
+        meanwhile()
     chunks: dict[int, list[bytes]] = {r_ans: [], r_err: []}
-    sel = selectors.DefaultSelector()
+    poll = select.poll()
     for fd in chunks:
-        sel.register(fd, selectors.EVENT_READ)
+        poll.register(fd, select.POLLIN)
+    open_fds = set(chunks)
     deadline = time.monotonic() + timeout_s
     try:
-        while sel.get_map():
+        while open_fds:
             left = deadline - time.monotonic()
             if left <= 0:
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
                 raise TimeoutError
-            for key, _ in sel.select(min(left, 1.0)):
-                data = os.read(key.fd, 65536)
+            for fd, _ in poll.poll(min(left, 1.0) * 1000):
+                data = os.read(fd, 65536)  # POLLHUP with nothing left reads b"": the child closed its end
                 if data:
-                    chunks[key.fd].append(data)
+                    chunks[fd].append(data)
                 else:
-                    sel.unregister(key.fd)
+                    poll.unregister(fd)
+                    open_fds.discard(fd)
         _, status = os.waitpid(pid, 0)
     except BaseException:  # Ctrl-C, SIGTERM, the deadline: the child goes too, and is reaped
         try:
@@ -296,7 +314,6 @@ def forked(work, timeout_s: float) -> tuple[int, list, str]:
             pass
         raise
     finally:
-        sel.close()
         os.close(r_ans)
         os.close(r_err)
     code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)

@@ -23,6 +23,9 @@ from edge_runtime.errors import UserError
 pytest.importorskip("serial")
 DIGITS = MODELS / "digits_cnn" / "digits_cnn_int8.tflite"
 RESNET = MODELS / "resnet8" / "resnet8_int8.tflite"
+# What bench/scenarios/record.py:host_result wrote for host_record() before issue 23 (its environment, which is this
+# machine's, with neutral values): a server's record as the store keeps it.
+HOST_RECORD = ROOT / "tests" / "data" / "host-kserve-v1.json"
 
 
 def result(samples, sha: str = "a" * 64, board: str = "board") -> dict:
@@ -36,6 +39,56 @@ def result(samples, sha: str = "a" * 64, board: str = "board") -> dict:
         "latency_us": {"p50": float(np.percentile(us, 50)), "p99": float(np.percentile(us, 99)), "count": len(us)},
         "histogram_us": [[int(a), int(b)] for a, b in zip(v, c, strict=True)],
     }
+
+
+def host_record(open_loop: bool = True, signum: int | None = signal.SIGINT, answered: bool = True) -> dict:
+    """host_result on a fixed run of a KServe target whose metadata is what connect() keeps from a Triton server: 40
+    queries, an open loop at 100/s on 2 connections (or a closed loop), one failed (http 500) and one not sent, stopped
+    by `signum` (None: stopped, by no signal); `answered` False: no query came back. JSON, as the store holds it."""
+    from collections import Counter
+
+    from bench.scenarios.engine import NOT_SENT, HostRun
+    from bench.scenarios.record import host_result
+    from bench.targets.kserve import KServeTarget
+    from edge_runtime.measure.request import BenchRequest
+
+    n = 40
+    intended = np.arange(n, dtype=np.int64) * 10_000_000
+    started = intended + 50_000 + (np.arange(n) % 3) * 20_000
+    finished = started + 2_000_000 + (np.arange(n) % 7) * 100_000
+    errors: list[str | None] = [None] * n
+    errors[5], finished[5] = "http 500", -1
+    errors[-1], started[-1], finished[-1] = NOT_SENT, -1, -1
+    ok = finished >= 0  # latencies that sum to a multiple of their count: an exact mean and std on any machine
+    finished[0] += -int((finished - (intended if open_loop else started))[ok].sum()) % int(ok.sum())
+    if not answered:
+        errors, finished = ["unavailable"] * (n - 1) + [NOT_SENT], np.full(n, -1, np.int64)
+    kinds = Counter(e for e in errors if e)
+    said = {k: f"the server said {k}" for k in kinds if k != NOT_SENT}  # the first message of each kind
+    run = HostRun(intended, started, finished, errors, wall_s=0.41, from_intended=open_loop, concurrency=2,
+                  stopped=True, warmup=4, kinds=kinds, examples=said,
+                  interrupted=int(signum) if signum else None)  # fmt: skip
+    target = KServeTarget("kserve+http://127.0.0.1:8000/digits")
+    server = {"name": "triton", "version": "2.50.0", "extensions": ["statistics", "binary_tensor_data"]}
+    target.meta = {"server": server, "model": {"name": "digits", "versions": ["1"]}, "config": {}}
+    kind = "server" if open_loop else "single-stream"
+    if open_loop:
+        request = BenchRequest("digits", scenario="server", rate_qps=100.0, duration_s=0.4, concurrency=2)
+    else:
+        request = BenchRequest("digits", iterations=n, concurrency=2)
+    split = {"requests": 38, "queue_us": 12.5, "compute_infer_us": 850.0, "network_client_us": 1140.5}
+    metrics = {"samples": 3, "gpu_utilization": None}
+    doc = host_result(target, request, run, kind, 1_700_000_000.0, "binary", split, metrics, {"round_trip_us": 95.0})
+    return json.loads(json.dumps(doc))
+
+
+def test_host_result_still_writes_the_frozen_host_record():
+    """The host's record as it was before issue 23 (what the typed host record of its step 18 is checked against),
+    apart from this machine's environment, of which the keys are frozen."""
+    frozen, now = json.loads(HOST_RECORD.read_text()), host_record()
+    env_frozen, env_now = frozen.pop("environment"), now.pop("environment")
+    assert now == frozen and list(now) == list(frozen)
+    assert list(env_now) == list(env_frozen) and list(env_now["measured_on"]) == list(env_frozen["measured_on"])
 
 
 def test_compare_tells_a_10pct_slowdown_from_noise_in_nine_of_ten_seeded_trials():
@@ -246,3 +299,54 @@ def test_commands_that_read_a_store_do_not_make_one(tmp_path):
         proc = edge_bench(*args, store=typo)
         assert proc.returncode == 2 and "no such store" in proc.stderr and len(proc.stderr.splitlines()) == 1, args
         assert not typo.exists()
+
+
+@pytest.mark.parametrize(
+    ("schema", "said"),
+    [
+        ("foo/1", "schema 'foo/1' is not one this version reads (it reads edge-runtime/bench/1)"),
+        ("edge-runtime/bench/9", "written by a newer edge-runtime (schema edge-runtime/bench/9); this version reads up "
+         "to edge-runtime/bench/1 (upgrade edge-runtime to read it)"),
+    ],
+)  # fmt: skip
+def test_a_run_this_version_cannot_read_is_refused_in_one_line_by_every_command_that_reads_it(tmp_path, schema, said):
+    """The store reads through edge_runtime.results, as the board's files are read: a record of an unknown schema or a
+    newer major version is not stored, and one written into the file by other means (SQL) is refused by report, report
+    of the latest runs, compare and baseline show, exit 2, in one line naming the run, the store and the schema. A newer
+    minor version reads, its extra keys kept."""
+    store = tmp_path / "s.sqlite"
+    work = np.random.default_rng(3).lognormal(np.log(180), 0.2, 2000)
+    odd_doc = {**result(work), "schema": schema}
+    with Store(store) as st:
+        first = st.add_run({**result(work), "schema": "edge-runtime/bench/1.4", "npu_w": {"avg": 1.5}}, target="b")
+        with pytest.raises(UserError) as err:
+            st.add_run(odd_doc, target="b")
+        assert str(err.value) == f"the result to store in {store}: {said}"
+        assert st.db.execute("SELECT count(*) FROM runs").fetchone()[0] == 1  # nothing kept
+        sql = "INSERT INTO runs (created_at, target, scenario, repetition, result) VALUES (?, ?, ?, ?, ?)"
+        odd = st.db.execute(sql, (time.time(), "b", "single-stream", 0, json.dumps(odd_doc))).lastrowid
+        st.db.execute("INSERT INTO baselines (name, run_id, created_at) VALUES ('odd', ?, ?)", (odd, time.time()))
+        last = st.add_run(result(work * 1.01), target="b")
+    proc = edge_bench("report", str(first), "--json", "-", store=store)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["runs"][0]["result"]["npu_w"] == {"avg": 1.5}, proc.stderr
+    proc = edge_bench("compare", str(first), str(last), store=store)
+    assert proc.returncode in (0, 1) and "verdict:" in proc.stdout, proc.stderr
+    for args in (("report", str(odd)), ("report",), ("compare", str(first), str(odd)), ("baseline", "show", "odd")):
+        proc = edge_bench(*args, store=store)
+        line = f"edge-bench: error: run {odd} in {store}: {said}\n"
+        assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", line), args
+
+
+@pytest.mark.parametrize(
+    "kw", [{}, {"open_loop": False, "signum": None, "answered": False}], ids=["server-interrupted", "closed-no-answer"]
+)
+def test_a_host_record_is_stored_and_read_back_as_it_was_written(tmp_path, kw):
+    """A server's record (host_result's) is read through the same reader as a board's, and comes back as it was
+    written, its client sections typed and no board section made up; a typed record is stored as its JSON."""
+    doc = host_record(**kw)
+    with Store(tmp_path / "s.sqlite") as st:
+        run = st.run(st.add_run(doc, target="kserve+http://127.0.0.1:8000/digits", scenario="server"))
+        assert run.result == doc and run.record.to_dict() == doc and "thermal" not in doc
+        assert run.record.errors.failed == doc["failed_queries"] and run.record.errors.kinds == doc["errors"]["kinds"]
+        assert run.record.server.statistics == doc["server"]["statistics"]
+        assert st.run(st.add_run(run.record, target="again")).result == doc
