@@ -192,8 +192,8 @@ def check_target_flags(cls, args) -> None:
     """--concurrency and --header go with a target that takes them (a server: a board runs one query at a time)."""
     from bench.targets import registry
 
-    for flag, given, option in (("--concurrency", args.concurrency, "concurrency"), ("--header", args.header,
-                                                                                     "headers")):  # fmt: skip
+    flags = {"--concurrency": ("concurrency", args.concurrency), "--header": ("headers", args.header)}
+    for flag, (option, given) in flags.items():
         if given and option not in cls.info.takes:
             forms = ", ".join(registry.summaries(takes=option))
             raise UsageError(f"{flag} goes with a server target ({forms}): "
@@ -212,8 +212,8 @@ def check_bench_flags(cls, bargs) -> None:
             raise UsageError(f"{board_only[0]} is a board's option: a server target runs on its server's terms")
     scenario = bargs.scenario or "single-stream"
     if cls.info.scenarios is not None and scenario not in cls.info.scenarios:
-        raise UsageError(f"--scenario {scenario}: a target {cls.info.summary} runs "
-                         f"{', '.join(sorted(cls.info.scenarios))}")  # fmt: skip
+        raise UsageError(f"--scenario {scenario}: this kind of target runs {', '.join(sorted(cls.info.scenarios))} "
+                         f"({cls.info.summary})")  # fmt: skip
     if bargs.sysroot != "/":
         raise UsageError("--sysroot: a board reads its own system; the option has no meaning for a target")
     if bargs.cpus == "board":
