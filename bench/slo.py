@@ -5,9 +5,27 @@ cut short (thermal limit, a signal) fails: its numbers are partial."""
 
 from __future__ import annotations
 
-from bench.campaign import SLO, SLO_KEYS
+from dataclasses import dataclass, field
 
+SLO_KEYS = {"p50_ms": 0.50, "p90_ms": 0.90, "p99_ms": 0.99, "p999_ms": 0.999, "max_ms": 1.0}
 KEY_OF = {"p50_ms": "p50", "p90_ms": "p90", "p99_ms": "p99", "p999_ms": "p999", "max_ms": "max"}
+
+
+@dataclass(frozen=True)
+class SLO:
+    """Latency bounds and an error budget, as a campaign's [slo] (or a target's [target.slo] over it) gives them."""
+
+    bounds_ms: dict[str, float] = field(default_factory=dict)  # "p99_ms" -> 10.0
+    error_budget: float | None = None
+
+    def merged(self, other: SLO | None) -> SLO:
+        if other is None:
+            return self
+        budget = other.error_budget if other.error_budget is not None else self.error_budget
+        return SLO({**self.bounds_ms, **other.bounds_ms}, budget)
+
+    def __bool__(self) -> bool:
+        return bool(self.bounds_ms) or self.error_budget is not None
 
 
 def evaluate(result: dict, slo: SLO) -> dict | None:

@@ -40,12 +40,12 @@ def sustained_ips(model: str, cpus: str = "1") -> float:
     return float(json.loads(proc.stdout)["throughput_ips"])
 
 
-def assert_one_line_error(proc, *needles: str, code: int = 2) -> None:
-    """The error contract: exit `code`, one line on stderr starting `edge-runtime: error: `, no traceback."""
+def assert_one_line_error(proc, *needles: str, code: int = 2, program: str = "edge-runtime") -> None:
+    """The error contract: exit `code`, one line on stderr starting `PROGRAM: error: `, no traceback."""
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == code, proc.stderr
     assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("edge-runtime: error: ")
+    assert lines[0].startswith(f"{program}: error: "), proc.stderr
     assert "Traceback" not in proc.stderr
     for n in needles:
         assert n in lines[0], lines[0]

@@ -1,6 +1,7 @@
 """The tree tells the architecture: layers import one way (cli -> measure/quantize -> runtime -> system -> errors,
-results shared and light), no import circle, the board side never imports the host, no backend library at import
-time, and no module over ~400 lines without a reason at its top."""
+results shared and light), no import circle on either side, the board side never imports the host, no backend library
+at import time, no module over ~400 lines without a reason at its top; on the host side, targets are plugins (no
+caller tests a URL scheme or probes a target), and scenarios and SLOs import no target or campaign."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from conftest import ROOT
 
 PACKAGE = ROOT / "edge_runtime"
+HOST = ROOT / "bench"
 # What each part may import (besides itself). Quantize measures latency with the engine `bench` uses.
 ALLOWED = {
     "errors": set(),
@@ -28,14 +30,21 @@ ALLOWED = {
     "__init__": {"errors", "runtime"},
 }
 MAX_LINES = 400
+# Import edges that issue 23's plan removes in a step another branch carries. Each must still be there (an entry
+# nobody needs any more fails, so whoever removes the edge removes its line); the rules below see past them.
+NOT_YET = {
+    ("bench.cli.run", "bench.cli"): "step 20: the parser leaves bench/cli/__init__.py (the bench.cli circle)",
+    ("bench.scenarios.record", "bench.targets.agent"): "step 4: file_sha256 moves to edge_runtime.runtime.model",
+}
 
 
-def modules() -> dict[str, Path]:
+def modules(*packages: Path) -> dict[str, Path]:
     out = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        rel = path.relative_to(ROOT).with_suffix("")
-        name = ".".join(rel.parts).removesuffix(".__init__")
-        out[name] = path
+    for package in packages or (PACKAGE,):
+        for path in sorted(package.rglob("*.py")):
+            rel = path.relative_to(ROOT).with_suffix("")
+            name = ".".join(rel.parts).removesuffix(".__init__")
+            out[name] = path
     return out
 
 
@@ -45,10 +54,10 @@ def part(module: str) -> str:
     return parts[1] if len(parts) > 1 else "__init__"
 
 
-def imports(path: Path, module: str) -> set[str]:
-    """Every edge_runtime module `path` imports, at the top or inside a function (lazy imports count)."""
+def imports(path: Path, module: str, known: dict[str, Path] | None = None) -> set[str]:
+    """Every module of `known` (edge_runtime's) `path` imports, at the top or inside a function (lazy imports count)."""
     found = set()
-    known = modules()
+    known = known or modules()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
@@ -61,8 +70,9 @@ def imports(path: Path, module: str) -> set[str]:
     return {m for m in found if m in known and m != module}
 
 
-def graph() -> dict[str, set[str]]:
-    return {name: imports(path, name) for name, path in modules().items()}
+def graph(*packages: Path) -> dict[str, set[str]]:
+    known = modules(*packages)
+    return {name: imports(path, name, known) for name, path in known.items()}
 
 
 def test_layers_import_one_way():
@@ -79,7 +89,10 @@ def test_layers_import_one_way():
 
 
 def test_no_import_circle():
-    g = graph()
+    """Over both sides at once (the host imports the board), with lazy imports counted."""
+    g = graph(PACKAGE, HOST)
+    for a, b in NOT_YET:
+        g[a].discard(b)
     state: dict[str, int] = {}
     cycle: list[str] = []
 
@@ -100,6 +113,116 @@ def test_no_import_circle():
         if state.get(node) is None and visit(node, [node]):
             break
     assert cycle == [], " -> ".join(cycle)
+
+
+def test_every_edge_waiting_for_its_step_is_still_there():
+    g = graph(PACKAGE, HOST)
+    gone = [f"{a} -> {b} ({why})" for (a, b), why in NOT_YET.items() if b not in g.get(a, set())]
+    assert gone == [], "no longer imported: remove from NOT_YET: " + "; ".join(gone)
+
+
+def test_scenarios_and_slos_import_no_target_or_campaign():
+    """Issue 23: what a load is and what an SLO says stand on their own; targets and campaigns use them, not the
+    reverse (a new target kind never reaches into them)."""
+    wrong = [f"{m} -> {d}" for m, deps in graph(PACKAGE, HOST).items()
+             if m.startswith(("bench.scenarios", "bench.slo")) for d in deps
+             if d.startswith(("bench.targets", "bench.campaign")) and (m, d) not in NOT_YET]  # fmt: skip
+    assert wrong == [], "scenarios and SLOs do not import targets or campaigns: " + ", ".join(wrong)
+
+
+def test_the_target_plumbing_imports_no_target_kind():
+    """base.py is what every target imports, the registry names built-ins as strings (imported on first use), and
+    metric samplers are handed what they read: none of them imports a target kind (kserve <-> kserve_stats was a
+    circle)."""
+    g = graph(PACKAGE, HOST)
+    for module in ("bench.targets.base", "bench.targets.registry", *[m for m in g if m.startswith("bench.metrics")]):
+        kinds = {d for d in g[module] if d.startswith("bench.") and d not in ("bench.targets.base",)}
+        assert kinds == set(), f"{module} imports {sorted(kinds)}"
+
+
+def _target_attributes() -> set[str]:
+    """Every method and `self.` attribute of the built-in target classes: what a probe with hasattr/getattr asks."""
+    names = set()
+    for path in (HOST / "targets").glob("*.py"):
+        for cls in [n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ClassDef)]:
+            for node in ast.walk(cls):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    names.add(node.name)
+                elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+                    names.add(node.attr)
+    return names - {"__init__", "__enter__", "__exit__"}
+
+
+def scheme_tests_and_probes(path: Path, schemes, attributes: set[str]) -> list[str]:
+    """`x.startswith("kserve...")` / `("local:")`..., and `hasattr(x, "answer_of")` / `getattr(x, "_asked", ...)`:
+    the ways a caller once told one target kind from another."""
+    prefixes = tuple({f"{s}:" for s in schemes if s} | {s.split("+")[0] for s in schemes if "+" in s})
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        f, args = node.func, node.args
+        consts = [a.value for a in ast.walk(args[0]) if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        if isinstance(f, ast.Attribute) and f.attr == "startswith" and any(c.startswith(prefixes) for c in consts):
+            found.append(f"{where}:{node.lineno}: a scheme tested by string")
+        probe = len(args) > 1 and isinstance(args[1], ast.Constant) and args[1].value in attributes
+        if isinstance(f, ast.Name) and f.id in ("hasattr", "getattr") and probe:
+            found.append(f"{where}:{node.lineno}: {f.id}(..., {args[1].value!r}) probes a target")
+    return found
+
+
+def test_no_caller_tests_a_scheme_or_probes_a_target():
+    """Outside bench/targets/, a target is known by what its class declares (`info`), never by its URL's scheme or by
+    asking it what it has: adding a target kind is one new file plus its registration."""
+    from bench.targets import registry
+
+    schemes, attributes = registry.schemes(), _target_attributes()
+    assert {"answer_of", "_asked", "recover"} <= attributes  # the probes this rule was written against
+    found = []
+    for path in sorted(HOST.rglob("*.py")):
+        if path.parent != HOST / "targets":
+            found += scheme_tests_and_probes(path, schemes, attributes)
+    assert found == []
+
+
+def test_the_probes_of_old_are_found(tmp_path):
+    """The rule above, shown to catch what main had (bench/cli/run.py, bench/campaign/runner.py before issue 23)."""
+    old = tmp_path / "old.py"
+    old.write_text('server = url.startswith("kserve+")\nlocal = url.startswith("local:")\n'
+                   'if hasattr(t, "answer_of"):\n    pass\nasked = getattr(target, "_asked", {})\n')  # fmt: skip
+    found = scheme_tests_and_probes(old, ["local", "kserve+http", "tcp"], _target_attributes())
+    assert [f.split(": ", 1)[0].rsplit(":", 1)[1] for f in found] == ["1", "2", "3", "5"], found
+
+
+def test_the_target_registry_alone_reads_its_entry_points():
+    """One place turns the `edge_bench.targets` group into schemes (with the duplicate-scheme rule), as one place
+    does for backends; pyproject.toml declares the group."""
+    g = graph(PACKAGE, HOST)
+    readers = sorted(str(p.relative_to(ROOT)) for m, p in modules(HOST).items() if any(
+        isinstance(n, ast.ImportFrom) and n.module == "importlib.metadata" for n in ast.walk(ast.parse(p.read_text()))))
+    assert readers == ["bench/targets/registry.py"]
+    assert g["bench.targets.registry"] == {"bench.targets.base", "edge_runtime.errors"}
+    assert '[project.entry-points."edge_bench.targets"]' in (ROOT / "pyproject.toml").read_text()
+
+
+def test_a_built_in_scheme_imports_its_target_only():
+    """Registered as strings: a URL imports its own kind's module when first used, and no entry-point scan
+    (importlib.metadata) and no other kind (tritonclient, numpy) comes with it."""
+    code = (
+        "import sys\n"
+        "from bench.targets import registry\n"
+        "watch = ('bench.targets.local', 'bench.targets.agent', 'bench.targets.kserve', 'importlib.metadata', "
+        "'tritonclient', 'numpy')\n"
+        "first = [m for m in watch if m in sys.modules]\n"
+        "registry.check('local:?cpus=0')\n"
+        "then = [m for m in watch if m in sys.modules]\n"
+        "print(','.join(first) + '|' + ','.join(then))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "|bench.targets.local"
 
 
 def test_the_board_side_never_imports_the_host():

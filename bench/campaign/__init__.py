@@ -17,9 +17,11 @@ import difflib
 import math
 import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from bench.scenarios import ALL_KEYS, CAMPAIGN_KEY, DEFAULTS, KINDS, Scenario, keys_of
+from bench.slo import SLO, SLO_KEYS
+from bench.targets.base import TargetInfo
 from edge_runtime.errors import UserError
 from edge_runtime.measure.request import SCENARIO_KEYS, SCENARIO_OPTIONAL
 
@@ -28,7 +30,6 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-SLO_KEYS = {"p50_ms": 0.50, "p90_ms": 0.90, "p99_ms": 0.99, "p999_ms": 0.999, "max_ms": 1.0}
 KEYS = {
     "campaign": {"name", "repetitions", "description"},
     "target": {"name", "url", "cpus", "threads", "backend", "device", "token_file", "slo", "headers"},
@@ -57,21 +58,6 @@ class _Where(str):
 
 
 @dataclass(frozen=True)
-class SLO:
-    bounds_ms: dict[str, float] = field(default_factory=dict)  # "p99_ms" -> 10.0
-    error_budget: float | None = None
-
-    def merged(self, other: SLO | None) -> SLO:
-        if other is None:
-            return self
-        budget = other.error_budget if other.error_budget is not None else self.error_budget
-        return SLO({**self.bounds_ms, **other.bounds_ms}, budget)
-
-    def __bool__(self) -> bool:
-        return bool(self.bounds_ms) or self.error_budget is not None
-
-
-@dataclass(frozen=True)
 class Target:
     name: str
     url: str
@@ -84,8 +70,11 @@ class Target:
     headers: dict | None = None  # a server target's HTTP/gRPC headers (an access token: "${VAR}" reads the environment)
 
     @property
-    def is_server(self) -> bool:
-        return self.url.startswith("kserve+")
+    def info(self) -> TargetInfo:
+        """What its kind declares (board or server, the options it takes), from the registry, without connecting."""
+        from bench.targets.registry import target_class
+
+        return target_class(self.url).info
 
 
 @dataclass(frozen=True)
@@ -137,7 +126,7 @@ def load(path: str) -> Campaign:
             raise UserError(f"{where}: [[{what}]] name {sorted(dup)[0]!r} is given twice")
     slo = _slo(where, "[slo]", doc.get("slo", {}))
     _cross_check(where, targets, models, scenarios)
-    boards = [t.name for t in targets if not t.is_server]
+    boards = [t.name for t in targets if "concurrency" not in t.info.takes]
     if boards and any((s.concurrency or 1) > 1 for s in scenarios):
         warnings.warn(f"{where}: concurrency applies to server targets; {', '.join(map(repr, boards))} run one query "
                       "at a time", CampaignWarning, stacklevel=2)  # fmt: skip
@@ -153,7 +142,6 @@ def _cross_check(where: str, targets, models, scenarios) -> None:
     cannot read a model, a schedule longer than a run keeps."""
     from edge_runtime.errors import EdgeRuntimeError
     from edge_runtime.measure.schedule import MAX_QUERIES
-    from edge_runtime.runtime import backends
     from edge_runtime.runtime.model import inspect_model
 
     formats = {}
@@ -162,27 +150,21 @@ def _cross_check(where: str, targets, models, scenarios) -> None:
             formats[m.name] = inspect_model(m.path).format
         except EdgeRuntimeError as err:
             raise UserError(f"{where}: [[model]] {m.name!r}: {err.one_line()}") from None
-    for t in targets:
-        if not t.url.startswith("local:"):
-            continue  # a board's backends and CPUs are the board's: its agent says what is wrong, in one line
-        from bench.targets.local import parse_local
-        from edge_runtime.system.cpulist import format_cpu_list, parse_cpu_list
-        from edge_runtime.system.root import SystemRoot
+    for t in targets:  # a board's backends and CPUs are the board's: its agent says what is wrong, in one line
+        from bench.targets.registry import target_class
+        from edge_runtime.system.cpulist import parse_cpu_list
 
-        opts = parse_local(t.url)
-        backend = t.backend or opts.get("backend")
-        if backend is not None and backend not in backends.names():
-            raise UserError(f"{where}: [[target]] {t.name!r} backend {backend!r}: not one this machine has "
-                            f"(backends: {', '.join(backends.names())})")  # fmt: skip
-        for m in models:
-            if backend is not None and formats[m.name] not in backends.get(backend).formats:
-                raise UserError(f"{where}: [[target]] {t.name!r} backend {backend!r} cannot read [[model]] "
-                                f"{m.name!r} ({formats[m.name]})")  # fmt: skip
-        cpus = parse_cpu_list(t.cpus) if t.cpus else list(opts.get("cpus") or ())
-        online = SystemRoot("/").online_cpus()
-        if cpus and online and set(cpus) - set(online):
-            raise UserError(f"{where}: [[target]] {t.name!r} cpus {format_cpu_list(cpus)}: this machine has CPUs "
-                            f"{format_cpu_list(online)}")  # fmt: skip
+        cls = target_class(t.url)
+        try:
+            cls.preflight(t.url, backend=t.backend, cpus=tuple(parse_cpu_list(t.cpus)) if t.cpus else None,
+                          models={f"[[model]] {m.name!r}": formats[m.name] for m in models})  # fmt: skip
+        except UserError as err:
+            raise UserError(f"{where}: [[target]] {t.name!r} {err.one_line()}") from None
+        runs = cls.info.scenarios
+        for sc in scenarios:
+            if runs is not None and sc.kind not in runs:
+                raise UserError(f"{where}: [[target]] {t.name!r}: kind = {sc.kind!r} is not a scenario it runs "
+                                f"({', '.join(sorted(runs))})")  # fmt: skip
     for i, sc in enumerate(scenarios):
         per_s = {
             "server": sc.rate_qps,
@@ -249,10 +231,10 @@ def _target(where: str, i: int, t: dict, base: str) -> Target:
     _keys(where, table, t, KEYS["target"])
     name = _str(where, f"{table} name", t.get("name", f"target{i + 1}"))
     url = _str(where, f"[[target]] {name!r} url", t.get("url"))
-    from bench.targets import target_for
+    from bench.targets.registry import check
 
     try:
-        target_for(url)  # a scheme that names nothing is refused now, not when its turn comes
+        info = check(url).info  # a scheme that names nothing is refused now, not when its turn comes
     except UserError as err:
         raise UserError(f"{where}: [[target]] {name!r}: {err.one_line()}") from None
     threads = t.get("threads")
@@ -273,19 +255,22 @@ def _target(where: str, i: int, t: dict, base: str) -> Target:
     slo = _slo(where, f"[target.slo] of {name!r}", t["slo"]) if "slo" in t else None
     headers = t.get("headers")
     if headers is not None:
-        if not url.startswith("kserve+"):
-            raise UserError(f"{where}: [[target]] {name!r}: headers go with server targets (kserve+http, kserve+grpc)")
+        if "headers" not in info.takes:
+            from bench.targets.registry import summaries
+
+            raise UserError(f"{where}: [[target]] {name!r}: headers go with server targets that take them "
+                            f"({', '.join(summaries(takes='headers'))})")  # fmt: skip
         if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
             raise UserError(f"{where}: [target.headers] of {name!r}: a table of NAME = \"value\" strings")
-        from bench.targets.kserve import expand_headers
+        from bench.targets.base import expand_headers
 
         # Checked now, ${VAR}s included, not when the target's turn comes after the others have run.
         expand_headers(headers, f"{where}: [target.headers] of {name!r}")
-    if url.startswith("kserve+"):
-        for key in ("cpus", "threads", "backend", "device", "token_file"):
-            if t.get(key) is not None:
-                raise UserError(f"{where}: [[target]] {name!r}: {key} is a board's option; a server target takes "
-                                "headers and URL options (?version=&metrics=&timeout=&tensors=)")  # fmt: skip
+    for key in ("cpus", "threads", "backend", "device", "token_file"):
+        if info.kind == "server" and t.get(key) is not None:
+            also = " and [target.headers]" if "headers" in info.takes else ""
+            raise UserError(f"{where}: [[target]] {name!r}: {key} is a board's option; a server target takes the "
+                            f"options of its URL{also} ({info.summary})")  # fmt: skip
     return Target(name, url, cpus, threads, t.get("backend"), t.get("device"), token, slo, headers)
 
 

@@ -79,7 +79,7 @@ def request_for(campaign: Campaign, scenario, model, target: Target):
         iterations=scenario.iterations,
         duration_s=scenario.duration_s,
         warmup_s=scenario.warmup_s,
-        **scenario.request_fields(server=target.is_server),
+        **scenario.request_fields(server="concurrency" in target.info.takes),
         **kw,
     ).validate()
 
@@ -104,7 +104,7 @@ class Progress:
 
 
 def run(campaign: Campaign, store, progress: Progress | Callable[[str], None]) -> CampaignRun:
-    from bench.targets import TargetError, target_for
+    from bench.targets import TargetError, TargetOptions, target_for
 
     if not isinstance(progress, Progress):
         progress = Progress(progress)
@@ -127,8 +127,8 @@ def run(campaign: Campaign, store, progress: Progress | Callable[[str], None]) -
                         from edge_runtime.agent.endpoint import read_token
 
                         token = read_token(target.token_file)
-                    opts = {"headers": target.headers} if target.is_server else {"token": token, "reconnect_for": 60.0}
-                    t = targets[target.name] = target_for(target.url, log=say, **opts)
+                    options = TargetOptions(token=token, reconnect_for=60.0, headers=target.headers, log=say)
+                    t = targets[target.name] = target_for(target.url, options)
                 req = request_for(campaign, scenario, model, target)
 
                 def keep(got, o=o, rep=rep, model=model, target=target, scenario=scenario):
@@ -145,11 +145,10 @@ def run(campaign: Campaign, store, progress: Progress | Callable[[str], None]) -
                 try:
                     got = t.bench(req, progress=lambda m, head=head: say(f"{head}: {m}"), sink=keep, rid=rid)
                 except KeyboardInterrupt:
-                    if hasattr(t, "answer_of"):  # a board: stop its run too (its partial answer is not kept)
-                        try:
-                            t.cancel(rid)
-                        except TargetError:
-                            pass
+                    try:  # where it runs on: stop it too (a partial answer is not kept); no-op if it stopped itself
+                        t.cancel(rid)
+                    except TargetError:
+                        pass
                     raise
                 if got.stopped_by is not None:  # the local run kept what it measured: stored, then the campaign stops
                     raise Interrupted(got.stopped_by)

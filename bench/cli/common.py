@@ -126,9 +126,3 @@ def open_store(args, create: bool = False):
         )
     return Store(args.store)
 
-
-def after_stalls(link: dict) -> str:
-    """How many of the timeouts were a stall (the first send's ACK came late), not a loss: a busy host or board
-    resends on a clean line, a bad cable resends on a busy one, and the bench engineer wants to know which."""
-    n = link.get("spurious_timeouts") or 0
-    return f" ({n} of {link.get('timeouts', 0)} timeouts a stall, not a loss)" if n else ""

@@ -10,7 +10,6 @@ import sys
 from bench.cli.common import (
     add_store,
     add_target_options,
-    after_stalls,
     campaign_progress,
     check_reconnect,
     open_store,
@@ -80,7 +79,7 @@ def parse(argv: list[str]):
 
 def run(args) -> int:
     from bench.report import html
-    from bench.targets import TargetError, target_for
+    from bench.targets import TargetError, TargetOptions, registry
     from bench.transports.connection import new_request_id
     from edge_runtime.cli import bench as bench_cmd
     from edge_runtime.cli.common import plan_outputs
@@ -88,12 +87,10 @@ def run(args) -> int:
 
     if args.campaign is not None:
         return run_campaign(args)
-    server = bool(args.target) and args.target.startswith("kserve+")
-    if not args.target or not (args.model or server):
+    cls = registry.check(args.target) if args.target else None
+    if cls is None or not (args.model or cls.named_model(args.target)):
         raise UsageError("give --target URL and --model PATH")
-    if not server and (args.concurrency or args.header):
-        raise UsageError(f"{'--concurrency' if args.concurrency else '--header'} goes with a server target "
-                         "(kserve+http://, kserve+grpc://): a board runs one query at a time")  # fmt: skip
+    check_target_flags(cls, args)
     if args.model:  # what the path is, as `edge-runtime run` says it (a directory or a fifo was "missing" on a board)
         from edge_runtime.system.files import check_input
 
@@ -103,22 +100,9 @@ def run(args) -> int:
 
     bp = _Parser(prog="edge-bench run")
     bench_cmd.add_arguments(bp)
-    if server and not args.model:
-        from bench.targets.kserve import parse_url
-
-        args.model = parse_url(args.target)["model"]  # the URL names the model; no file on this host
+    args.model = args.model or cls.named_model(args.target)  # a server's URL names the model; no file on this host
     bargs = bp.parse_args([args.model, *args.rest])
-    for key, why in NOT_REMOTE.items():
-        if getattr(bargs, key) is not None:
-            raise UsageError(why)
-    if server:
-        board_only = [f"--{k.replace('_', '-')}" for k in BOARD_ONLY if getattr(bargs, k, None)]
-        if board_only:
-            raise UsageError(f"{board_only[0]} is a board's option: a server target runs on its server's terms")
-    if bargs.sysroot != "/":
-        raise UsageError("--sysroot: a board reads its own system; the option has no meaning for a target")
-    if bargs.cpus == "board":
-        raise UsageError("--cpus board: name the CPUs (see the board's profile in `edge-bench targets URL`)")
+    check_bench_flags(cls, bargs)
     store = open_store(args, create=True)  # a store that cannot be used is an error before the run, not after it
     outs = plan_outputs(
         [("--json", bargs.json), ("--prom", bargs.prom), ("--html", args.html)],
@@ -135,10 +119,9 @@ def run(args) -> int:
     label = scenario_label(request, bargs)
     verdict: dict = {}
     say, done = progress_printer()
-    if server:
-        target = target_for(args.target, headers=header_flags(args.header), log=say)
-    else:
-        target = target_for(args.target, token=token(args), reconnect_for=args.reconnect_for, log=say)
+    secret = token(args) if "token" in cls.info.takes else None
+    options = TargetOptions(token=secret, reconnect_for=args.reconnect_for, headers=header_flags(args.header), log=say)
+    target = cls(args.target, options)
     rid = new_request_id("bench-")
     stopped_by = None
 
@@ -155,31 +138,29 @@ def run(args) -> int:
         if "--json" in outs:  # the record, with where it is kept (a reader of results keeps unknown keys aside)
             write_json({**doc, "store": args.store, "run": got.store_id}, outs["--json"])
 
+    def interrupted(text: str) -> None:
+        print(f"edge-bench: interrupted: {text}", file=sys.stderr)
+
     try:
         with target:
             try:
                 got = target.bench(request, progress=say, rid=rid, sink=keep)
-            except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: the board stops and sends what it measured
+            except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: a board stops and sends what it measured
                 stopped_by = getattr(err, "signum", None) or 2
                 done()
-                if rid not in getattr(target, "_asked", {rid: None}):
+                if not target.info.recovers:  # the target kept what it measured, or there is nothing to keep
+                    raise
+                got = target.recover(rid, sink=keep, progress=interrupted)
+                if got is None:
                     print("edge-bench: interrupted before the run started on the board", file=sys.stderr)
                     return 128 + stopped_by
-                print("edge-bench: interrupted: asking the board to stop and send what it measured", file=sys.stderr)
-                if hasattr(target, "answer_of"):  # a board: it stops and sends what it measured
-                    target.cancel(rid)
-                    got = target.answer_of(rid, sink=keep)
-                else:
-                    raise
             finally:
                 done()
-    except TargetError as err:
-        if stopped_by is not None and err.kind == "cancelled":
-            print(f"edge-bench: {err}", file=sys.stderr)
-            return 128 + stopped_by
-        code = 2 if err.kind in ("user-error", "bad-path", "no-model", "hash-mismatch", "too-large", "auth") else 1
-        print(f"edge-bench: error: {err}", file=sys.stderr)
-        return code
+    except TargetError as err:  # any other: main() says it in one line, exit 2 for the user's mistakes, else 1
+        if stopped_by is None or err.kind != "cancelled":
+            raise
+        print(f"edge-bench: {err}", file=sys.stderr)
+        return 128 + stopped_by
     if "--html" in outs:  # the run as `edge-bench report ID --html` shows it
         stored = [store.run(got.store_id)]
         write_output(outs["--html"], html.render_stored(f"edge-bench run {args.target}", stored, "a one-off run"))
@@ -192,7 +173,7 @@ def run(args) -> int:
     if not on_stdout:
         from bench.report import gpu_text, server_text
 
-        sys.stdout.write(server_text(doc) if server else bench_cmd.format_report(doc))
+        sys.stdout.write(server_text(doc) if cls.info.kind == "server" else bench_cmd.format_report(doc))
         if doc.get("gpu"):
             sys.stdout.write(gpu_text(doc["gpu"]))
         if got.link:
@@ -205,6 +186,38 @@ def run(args) -> int:
         return 128 + stopped_by
     missed = verdict.get("slo") is not None and not verdict["slo"]["pass"]
     return 1 if doc.get("aborted") or missed else 0
+
+
+def check_target_flags(cls, args) -> None:
+    """--concurrency and --header go with a target that takes them (a server: a board runs one query at a time)."""
+    from bench.targets import registry
+
+    flags = {"--concurrency": ("concurrency", args.concurrency), "--header": ("headers", args.header)}
+    for flag, (option, given) in flags.items():
+        if given and option not in cls.info.takes:
+            forms = ", ".join(registry.summaries(takes=option))
+            raise UsageError(f"{flag} goes with a server target ({forms}): "
+                             + ("a board runs one query at a time" if cls.info.kind == "board" else
+                                f"{args.target} takes no {option}"))  # fmt: skip
+
+
+def check_bench_flags(cls, bargs) -> None:
+    """edge-runtime bench's flags that mean nothing for a target, or for this kind of target."""
+    for key, why in NOT_REMOTE.items():
+        if getattr(bargs, key) is not None:
+            raise UsageError(why)
+    if cls.info.kind == "server":
+        board_only = [f"--{k.replace('_', '-')}" for k in BOARD_ONLY if getattr(bargs, k, None)]
+        if board_only:
+            raise UsageError(f"{board_only[0]} is a board's option: a server target runs on its server's terms")
+    scenario = bargs.scenario or "single-stream"
+    if cls.info.scenarios is not None and scenario not in cls.info.scenarios:
+        raise UsageError(f"--scenario {scenario}: this kind of target runs {', '.join(sorted(cls.info.scenarios))} "
+                         f"({cls.info.summary})")  # fmt: skip
+    if bargs.sysroot != "/":
+        raise UsageError("--sysroot: a board reads its own system; the option has no meaning for a target")
+    if bargs.cpus == "board":
+        raise UsageError("--cpus board: name the CPUs (see the board's profile in `edge-bench targets URL`)")
 
 
 def header_flags(values: list[str] | None) -> dict[str, str]:
@@ -229,6 +242,8 @@ def scenario_label(request, bargs) -> str:
 
 
 def format_link(url: str, link: dict, rerun: bool) -> str:
+    from bench.targets.agent import after_stalls
+
     rtt = f"rtt {link['rtt_ms']:.1f} ms" if link.get("rtt_ms") is not None else "rtt ?"
     if link.get("board_busy_ms") is not None:  # the board's time to answer, apart from the link's round trip
         rtt += f", board busy {link['board_busy_ms']:.1f} ms per request"

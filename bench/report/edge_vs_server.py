@@ -20,10 +20,20 @@ from __future__ import annotations
 import html
 
 
-def _is_server(res: dict) -> bool:
-    """The GPU side: a KServe v2 server, or this host's own NVIDIA GPU (local:?device=cuda|tensorrt)."""
+def side_of(res: dict) -> str:
+    """"server" for a run the host timed as a client (any server target), or one this host's own NVIDIA GPU ran
+    (local:?device=cuda|tensorrt: a `gpu` section); "board" for a run a board timed itself. Read from the record, so
+    a stored run says its side whatever target kinds this edge-bench knows."""
     b = res.get("backend") or {}
-    return b.get("name") == "kserve" or str(b.get("device") or "").lower() in ("cuda", "tensorrt") or "gpu" in res
+    gpu = str(b.get("device") or "").lower() in ("cuda", "tensorrt") or "gpu" in res
+    return "server" if _client_timed(res) or gpu else "board"
+
+
+def _client_timed(res: dict) -> bool:
+    """The host timed it as a client: a host run's record says where (`environment.measured_on.client`); a record
+    put together by hand without it (tests, tools) is known by its KServe backend."""
+    measured_on = (res.get("environment") or {}).get("measured_on") or {}
+    return "client" in measured_on or (res.get("backend") or {}).get("name") == "kserve"
 
 
 def _key(res: dict) -> str | None:
@@ -38,8 +48,8 @@ def pairs(items: list[tuple[str, dict]]) -> list[dict]:
 
 def indexed_pairs(items: list[tuple[str, dict]]) -> list[tuple[int, int, dict]]:
     """pairs(), with the index in `items` of the board run and of the server run each comparison was made from."""
-    boards = [(i, lbl, r) for i, (lbl, r) in enumerate(items) if r and not _is_server(r) and _key(r)]
-    servers = [(i, lbl, r) for i, (lbl, r) in enumerate(items) if r and _is_server(r) and _key(r)]
+    boards = [(i, lbl, r) for i, (lbl, r) in enumerate(items) if r and side_of(r) == "board" and _key(r)]
+    servers = [(i, lbl, r) for i, (lbl, r) in enumerate(items) if r and side_of(r) == "server" and _key(r)]
     out, seen = [], set()
     for ib, bl, b in boards:
         for is_, sl, s in servers:
@@ -96,7 +106,7 @@ def compare(board_label: str, board: dict, server_label: str, server: dict) -> d
     rtt_ms = ((server.get("server") or {}).get("network") or {}).get("rtt_ms")
     link_ms = (board.get("link") or {}).get("rtt_ms")
     stages = split.get("stages_us") or {}
-    if (server.get("backend") or {}).get("name") != "kserve":  # a local GPU: no network, no queue
+    if not _client_timed(server):  # a local GPU: no network, no queue
         mean = _ms(sl.get("mean"))
         server_budget = {"network_ms": 0.0, "queue_ms": None, "compute_ms": mean, "client_ms": None, "total_ms": mean,
                          "note": "this host's GPU: no network, no server queue"}  # fmt: skip

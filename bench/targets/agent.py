@@ -14,38 +14,17 @@ import os
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
+from bench.targets.base import Progress, Target, TargetError, TargetInfo, TargetOptions, TargetResult, board_lines
+from bench.targets.registry import BOARD_SCHEMES
 from bench.transports import StreamLost, bare, named
 from bench.transports.connection import Connection, ConnectRefused, LinkLost, RemoteError, new_request_id
 from edge_runtime.errors import UserError
 
 CHUNK = 256 * 1024
 CHUNKS_IN_FLIGHT = 4
-SCHEMES = ("tcp", "serial", "socket", "rfc2217", "loop", "spy")
-
-
-class TargetError(Exception):
-    """The board cannot be reached, or refused what was asked (one line for the user)."""
-
-    def __init__(self, message: str, kind: str = "unreachable"):
-        super().__init__(message)
-        self.kind = kind
-
-
-@dataclass
-class AgentResult:
-    request_id: str
-    result: dict  # the board's BenchResult record (edge-runtime/bench/1), as `edge-runtime bench --json` writes it
-    warnings: list[str] = field(default_factory=list)
-    rerun_after_restart: bool = False
-    link: dict = field(default_factory=dict)
-    store_id: int | None = None  # set by a caller that kept it in a results store
-    stopped_by: int | None = None  # the signal that stopped the run (its result is partial)
-
-    def record(self) -> dict:
-        """The result with the link's statistics beside the board's sections (`link`, a key of schema 1.1)."""
-        return {**self.result, "link": self.link} if self.link else dict(self.result)
+AgentResult = TargetResult  # the name the host tests know it by
 
 
 def _merge(totals: dict, st: dict) -> None:
@@ -68,30 +47,36 @@ def file_sha256(path: str, also=None) -> str:
     return h.hexdigest()
 
 
-class AgentTarget:
-    def __init__(
-        self,
-        url: str,
-        *,
-        token: bytes | None = None,
-        reconnect_for: float = 60.0,
-        connect_timeout: float = 10.0,
-        dead_after: float = 10.0,
-        max_payload: int = 64 * 1024,
-        log: Callable[[str], None] | None = None,
-    ):
-        self.url = url
-        self.token = token
-        self.reconnect_for = reconnect_for
-        self.connect_timeout = connect_timeout
+class AgentTarget(Target):
+    schemes = BOARD_SCHEMES
+    info = TargetInfo(
+        kind="board",
+        summary="tcp://HOST:PORT, serial:///dev/ttyUSB0?baud=N, a device path, socket://, rfc2217:// or loop:// for a "
+        "board's agent",
+        thermal=True,
+        takes=frozenset({"token", "reconnect_for", "cpus", "threads", "backend", "device"}),
+        recovers=True,
+    )
+
+    def __init__(self, url: str, options: TargetOptions | None = None, *, dead_after: float = 10.0,
+                 max_payload: int = 64 * 1024):  # fmt: skip
+        super().__init__(url, options)
+        self.token = self.options.token
+        self.reconnect_for = self.options.reconnect_for
+        self.connect_timeout = self.options.connect_timeout
         self.dead_after = dead_after
         self.max_payload = max_payload
-        self.log = log or (lambda _t: None)
+        self.log = self.options.log
         self.conn: Connection | None = None
-        self.identity: dict = {}
         self.reconnects = 0
         self._totals: dict = {}
         self._asked: dict[str, dict] = {}  # request id -> the bench request sent under it
+
+    @classmethod
+    def check_url(cls, url: str) -> None:
+        from bench.transports import parse_endpoint
+
+        parse_endpoint(url, "target", listen=False)
 
     # ------------------------------------------------------------------------------------------------ connection
     def connect(self) -> dict:
@@ -120,12 +105,6 @@ class AgentTarget:
             self._add_stats(self.conn.stats())
             self.conn.close()
             self.conn = None
-
-    def __enter__(self) -> AgentTarget:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def link_stats(self) -> dict:
         """Frames, bytes, retransmissions, CRC failures, resyncs over every connection so far; the link's own round
@@ -179,8 +158,31 @@ class AgentTarget:
                 raise TargetError(named(self.url, str(err)), "timeout") from None
 
     # ------------------------------------------------------------------------------------------------ requests
-    def info(self) -> dict:
+    def board_info(self) -> dict:
+        """`edge-runtime info` of the board, as its agent answers it."""
         return self.call("info", timeout=180)
+
+    def describe(self) -> dict:
+        ident = self.connect()
+        for _ in range(5):  # a few round trips: the link's quality is measured on more than one frame
+            self.call("ping")
+        return {**ident, "link": self.link_stats()}
+
+    @classmethod
+    def describe_text(cls, r: dict) -> list[str]:
+        link = r["link"]
+        rtt = f"{link['rtt_ms']:.1f} ms" if link.get("rtt_ms") is not None else "?"
+        return [
+            f"{r['url']}  reachable  (agent {r.get('agent')}, protocol {r.get('protocol')})",
+            f"  board     {r.get('board') or 'unknown'}"
+            + (f" (profile {r['board_profile']})" if r.get("board_profile") else "")
+            + f", {r.get('hostname', '?')}, kernel {r.get('kernel') or '?'}",
+            *board_lines(r),
+            f"  link      rtt {rtt}, {link.get('retransmissions', 0)} retransmitted{after_stalls(link)}, "
+            f"{link.get('crc_errors', 0)} CRC "
+            f"errors, {link.get('resyncs', 0)} resyncs; frames up to {r.get('max_payload', '?')} bytes",
+            f"  models    {_size(r.get('models_bytes', 0))} kept, of {_size(r.get('models_max_bytes', 0))}",
+        ]
 
     def upload(self, model: str, progress: Callable[[str], None] | None = None) -> tuple[str, str]:
         """Put the model's files on the board unless it has them (same sha256); resumes a partial upload.
@@ -258,8 +260,8 @@ class AgentTarget:
                 inflight, offset = [], have
         return have
 
-    def bench(self, request, *, progress: Callable[[str], None] | None = None, rid: str | None = None,
-              sink: Callable[[AgentResult], None] | None = None) -> AgentResult:  # fmt: skip
+    def bench(self, request, *, progress: Progress | None = None, rid: str | None = None,
+              sink: Callable[[TargetResult], None] | None = None) -> TargetResult:  # fmt: skip
         """Upload the model, run `request` (a BenchRequest whose `model` is a path on this host) on the board, and
         return its result. `sink(result)` keeps it before the board is told it may forget it."""
         request.validate()
@@ -308,7 +310,18 @@ class AgentTarget:
         (marked aborted, kind interrupted). True when it was queued or running there."""
         return bool(self.call("cancel", {"id": rid}).get("cancelled"))
 
-    def answer_of(self, rid: str, sink: Callable[[AgentResult], None] | None = None) -> AgentResult:
+    def recover(self, rid: str, sink: Callable[[TargetResult], None] | None = None,
+                progress: Progress | None = None) -> TargetResult | None:  # fmt: skip
+        """The board stops the run asked under `rid` at its next chunk and sends what it measured; None when the
+        interrupt came before the bench was asked (uploading, connecting)."""
+        if rid not in self._asked:
+            return None
+        if progress is not None:
+            progress("asking the board to stop and send what it measured")
+        self.cancel(rid)
+        return self.answer_of(rid, sink=sink)
+
+    def answer_of(self, rid: str, sink: Callable[[TargetResult], None] | None = None) -> TargetResult:
         """The answer of a bench asked before under `rid` (after a cancel, or when its caller went away): asked
         again under the same id, which the board answers from its outbox or the run under way, never by a rerun."""
         if rid not in self._asked:
@@ -320,8 +333,8 @@ class AgentTarget:
             raise
         return self._keep(rid, answer, sink)
 
-    def _keep(self, rid: str, answer: dict, sink) -> AgentResult:
-        got = AgentResult(
+    def _keep(self, rid: str, answer: dict, sink) -> TargetResult:
+        got = TargetResult(
             rid,
             answer["result"],
             warnings=list(answer.get("warnings") or []),
@@ -340,7 +353,7 @@ class AgentTarget:
     def pending(self) -> list[dict]:
         return self.call("results")["pending"]
 
-    def collect(self, sink: Callable[[AgentResult], None]) -> list[str]:
+    def collect(self, sink: Callable[[TargetResult], None]) -> list[str]:
         """Every answer waiting in the board's outbox (a host that restarted picks up what it missed): each given
         to `sink`, then acknowledged. Returns the request ids collected."""
         done = []
@@ -350,8 +363,22 @@ class AgentTarget:
                 continue
             answer = got["answer"]
             if answer.get("ok"):
-                sink(AgentResult(item["id"], answer["result"], list(answer.get("warnings") or []),
+                sink(TargetResult(item["id"], answer["result"], list(answer.get("warnings") or []),
                                  bool(answer.get("rerun_after_restart")), self.link_stats()))  # fmt: skip
             self.ack([item["id"]])
             done.append(item["id"])
         return done
+
+
+def after_stalls(link: dict) -> str:
+    """How many of the timeouts were a stall (the first send's ACK came late), not a loss: a busy host or board
+    resends on a clean line, a bad cable resends on a busy one, and the bench engineer wants to know which."""
+    n = link.get("spurious_timeouts") or 0
+    return f" ({n} of {link.get('timeouts', 0)} timeouts a stall, not a loss)" if n else ""
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} bytes"

@@ -18,7 +18,6 @@ URL options: `version=V` (the model version), `metrics=PORT|HOST:PORT`, `timeout
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 import time
@@ -27,7 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from bench.targets.agent import AgentResult, TargetError
+from bench.targets.base import Target, TargetError, TargetInfo, TargetOptions, TargetResult, expand_headers
 from edge_runtime.errors import UserError
 
 SCHEMES = ("kserve+http", "kserve+grpc")
@@ -37,15 +36,6 @@ DTYPES = {"BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint3
           "FP64": "float64"}  # fmt: skip
 GRPC_TOKEN = "triton-grpc-protocol-triton-access-token"
 OPEN_LOOP_WORKERS = 16  # the client's connections in an open loop unless a concurrency is given
-METRICS = {  # Triton's Prometheus names -> the result's (several GPUs: see kserve_stats.COMBINE)
-    "nv_gpu_utilization": "gpu_utilization",
-    "nv_gpu_memory_used_bytes": "gpu_memory_used_bytes",
-    "nv_gpu_power_usage": "gpu_power_w",
-    "nv_energy_consumption": "gpu_energy_j",
-    "nv_gpu_temperature": "gpu_temperature_c",
-    "nv_cpu_utilization": "cpu_utilization",
-    "nv_cpu_memory_used_bytes": "cpu_memory_used_bytes",
-}
 
 
 def parse_url(url: str) -> dict:
@@ -88,50 +78,33 @@ def parse_url(url: str) -> dict:
             "metrics": metrics, "timeout": t, "tensors": opts.get("tensors")}  # fmt: skip
 
 
-FRAMING_HEADERS = {"content-length", "content-type", "host", "transfer-encoding", "connection", "te", "upgrade",
-                   "keep-alive", "inference-header-content-length"}  # fmt: skip
+class KServeTarget(Target):
+    schemes = SCHEMES
+    info = TargetInfo(
+        kind="server",
+        summary="kserve+http://HOST:PORT/MODEL or kserve+grpc://HOST:PORT/MODEL for a KServe v2 server",
+        takes=frozenset({"headers", "concurrency"}),
+    )
 
-
-def expand_headers(headers: dict | None, where: str) -> dict[str, str]:
-    """Header values with `${VAR}` read from the environment (a token need not sit in a campaign file)."""
-    out = {}
-    for k, v in (headers or {}).items():
-        if not isinstance(k, str) or not isinstance(v, str) or not k.strip():
-            raise UserError(f"{where}: header {k!r}: a name and a string value")
-
-        def env(m, k=k):
-            if m.group(1) not in os.environ:
-                raise UserError(f"{where}: header {k!r}: environment variable {m.group(1)} is not set")
-            return os.environ[m.group(1)]
-
-        value = re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", env, v)
-        control = any(ord(c) < 32 or ord(c) == 127 for c in k + value)
-        if control or not re.fullmatch(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+", k.strip()):
-            raise UserError(f"{where}: header {k!r}: a token name and a value without control characters")
-        name = k.strip().lower()
-        # gRPC metadata is printable ASCII (a "-bin" key means binary, which a token is not); the framing headers
-        # belong to the HTTP and gRPC libraries, and a wrong one breaks every request in a way no message explains.
-        if not value.isascii():
-            raise UserError(f"{where}: header {k!r}: the value must be ASCII (gRPC metadata and HTTP/1.1 headers are)")
-        if name in FRAMING_HEADERS or name.startswith("grpc-") or name.endswith("-bin"):
-            raise UserError(f"{where}: header {k!r}: set by the HTTP/gRPC client itself, not by a campaign")
-        out[name] = value
-    return out
-
-
-class KServeTarget:
-    def __init__(self, url: str, *, headers: dict | None = None, log: Callable[[str], None] | None = None, **_ignored):
-        self.url = url
+    def __init__(self, url: str, options: TargetOptions | None = None):
+        super().__init__(url, options)
         self.opts = parse_url(url)
-        self.headers = expand_headers(headers, f"target {url!r}")
+        self.headers = expand_headers(self.options.headers, f"target {url!r}")
         if self.opts["protocol"] == "grpc" and "triton-access-token" in self.headers:
             # Triton reads an access token over gRPC under its own name: the campaign need not know it
             self.headers.setdefault(GRPC_TOKEN, self.headers["triton-access-token"])
-        self.log = log or (lambda _t: None)
+        self.log = self.options.log
         self.meta: dict | None = None
-        self.identity: dict = {}
         self._stop = threading.Event()
         self._running: str | None = None
+
+    @classmethod
+    def check_url(cls, url: str) -> None:
+        parse_url(url)
+
+    @classmethod
+    def named_model(cls, url: str) -> str | None:
+        return parse_url(url)["model"]
 
     # ----------------------------------------------------------------------------------------------- clients
     @property
@@ -211,17 +184,22 @@ class KServeTarget:
         items = index if isinstance(index, list) else index.get("models", [])
         return ", ".join(sorted({str(m.get("name")) for m in items if isinstance(m, dict)}))
 
-    def close(self) -> None:
-        pass
+    def describe(self) -> dict:
+        ident = self.connect()
+        model = self.meta["model"]
+        return {"kind": "kserve", **ident, "inputs": model.get("inputs"), "outputs": model.get("outputs"),
+                "network": self.round_trip(self.client(), 5)}  # fmt: skip
 
-    def __enter__(self) -> KServeTarget:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def link_stats(self) -> dict:
-        return {}
+    @classmethod
+    def describe_text(cls, r: dict) -> list[str]:
+        srv = r.get("server") or {}
+        tensors = "; ".join(f"{t.get('name')} {t.get('datatype')} {t.get('shape')}" for t in r.get("inputs") or [])
+        return [
+            f"{r['url']}  reachable  ({srv.get('name')} {srv.get('version')}, KServe v2)",
+            f"  model     {r.get('model')}: inputs {tensors}",
+            f"  server    extensions {', '.join(srv.get('extensions') or []) or 'none listed'}",
+            f"  network   rtt {r['network'].get('rtt_ms')} ms (median of health requests)",
+        ]
 
     # ----------------------------------------------------------------------------------------------- inputs
     def tensor_infos(self) -> list:
@@ -304,10 +282,11 @@ class KServeTarget:
         return {t["name"]: res.as_numpy(t["name"]) for t in self.meta["model"]["outputs"]}
 
     # ----------------------------------------------------------------------------------------------- a run
-    def bench(self, request, *, progress=None, rid: str | None = None, sink=None) -> AgentResult:
+    def bench(self, request, *, progress=None, rid: str | None = None, sink=None) -> TargetResult:
+        from bench.metrics.kserve_stats import StatsReader
+        from bench.metrics.prometheus import MetricsSampler
         from bench.scenarios.engine import closed_loop, open_loop, warm_up
         from bench.scenarios.record import host_result
-        from bench.targets.kserve_stats import MetricsSampler, StatsReader
         from bench.transports.connection import new_request_id
         from edge_runtime.measure.schedule import plan_for
 
@@ -352,7 +331,9 @@ class KServeTarget:
             return send
 
         senders = [make_sender() for _ in range(conc)]
-        stats = StatsReader(self, probe)
+        name, version = self.opts["model"], self.opts["version"]
+        stats = StatsReader(lambda: _plain(probe.get_inference_statistics(name, version, headers=self.headers,
+                                                                           **self.limit)), _why)  # fmt: skip
         # The server's headers (its access token) go to its own host's metrics port only, never to another host.
         host_of = lambda address: (address or "").rsplit(":", 1)[0]  # noqa: E731
         same_host = host_of(self.opts["metrics"]) == host_of(self.opts["address"])
@@ -396,7 +377,7 @@ class KServeTarget:
         run.examples = examples
         at = marks.get("at", time.time())
         doc = host_result(self, request, run, kind, at, tensors, split, metrics.summary(), network)
-        got = AgentResult(rid, doc, warnings=list(doc["quality"]["warnings"]), stopped_by=run.interrupted)
+        got = TargetResult(rid, doc, warnings=list(doc["quality"]["warnings"]), stopped_by=run.interrupted)
         if sink is not None:
             sink(got)
         return got

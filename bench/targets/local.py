@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import threading
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import replace
 
-from bench.targets.agent import AgentResult, TargetError
-from bench.targets.nvml import GPU_DEVICES
+from bench.metrics.nvml import GPU_DEVICES
+from bench.targets.base import Target, TargetError, TargetInfo, TargetOptions, TargetResult, board_lines
 from bench.transports.connection import new_request_id
 from edge_runtime.errors import Interrupted, UserError
 
@@ -42,12 +42,43 @@ def parse_local(url: str) -> dict:
     return opts
 
 
-class LocalTarget:
-    def __init__(self, url: str = "local:", log: Callable[[str], None] | None = None, **_ignored):
-        self.url = url
-        self.options = parse_local(url)
-        self.identity: dict = {}
+class LocalTarget(Target):
+    schemes = ("local",)
+    info = TargetInfo(
+        kind="board",
+        summary="local:?backend=NAME&cpus=LIST&threads=N&device=D for this machine",
+        thermal=True,
+        takes=frozenset({"cpus", "threads", "backend", "device"}),
+    )
+
+    def __init__(self, url: str = "local:", options: TargetOptions | None = None):
+        super().__init__(url, options)
+        self.fill = parse_local(url)  # what the request leaves unset
         self._running = None
+
+    @classmethod
+    def check_url(cls, url: str) -> None:
+        parse_local(url)
+
+    @classmethod
+    def preflight(cls, url: str, *, backend: str | None = None, cpus: tuple[int, ...] | None = None,
+                  models: Mapping[str, str] | None = None) -> None:  # fmt: skip
+        """A backend this machine lacks or that cannot read a model, or CPUs it lacks: refused before any run."""
+        from edge_runtime.runtime import backends
+        from edge_runtime.system.cpulist import format_cpu_list
+        from edge_runtime.system.root import SystemRoot
+
+        opts = parse_local(url)
+        backend = backend or opts.get("backend")
+        if backend is not None and backend not in backends.names():
+            raise UserError(f"backend {backend!r}: not one this machine has (backends: {', '.join(backends.names())})")
+        for name, fmt in (models or {}).items():
+            if backend is not None and fmt not in backends.get(backend).formats:
+                raise UserError(f"backend {backend!r} cannot read {name} ({fmt})")
+        cpus = cpus or opts.get("cpus")
+        online = SystemRoot("/").online_cpus()
+        if cpus and online and set(cpus) - set(online):
+            raise UserError(f"cpus {format_cpu_list(cpus)}: this machine has CPUs {format_cpu_list(online)}")
 
     def connect(self) -> dict:
         from edge_runtime.agent.jobs import board_identity, run_command
@@ -59,28 +90,27 @@ class LocalTarget:
             raise TargetError(f"{self.url}: {err.one_line()}", "internal") from None
         return self.identity
 
-    def close(self) -> None:
-        pass
+    def describe(self) -> dict:
+        return {"kind": "local", **self.connect()}  # this machine, as the local: target runs it (no link)
 
-    def __enter__(self) -> LocalTarget:
-        return self
+    @classmethod
+    def describe_text(cls, r: dict) -> list[str]:
+        return [
+            f"{r['url']}  this machine  ({r.get('hostname', '?')}, kernel {r.get('kernel') or '?'}"
+            + (f", profile {r['board_profile']}" if r.get("board_profile") else "") + ")",
+            *board_lines(r),
+        ]
 
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def link_stats(self) -> dict:
-        return {}
-
-    def bench(self, request, *, progress=None, rid: str | None = None, sink=None) -> AgentResult:
+    def bench(self, request, *, progress=None, rid: str | None = None, sink=None) -> TargetResult:
         """Run `request` here, with the URL's options where the request leaves them unset, in a child process."""
         from edge_runtime.agent.jobs import Job, run_child
         from edge_runtime.wire import messages as wm
 
-        fill = {k: v for k, v in self.options.items() if getattr(request, k) is None}
+        fill = {k: v for k, v in self.fill.items() if getattr(request, k) is None}
         request = replace(request, **fill).validate()
         gpu = None
         if (request.device or "").lower() in GPU_DEVICES:  # a local NVIDIA GPU: NVML says what it did meanwhile
-            from bench.targets.nvml import GpuSampler
+            from bench.metrics.nvml import GpuSampler
 
             try:
                 gpu = GpuSampler()
@@ -132,7 +162,7 @@ class LocalTarget:
         if gpu is not None:
             count = (result.get("latency_us") or {}).get("count")
             result = {**result, "gpu": gpu.summary(count, result.get("wall_s"))}
-        got = AgentResult(rid, result, warnings=list(answer.get("warnings") or []), stopped_by=stopped_by)
+        got = TargetResult(rid, result, warnings=list(answer.get("warnings") or []), stopped_by=stopped_by)
         if sink is not None:
             sink(got)
         return got

@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT / "tests" / "host"))
 from agentkit import AgentProcess, lost_nothing
 from helpers import request
 
+from bench.targets import TargetOptions
 from bench.targets.agent import AgentTarget
 from bench.transports.nullmodem import NullModem
 
@@ -168,7 +169,7 @@ def test_a_bench_over_a_noisy_cable_against_a_clean_one(benchmark, tmp_path):
         with NullModem(seed=i, **noise) as cable, AgentProcess(cable.agent_url, state):
             t0 = time.perf_counter()
             kept = []
-            with AgentTarget(cable.host_url, reconnect_for=120.0) as t:
+            with AgentTarget(cable.host_url, TargetOptions(reconnect_for=120.0)) as t:
                 got = t.bench(request(model, iterations=200, cpus=[1]), sink=kept.append)
                 assert t.pending() == []
             dt = time.perf_counter() - t0

@@ -19,7 +19,7 @@ RESNET = MODELS / "resnet8" / "resnet8_int8.onnx"
 
 @pytest.fixture(scope="module")
 def gpu():
-    from bench.targets import nvml
+    from bench.metrics import nvml
     from edge_runtime.errors import UserError
 
     try:

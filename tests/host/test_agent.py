@@ -19,6 +19,7 @@ from agentkit import AgentProcess, Cable, comparable, free_port, lost_nothing
 from conftest import MODELS, ROOT, need
 from helpers import request, run_cli
 
+from bench.targets import TargetOptions
 from bench.targets.agent import AgentResult, AgentTarget, TargetError
 
 pytest.importorskip("serial")
@@ -38,11 +39,10 @@ def local_bench(model: Path, *flags: str) -> dict:
     return json.loads(proc.stdout)
 
 
-def target(url: str, **kw) -> AgentTarget:
+def target(url: str, dead_after: float = 3.0, **kw) -> AgentTarget:
     kw.setdefault("reconnect_for", 30.0)
-    kw.setdefault("dead_after", 3.0)
     kw.setdefault("connect_timeout", 5.0)
-    return AgentTarget(url, **kw)
+    return AgentTarget(url, TargetOptions(**kw), dead_after=dead_after)
 
 
 # ---------------------------------------------------------------------------------------------- the whole flow
@@ -80,7 +80,7 @@ def test_over_a_pty_pair_with_pyserial_at_both_ends(tmp_path):
         with AgentProcess(cable.agent_url, tmp_path / "state"), target(cable.host_url) as t:
             # An OpenVINO IR is two files: both go over, and the board's model hash is the one a local run gives.
             got = t.bench(request(RESNET_IR, iterations=100, cpus=[1], sandbox=True))
-            info = t.info()
+            info = t.board_info()
     finally:
         cable.close()
     local = local_bench(RESNET_IR, "--cpus", "1", "--iterations", "100")
@@ -153,7 +153,7 @@ def test_a_cable_that_flips_and_drops_bytes_carries_the_handshake_and_every_resu
     t0 = time.monotonic()
     try:
         with AgentProcess(cable.agent_url, tmp_path / "state") as agent, AgentTarget(
-            cable.host_url, reconnect_for=60.0, log=logs.append
+            cable.host_url, TargetOptions(reconnect_for=60.0, log=logs.append)
         ) as t:
             results = [t.bench(request(DIGITS, iterations=30 + i, cpus=[1]), sink=sink, rid=f"noisy-{i}")
                        for i in range(2)]  # fmt: skip
@@ -228,7 +228,7 @@ def test_an_unreachable_agent_is_named_once_in_each_line(tmp_path):
         silent.listen(8)
         url = f"tcp://127.0.0.1:{silent.getsockname()[1]}"
         logs: list[str] = []
-        t = AgentTarget(url, dead_after=0.5, connect_timeout=3.0, reconnect_for=1.0, log=logs.append)
+        t = AgentTarget(url, TargetOptions(connect_timeout=3.0, reconnect_for=1.0, log=logs.append), dead_after=0.5)
         with pytest.raises(TargetError) as e:
             t.call("ping")
     assert "nothing heard" in str(e.value) and str(e.value).count(url) == 1, str(e.value)

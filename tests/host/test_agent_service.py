@@ -15,6 +15,7 @@ import pytest
 from agentkit import free_port
 from conftest import ROOT
 
+from bench.targets import TargetOptions
 from bench.targets.agent import AgentTarget
 
 pytest.importorskip("serial")
@@ -32,7 +33,7 @@ def reach(port: int) -> dict:
     deadline = time.monotonic() + 60
     while True:
         try:
-            with AgentTarget(f"tcp://127.0.0.1:{port}", reconnect_for=0, connect_timeout=2) as t:
+            with AgentTarget(f"tcp://127.0.0.1:{port}", TargetOptions(reconnect_for=0, connect_timeout=2)) as t:
                 t.connect()
                 t.call("ping")
                 return t.identity

@@ -20,6 +20,7 @@ from conftest import MODELS, need
 from helpers import request
 from test_agent_hostile import Host
 
+from bench.targets import TargetOptions
 from bench.targets.agent import AgentTarget, TargetError, file_sha256
 from edge_runtime.agent.server import Agent
 from edge_runtime.agent.state import RequestError, StateDir
@@ -31,7 +32,7 @@ DIGITS_IR = MODELS / "digits_cnn" / "digits_cnn_int8.xml"
 
 
 def target(url: str) -> AgentTarget:
-    return AgentTarget(url, reconnect_for=30.0, dead_after=3.0, connect_timeout=5.0)
+    return AgentTarget(url, TargetOptions(reconnect_for=30.0, connect_timeout=5.0), dead_after=3.0)
 
 
 def declared(*paths: Path) -> dict:

@@ -43,10 +43,12 @@ def triton():
 
 
 def test_triton_over_http_and_grpc_answers_as_onnx_runtime_does_and_splits_the_time(triton, tmp_path):
+    from bench.targets import TargetOptions
     from bench.targets.kserve import KServeTarget
 
     for proto, addr in (("http", triton.http), ("grpc", triton.grpc)):
-        t = KServeTarget(f"kserve+{proto}://{addr}/digits", headers={"triton-access-token": triton.token})
+        options = TargetOptions(headers={"triton-access-token": triton.token})
+        t = KServeTarget(f"kserve+{proto}://{addr}/digits", options)
         ident = t.connect()
         assert ident["board"].startswith("triton") and ident["model"] == "digits"
         infos = t.tensor_infos()
@@ -315,7 +317,7 @@ def test_targets_describes_a_server_and_names_what_is_wrong(triton):
 
 
 def test_a_local_gpu_without_one_is_one_line(tmp_path):
-    from bench.targets import nvml
+    from bench.metrics import nvml
     from edge_runtime.errors import UserError
 
     try:
@@ -353,7 +355,7 @@ def test_ctrl_c_keeps_what_the_server_answered(triton, tmp_path):
 def test_gpu_metrics_of_several_gpus_are_combined_as_each_means():
     """Triton's /metrics on a two-GPU server (its metric names and labels): memory, power and energy add up, the
     utilisation is the mean and the temperature the hottest GPU's (summing them gave 125 C and 120 %)."""
-    from bench.targets.kserve_stats import parse_prometheus
+    from bench.metrics.prometheus import parse_prometheus
 
     text = "\n".join(
         [
@@ -388,7 +390,7 @@ def test_gpu_metrics_of_several_gpus_are_combined_as_each_means():
 def test_gpu_energy_counts_the_measured_part_only():
     """NVML is sampled from before the child loads the model: 4 s of loading and warm-up at 300 W, then 5 s
     measured at 100 W (1000 inferences). The energy per inference is the measured part's, 100 W x 5 s / 1000."""
-    from bench.targets.nvml import window_summary
+    from bench.metrics.nvml import window_summary
 
     samples, energy_mj = [], 0.0
     for i in range(37):  # every 0.25 s for 9 s

@@ -1,7 +1,5 @@
-"""What a KServe v2 server says about a run, beside what the client measured: the statistics extension read before and
-after (queue, compute input, compute infer and compute output per request; the rest of the client's latency is
-network and client, as perf_analyzer splits it), and a Prometheus endpoint scraped during the run (Triton's GPU
-utilisation, memory, power and energy; its CPU figures where it has no GPU)."""
+"""A Prometheus endpoint scraped during a run (Triton's `/metrics`): GPU utilisation, memory, power and energy, and
+its CPU figures where it has no GPU, on a thread of its own, bounded; the samples summed up for the record."""
 
 from __future__ import annotations
 
@@ -12,62 +10,17 @@ import urllib.request
 
 import numpy as np
 
-STAGES = ("queue", "compute_input", "compute_infer", "compute_output")
 SCRAPE_EVERY_S = 1.0
 MAX_SCRAPES = 7200  # two hours of samples; a longer run keeps the first two hours' figures and says so
-
-
-class StatsReader:
-    """The model's cumulative inference statistics, read through the target's own client (its headers carry the
-    access token a server may ask for)."""
-
-    def __init__(self, target, client):
-        self.target, self.client = target, client
-        self.reason: str | None = None
-
-    def read(self) -> dict | None:
-        from bench.targets.kserve import _plain, _why
-
-        o = self.target.opts
-        try:
-            raw = _plain(self.client.get_inference_statistics(o["model"], o["version"], headers=self.target.headers,
-                                                              **self.target.limit))  # fmt: skip
-        except Exception as err:  # noqa: BLE001 - a server without the extension (MLServer: 404), or no token
-            self.reason = f"no server statistics ({_why(err)})"
-            return None
-        stats = (raw.get("model_stats") or [{}])[0].get("inference_stats") or {}
-        out = {}
-        for key in ("success", "fail", *STAGES):
-            d = stats.get(key) or {}
-            out[key] = (int(d.get("count", 0) or 0), int(d.get("ns", 0) or 0))
-        return out
-
-    def split(self, before: dict | None, after: dict | None, run) -> dict:
-        """Per request, in us: each server stage, the server's own total, the client's latency and their difference
-        (network + client); from the requests the server counted during the run."""
-        if before is None or after is None:
-            return {"available": False, "reason": self.reason or "no server statistics"}
-        n = after["success"][0] - before["success"][0]
-        if n <= 0:
-            return {"available": False, "reason": "the server counted no successful request during the run"}
-        per = {k: round((after[k][1] - before[k][1]) / max(1, after[k][0] - before[k][0]) / 1e3, 2) for k in STAGES}
-        server_us = round((after["success"][1] - before["success"][1]) / n / 1e3, 2)
-        ok = run.ok
-        spq = max(1, run.samples_per_query)
-        service = (run.finished_ns - run.started_ns)[ok] / spq
-        client_us = round(float(np.mean(service)) / 1e3, 2) if len(service) else None
-        return {
-            "available": True,
-            "requests": n,
-            "failed": after["fail"][0] - before["fail"][0],
-            "stages_us": per,
-            "server_us": server_us,
-            "client_us": client_us,
-            "network_client_us": round(client_us - server_us, 2) if client_us is not None else None,
-            "method": "the server's statistics extension read before and after the run (means per request); network "
-            "+ client = the client's mean time per request (from its send) minus the server's",
-        }
-
+METRICS = {  # Triton's Prometheus names -> the result's (several GPUs: see COMBINE)
+    "nv_gpu_utilization": "gpu_utilization",
+    "nv_gpu_memory_used_bytes": "gpu_memory_used_bytes",
+    "nv_gpu_power_usage": "gpu_power_w",
+    "nv_energy_consumption": "gpu_energy_j",
+    "nv_gpu_temperature": "gpu_temperature_c",
+    "nv_cpu_utilization": "cpu_utilization",
+    "nv_cpu_memory_used_bytes": "cpu_memory_used_bytes",
+}
 
 # Several GPUs (one label set each): memory, power and energy add up; utilisation is their mean; the temperature is
 # the hottest one's (as a board's is its hottest sensor).
@@ -76,8 +29,6 @@ COMBINE = {"gpu_utilization": "mean", "gpu_temperature_c": "max", "cpu_utilizati
 
 def parse_prometheus(text: str) -> dict[str, float]:
     """name -> value over label sets (several GPUs, combined as COMBINE says), for the metric names we keep."""
-    from bench.targets.kserve import METRICS
-
     seen: dict[str, list[float]] = {}
     for line in text.splitlines():
         if not line or line.startswith("#"):
