@@ -130,6 +130,24 @@ def test_scenarios_and_slos_import_no_target_or_campaign():
     assert wrong == [], "scenarios and SLOs do not import targets or campaigns: " + ", ".join(wrong)
 
 
+def test_usage_error_lives_in_errors_and_slos_import_no_cli():
+    """Issue 23, step 1: a bad flag or value is an error of the house, not of the board's CLI: `UsageError` is
+    defined in edge_runtime/errors.py alone, and nobody (the host's domain module bench/slo.py included) takes it
+    from a CLI module."""
+    defined, taken = [], []
+    for path in [*sorted(PACKAGE.rglob("*.py")), *sorted(HOST.rglob("*.py")), *sorted((ROOT / "tests").rglob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.ClassDef) and node.name == "UsageError":
+                defined.append(where)
+            elif isinstance(node, ast.ImportFrom) and any(a.name == "UsageError" for a in node.names):
+                if node.module != "edge_runtime.errors":
+                    taken.append(f"{where} from {node.module}")
+    assert [d.split(":")[0] for d in defined] == ["edge_runtime/errors.py"], defined
+    assert taken == []
+    assert not {d for d in graph(PACKAGE, HOST)["bench.slo"] if d.startswith("edge_runtime.cli")}
+
+
 def test_the_target_plumbing_imports_no_target_kind():
     """base.py is what every target imports, the registry names built-ins as strings (imported on first use), and
     metric samplers are handed what they read: none of them imports a target kind (kserve <-> kserve_stats was a
