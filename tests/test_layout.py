@@ -148,6 +148,32 @@ def test_usage_error_lives_in_errors_and_slos_import_no_cli():
     assert not {d for d in graph(PACKAGE, HOST)["bench.slo"] if d.startswith("edge_runtime.cli")}
 
 
+def test_one_package_version_lookup():
+    """Issue 23, step 3: importlib.metadata's `version` is asked in one place, system/environment.py's
+    `installed_version` (the results' `packages`, the backends' "unknown" and the quantizer's "not installed" are
+    built on it), and it stays lazy there: importing the module pays nothing for it."""
+    from edge_runtime.runtime.backends.base import distribution_version
+    from edge_runtime.system.environment import installed_version, packages
+
+    askers = [str(path.relative_to(ROOT)) for path in [*sorted(PACKAGE.rglob("*.py")), *sorted(HOST.rglob("*.py"))]
+              for node in ast.walk(ast.parse(path.read_text()))
+              if isinstance(node, ast.ImportFrom) and node.module == "importlib.metadata"
+              and any(a.name == "version" for a in node.names)]  # fmt: skip
+    assert askers == ["edge_runtime/system/environment.py"]
+    missing = "no-such-distribution-i23"
+    assert installed_version("numpy") == np_version() and installed_version(missing) is None
+    assert packages(["numpy", missing]) == {"numpy": np_version()} and distribution_version(missing) == "unknown"
+    code = "import sys, edge_runtime.system.environment\nprint('importlib.metadata' in sys.modules)\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def np_version() -> str:
+    import numpy as np
+
+    return np.__version__
+
+
 def test_the_target_plumbing_imports_no_target_kind():
     """base.py is what every target imports, the registry names built-ins as strings (imported on first use), and
     metric samplers are handed what they read: none of them imports a target kind (kserve <-> kserve_stats was a

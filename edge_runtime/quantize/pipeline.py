@@ -7,7 +7,6 @@ import hashlib
 import os
 import sys
 import tempfile
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import numpy as np
@@ -28,18 +27,12 @@ from edge_runtime.quantize.ort_path import (
     quantizable_nodes,
 )
 from edge_runtime.runtime.model import onnx_external_files
+from edge_runtime.system.environment import installed_version
 from edge_runtime.system.outputs import Output, check_distinct, plan_output, write_output
 
 
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _v(dist: str) -> str:
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return "not installed"
 
 
 def no_vendor_telemetry() -> None:
@@ -293,7 +286,8 @@ def run(cfg: QuantizeConfig, say=lambda _m: None, outputs: dict[str, Output] | N
         doc["out"] = {"path": cfg.out, "sha256": _sha(out)}
         if out.suffix == ".xml":
             doc["out"]["weights_sha256"] = _sha(out.with_suffix(".bin"))
-        doc["versions"] = {d: _v(d) for d in ("onnxruntime", "onnx", "openvino", "nncf", "numpy")}
+        dists = ("onnxruntime", "onnx", "openvino", "nncf", "numpy")
+        doc["versions"] = {d: installed_version(d) or "not installed" for d in dists}
         doc["manifest_entry"] = manifest_entry(doc)
         doc["manifest_file"] = outs["manifest"].dest
         # Weights first, model, then the manifest that points to them: never a manifest without its model.
