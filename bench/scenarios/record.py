@@ -67,11 +67,12 @@ def host_result(
     model = (target.meta or {}).get("model") or {}
     sha = None
     if request.model and request.model != target.opts["model"]:
-        try:
-            from bench.targets.agent import file_sha256
+        from edge_runtime.errors import UserError
+        from edge_runtime.runtime.model import model_sha256
 
-            sha = file_sha256(request.model)  # the campaign's model file: the same model as a board's run of it
-        except OSError:
+        try:  # the campaign's model file, hashed as a board hashes it (an IR's .xml and .bin): the pair of a board run
+            sha = model_sha256(request.model)
+        except (OSError, UserError):
             sha = None
     model_section = {
         "path": target.url,
