@@ -15,8 +15,16 @@ from types import SimpleNamespace
 import numpy as np
 
 from bench.scenarios.engine import NOT_SENT
-from edge_runtime.measure.scenario import asked_keys, load_keys, pct_us, saturation_text
-from edge_runtime.measure.stats import PERCENTILE_METHOD, histogram_us, jitter, latency_timeline, stability, summarize
+from edge_runtime.measure.scenario import asked_keys, load_keys, saturation_text
+from edge_runtime.measure.stats import (
+    PERCENTILE_METHOD,
+    histogram_us,
+    jitter,
+    latency_timeline,
+    percentile_us,
+    stability,
+    summarize,
+)
 
 LATENCY_FROM = {
     True: "intended send time (open loop; no coordinated omission)",
@@ -173,7 +181,7 @@ def _scenario(request, run, kind: str, warnings: list[str]) -> dict:
             "here too, not only the issuer's error"
         )
     service = (run.finished_ns - run.started_ns)[run.ok]
-    scenario["service_us"] = {"p50": pct_us(service, 50), "p99": pct_us(service, 99)}
+    scenario["service_us"] = {"p50": percentile_us(service, 50), "p99": percentile_us(service, 99)}
     saturated = saturation_text(scenario)
     if saturated:
         warnings.append(saturated)
