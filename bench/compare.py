@@ -20,10 +20,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from edge_runtime.errors import UserError
+from edge_runtime.measure.stats import nearest_rank_counts
 
 RESAMPLES = 2000
 ALPHA = 0.05
-METRICS = (("p50", 0.50), ("p99", 0.99), ("p999", 0.999), ("mean", None))
+METRICS = (("p50", 50.0), ("p99", 99.0), ("p999", 99.9), ("mean", None))  # percentiles, as stats.PERCENTILES
 METHOD = (
     f"bootstrap ({RESAMPLES} resamples of each run's histogram), {100 * (1 - ALPHA / len(METRICS)):.2f}% percentile "
     f"intervals (Bonferroni over {len(METRICS)} metrics)"
@@ -52,17 +53,8 @@ class Distribution:
 def _statistics(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """p50, p99, p99.9 (nearest rank, as every result here) and mean of each row of `counts` (R x buckets)."""
     counts = np.atleast_2d(counts)
-    n = counts.sum(axis=1)
-    cum = np.cumsum(counts, axis=1)
-    out = []
-    for _, q in METRICS:
-        if q is None:
-            out.append((counts * values).sum(axis=1) / n)
-        else:
-            rank = np.maximum(np.ceil(q * n).astype(np.int64), 1)
-            idx = (cum < rank[:, None]).sum(axis=1)  # the first bucket whose cumulative count reaches the rank
-            out.append(values[idx])
-    return np.stack(out, axis=1)
+    mean = (counts * values).sum(axis=1) / counts.sum(axis=1)
+    return np.stack([mean if p is None else nearest_rank_counts(values, counts, p) for _, p in METRICS], axis=1)
 
 
 def compare(a: dict, b: dict, threshold_pct: float = 5.0, seed: int = 0, resamples: int = RESAMPLES) -> dict:

@@ -86,7 +86,7 @@ def parse_flags(values: list[str] | None) -> SLO:
     import math
     import re
 
-    from edge_runtime.cli.common import UsageError
+    from edge_runtime.errors import UsageError
 
     bounds: dict[str, float] = {}
     budget = None

@@ -34,6 +34,10 @@ class UserError(EdgeRuntimeError):
     exit_code = 2
 
 
+class UsageError(UserError):
+    """A bad flag or value (exit 2)."""
+
+
 class ModelError(UserError):
     """The model file is missing, of an unknown type, empty, corrupted, or crashes the backend."""
 

@@ -34,7 +34,6 @@ MAX_LINES = 400
 # nobody needs any more fails, so whoever removes the edge removes its line); the rules below see past them.
 NOT_YET = {
     ("bench.cli.run", "bench.cli"): "step 20: the parser leaves bench/cli/__init__.py (the bench.cli circle)",
-    ("bench.scenarios.record", "bench.targets.agent"): "step 4: file_sha256 moves to edge_runtime.runtime.model",
 }
 
 
@@ -128,6 +127,50 @@ def test_scenarios_and_slos_import_no_target_or_campaign():
              if m.startswith(("bench.scenarios", "bench.slo")) for d in deps
              if d.startswith(("bench.targets", "bench.campaign")) and (m, d) not in NOT_YET]  # fmt: skip
     assert wrong == [], "scenarios and SLOs do not import targets or campaigns: " + ", ".join(wrong)
+
+
+def test_usage_error_lives_in_errors_and_slos_import_no_cli():
+    """Issue 23, step 1: a bad flag or value is an error of the house, not of the board's CLI: `UsageError` is
+    defined in edge_runtime/errors.py alone, and nobody (the host's domain module bench/slo.py included) takes it
+    from a CLI module."""
+    defined, taken = [], []
+    for path in [*sorted(PACKAGE.rglob("*.py")), *sorted(HOST.rglob("*.py")), *sorted((ROOT / "tests").rglob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.ClassDef) and node.name == "UsageError":
+                defined.append(where)
+            elif isinstance(node, ast.ImportFrom) and any(a.name == "UsageError" for a in node.names):
+                if node.module != "edge_runtime.errors":
+                    taken.append(f"{where} from {node.module}")
+    assert [d.split(":")[0] for d in defined] == ["edge_runtime/errors.py"], defined
+    assert taken == []
+    assert not {d for d in graph(PACKAGE, HOST)["bench.slo"] if d.startswith("edge_runtime.cli")}
+
+
+def test_one_package_version_lookup():
+    """Issue 23, step 3: importlib.metadata's `version` is asked in one place, system/environment.py's
+    `installed_version` (the results' `packages`, the backends' "unknown" and the quantizer's "not installed" are
+    built on it), and it stays lazy there: importing the module pays nothing for it."""
+    from edge_runtime.runtime.backends.base import distribution_version
+    from edge_runtime.system.environment import installed_version, packages
+
+    askers = [str(path.relative_to(ROOT)) for path in [*sorted(PACKAGE.rglob("*.py")), *sorted(HOST.rglob("*.py"))]
+              for node in ast.walk(ast.parse(path.read_text()))
+              if isinstance(node, ast.ImportFrom) and node.module == "importlib.metadata"
+              and any(a.name == "version" for a in node.names)]  # fmt: skip
+    assert askers == ["edge_runtime/system/environment.py"]
+    missing = "no-such-distribution-i23"
+    assert installed_version("numpy") == np_version() and installed_version(missing) is None
+    assert packages(["numpy", missing]) == {"numpy": np_version()} and distribution_version(missing) == "unknown"
+    code = "import sys, edge_runtime.system.environment\nprint('importlib.metadata' in sys.modules)\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def np_version() -> str:
+    import numpy as np
+
+    return np.__version__
 
 
 def test_the_target_plumbing_imports_no_target_kind():

@@ -8,7 +8,15 @@ import pytest
 
 from edge_runtime.cli.bench import cyclictest_histogram
 from edge_runtime.measure.platform_latency import parse_cyclictest
-from edge_runtime.measure.stats import PERCENTILES, jitter, nearest_rank, stability, summarize
+from edge_runtime.measure.stats import (
+    PERCENTILES,
+    jitter,
+    nearest_rank,
+    nearest_rank_counts,
+    percentile_us,
+    stability,
+    summarize,
+)
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 7, 10, 99, 100, 1001, 12345])
@@ -41,6 +49,27 @@ def test_p999_of_round_sample_counts_is_not_the_maximum(n):
     for key, p in PERCENTILES.items():
         assert got[key] * 1000 == _exact_reference(samples.tolist(), p), key
     assert got["p999"] < got["max"]  # 1000 samples: rank 999, not 1000
+
+
+@pytest.mark.parametrize("n", [1, 2, 999, 1000, 1001, 12345, 200_001, 999_999, 1_000_000])
+def test_a_histogram_s_nearest_rank_is_that_of_its_samples(n):
+    """Issue 23, step 5: compare's percentiles of histograms (nearest_rank_counts, R rows at once, exact integer
+    ranks) are nearest_rank of the samples the histograms stand for, for every percentile a result reports, on
+    random histograms of n samples (up to 10^6) and over the rows of one call."""
+    rng = np.random.default_rng(n)
+    buckets = int(rng.integers(1, min(n, 500) + 1))
+    values = np.sort(rng.choice(np.arange(1, 100_000), size=buckets, replace=False)).astype(np.float64)
+    rows = np.stack([rng.multinomial(n, rng.dirichlet(np.full(buckets, 0.3))) for _ in range(3)])
+    for p in [*PERCENTILES.values(), 100.0, 0.01]:
+        got = nearest_rank_counts(values, rows, p)
+        want = [nearest_rank(np.repeat(values, row), p) for row in rows]  # the samples, sorted as the values are
+        assert got.tolist() == want, p
+        assert nearest_rank_counts(values, rows[0], p).tolist() == want[:1]  # one histogram: one row
+
+
+def test_a_scenario_figure_is_the_nearest_rank_in_us():
+    ns = np.array([3_000, 1_000, 2_000, 4_000, 1_234_567])
+    assert percentile_us(ns, 50) == 3.0 and percentile_us(ns, 99) == 1234.567 and percentile_us(ns[:0], 50) is None
 
 
 def test_nearest_rank_by_hand():

@@ -18,7 +18,8 @@ from bench.cli.common import (
 )
 from bench.slo import evaluate, verdict_lines
 from bench.slo import parse_flags as parse_slo
-from edge_runtime.cli.common import UsageError, integer, path_arg
+from edge_runtime.cli.common import integer, path_arg
+from edge_runtime.errors import UsageError
 
 HELP = "run a campaign (CAMPAIGN.toml), or one bench on a target: --target URL --model PATH [bench options]"
 # Flags of `edge-runtime bench` that name files or facts of the machine that runs the command, not of the board.

@@ -8,8 +8,8 @@ from __future__ import annotations
 import sys
 
 from bench.cli.common import add_store, add_target_options, check_reconnect, token
-from edge_runtime.cli.common import UsageError, add_json, plan_outputs
-from edge_runtime.errors import UserError
+from edge_runtime.cli.common import add_json, plan_outputs
+from edge_runtime.errors import UsageError, UserError
 
 HELP = "reachable? what board, CPUs, backends and versions, link quality; exit 1 if any is not reachable"
 

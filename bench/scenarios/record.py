@@ -15,8 +15,16 @@ from types import SimpleNamespace
 import numpy as np
 
 from bench.scenarios.engine import NOT_SENT
-from edge_runtime.measure.scenario import asked_keys, load_keys, pct_us, saturation_text
-from edge_runtime.measure.stats import PERCENTILE_METHOD, histogram_us, jitter, latency_timeline, stability, summarize
+from edge_runtime.measure.scenario import asked_keys, load_keys, saturation_text
+from edge_runtime.measure.stats import (
+    PERCENTILE_METHOD,
+    histogram_us,
+    jitter,
+    latency_timeline,
+    percentile_us,
+    stability,
+    summarize,
+)
 
 LATENCY_FROM = {
     True: "intended send time (open loop; no coordinated omission)",
@@ -67,11 +75,12 @@ def host_result(
     model = (target.meta or {}).get("model") or {}
     sha = None
     if request.model and request.model != target.opts["model"]:
-        try:
-            from bench.targets.agent import file_sha256
+        from edge_runtime.errors import UserError
+        from edge_runtime.runtime.model import model_sha256
 
-            sha = file_sha256(request.model)  # the campaign's model file: the same model as a board's run of it
-        except OSError:
+        try:  # the campaign's model file, hashed as a board hashes it (an IR's .xml and .bin): the pair of a board run
+            sha = model_sha256(request.model)
+        except (OSError, UserError):
             sha = None
     model_section = {
         "path": target.url,
@@ -172,7 +181,7 @@ def _scenario(request, run, kind: str, warnings: list[str]) -> dict:
             "here too, not only the issuer's error"
         )
     service = (run.finished_ns - run.started_ns)[run.ok]
-    scenario["service_us"] = {"p50": pct_us(service, 50), "p99": pct_us(service, 99)}
+    scenario["service_us"] = {"p50": percentile_us(service, 50), "p99": percentile_us(service, 99)}
     saturated = saturation_text(scenario)
     if saturated:
         warnings.append(saturated)

@@ -9,7 +9,6 @@ way, so a result arrives once and nothing runs twice. A result is acknowledged o
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 import zlib
@@ -34,17 +33,6 @@ def _merge(totals: dict, st: dict) -> None:
             totals[k] = v if v is not None else totals.get(k)
         else:
             totals[k] = totals.get(k, 0) + (v or 0)
-
-
-def file_sha256(path: str, also=None) -> str:
-    """sha256 of one file; its bytes also go into `also` (the model's hash over all its files)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-            if also is not None:
-                also.update(block)
-    return h.hexdigest()
 
 
 class AgentTarget(Target):
@@ -187,22 +175,22 @@ class AgentTarget(Target):
     def upload(self, model: str, progress: Callable[[str], None] | None = None) -> tuple[str, str]:
         """Put the model's files on the board unless it has them (same sha256); resumes a partial upload.
         Returns (sha256 of the model file, its name on the board)."""
-        from edge_runtime.runtime.model import model_files
+        from edge_runtime.runtime.model import model_files, sha256_of_files
 
-        files = []
-        whole = hashlib.sha256()  # the model's hash, as the board computes it: its files in order
-        for _what, p in model_files(model):
-            p = str(p)
+        paths = [str(p) for _what, p in model_files(model)]
+        for p in paths:
             if not os.path.isfile(p):
                 raise UserError(f"model {model!r}: {p!r} is missing (a model's files travel together)")
             if os.path.dirname(os.path.relpath(p, os.path.dirname(str(model)))):
                 raise UserError(
                     f"model {model!r}: external data {p!r} is in a subdirectory; the agent keeps flat files"
                 )
-            files.append(
-                {"name": os.path.basename(p), "sha256": file_sha256(p, whole), "size": os.path.getsize(p), "path": p}
-            )
-        sha = whole.hexdigest()
+        files = []
+
+        def each(p, own: str) -> None:
+            files.append({"name": p.name, "sha256": own, "size": os.path.getsize(p), "path": str(p)})
+
+        sha = sha256_of_files(paths, each=each)  # the model's hash, as the board computes it: its files in order
         wire_files = [{k: f[k] for k in ("name", "sha256", "size")} for f in files]
         status = self.call("model_status", {"sha256": sha, "files": wire_files})
         if status["complete"]:

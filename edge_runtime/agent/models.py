@@ -10,7 +10,6 @@ what was declared.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -18,6 +17,7 @@ import shutil
 
 from edge_runtime.agent.room import MANIFEST, NO_SPACE, SHA256, UPLOAD, StoreRoom, _names, _read_files
 from edge_runtime.errors import RequestError
+from edge_runtime.runtime.model import file_sha256, sha256_of_files
 from edge_runtime.system.outputs import dumps
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
@@ -81,14 +81,6 @@ def _write_at(path: str, offset: int, data: bytes) -> None:
         os.ftruncate(fd, offset + len(data))
     finally:
         os.close(fd)
-
-
-def file_sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 class ModelStore(StoreRoom):
@@ -246,7 +238,7 @@ class ModelStore(StoreRoom):
             got = os.path.getsize(part) if os.path.isfile(part) else 0
             if got != f["size"]:
                 raise RequestError(f"{f['name']}: {got:,} of {f['size']:,} bytes uploaded", "incomplete")
-            got_sha = file_sha256(part)
+            got_sha = file_sha256(part, what="upload")
             if got_sha != f["sha256"]:
                 shutil.rmtree(d, ignore_errors=True)  # nothing of a lying upload is kept
                 raise RequestError(
@@ -259,15 +251,11 @@ class ModelStore(StoreRoom):
             os.replace(part, final)
         files = self._declared(sha) or []
         if files and all(os.path.isfile(os.path.join(d, x["name"])) for x in files):
-            whole = hashlib.sha256()  # a model's hash is of its files in order (ModelFile.sha256: the .xml, the .bin)
-            for x in files:
-                with open(os.path.join(d, x["name"]), "rb") as fh:
-                    for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
-                        whole.update(block)
-            if whole.hexdigest() != sha:
+            whole = sha256_of_files(os.path.join(d, x["name"]) for x in files)  # in order, as ModelFile.sha256
+            if whole != sha:
                 shutil.rmtree(d, ignore_errors=True)
                 raise RequestError(
-                    f"model {sha[:12]}: its files together hash to {whole.hexdigest()[:12]}: discarded", "hash-mismatch"
+                    f"model {sha[:12]}: its files together hash to {whole[:12]}: discarded", "hash-mismatch"
                 )
             write_atomic(os.path.join(d, MANIFEST), dumps({"sha256": sha, "files": files}).encode())
             with contextlib.suppress(OSError):

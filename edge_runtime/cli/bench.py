@@ -16,7 +16,6 @@ from edge_runtime.cli.common import (
     MAX_WARMUP,
     MAX_WARMUP_S,
     PROG,
-    UsageError,
     add_debug,
     add_json,
     add_model_options,
@@ -33,7 +32,7 @@ from edge_runtime.cli.common import (
     sysroot,
 )
 from edge_runtime.cli.scenarios import add_scenario_arguments, scenario_fields, scenario_text
-from edge_runtime.errors import EdgeRuntimeError
+from edge_runtime.errors import EdgeRuntimeError, UsageError
 from edge_runtime.measure.request import MAX_COOLDOWN_TIMEOUT_S, PLATFORM_LATENCY_S, SAMPLE_INTERVAL_S
 from edge_runtime.system.cpulist import format_cpu_list
 from edge_runtime.system.outputs import write_output

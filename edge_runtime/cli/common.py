@@ -12,7 +12,7 @@ import re
 import sys
 from typing import TYPE_CHECKING
 
-from edge_runtime.errors import FeedError, UserError
+from edge_runtime.errors import FeedError, UsageError
 from edge_runtime.system.files import check_input
 from edge_runtime.system.limits import MAX_DURATION_S, MAX_SEED, MAX_THREADS, MAX_WARMUP, MAX_WARMUP_S
 
@@ -22,10 +22,6 @@ if TYPE_CHECKING:  # imported where an output is planned: a command that writes 
 PROG = "edge-runtime"
 
 __all__ = ["MAX_DURATION_S", "MAX_THREADS", "MAX_WARMUP", "MAX_WARMUP_S", "PROG"]
-
-
-class UsageError(UserError):
-    """A bad flag or value (exit 2)."""
 
 
 class HelpFormatter(argparse.HelpFormatter):

@@ -13,9 +13,9 @@ import sys
 import warnings
 
 from edge_runtime import __version__
-from edge_runtime.cli.common import PROG, Parser, UsageError
+from edge_runtime.cli.common import PROG, Parser
 from edge_runtime.cli.signals import SIGNALS
-from edge_runtime.errors import EdgeRuntimeError
+from edge_runtime.errors import EdgeRuntimeError, UsageError
 
 # The order `--help` lists them in: module, help line.
 COMMANDS = {

@@ -3,7 +3,8 @@ LoadGen's scenarios as flags, the request fields they make, and the scenario lin
 
 from __future__ import annotations
 
-from edge_runtime.cli.common import MAX_DURATION_S, UsageError, integer, path_arg, real
+from edge_runtime.cli.common import MAX_DURATION_S, integer, path_arg, real
+from edge_runtime.errors import UsageError
 
 
 def add_scenario_arguments(p) -> None:

@@ -6,7 +6,6 @@ import json
 import time
 
 from edge_runtime.cli.common import (
-    UsageError,
     add_debug,
     add_json,
     add_sysroot,
@@ -17,6 +16,7 @@ from edge_runtime.cli.common import (
     real,
     sysroot,
 )
+from edge_runtime.errors import UsageError
 from edge_runtime.system.outputs import finite
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from edge_runtime.cli.common import (
-    UsageError,
     add_debug,
     add_json,
     add_sysroot,
@@ -13,6 +12,7 @@ from edge_runtime.cli.common import (
     plan_outputs,
     sysroot,
 )
+from edge_runtime.errors import UsageError
 from edge_runtime.system.audit import audit
 from edge_runtime.system.outputs import check_outside
 

@@ -22,13 +22,6 @@ from edge_runtime.measure.schedule import OpenLoopRun, Plan
 SATURATED_BELOW = 0.95
 
 
-def pct_us(values_ns: np.ndarray, p: float) -> float | None:
-    """The nearest-rank percentile `p` of ns values, in us (None for no value)."""
-    from edge_runtime.measure.stats import nearest_rank
-
-    return round(nearest_rank(np.sort(values_ns), p) / 1e3, 3) if len(values_ns) else None
-
-
 def load_keys(
     intended_ns: np.ndarray,
     started_ns: np.ndarray,
@@ -43,6 +36,8 @@ def load_keys(
     schedule of the queries it holds, one mean gap past the last); `finished_ns`, for one query at a time: the issuer's
     own error too, over the queries that found the target idle. The send error is over every query sent: on a target
     that fell behind it is the lag, and its count says how many queries it stands for."""
+    from edge_runtime.measure.stats import percentile_us  # here: a report's text never pays for it
+
     intended, started = np.asarray(intended_ns, np.int64), np.asarray(started_ns, np.int64)
     k = len(started)
     n = k if scheduled is None else int(scheduled)
@@ -62,13 +57,19 @@ def load_keys(
         "scheduled_qps": round(scheduled_qps, 2),
         "achieved_qps": round(achieved_qps, 2),
         "saturated": bool(scheduled_qps > 0 and achieved_qps < SATURATED_BELOW * scheduled_qps),
-        "send_error_us": {"p50": pct_us(lag, 50), "p99": pct_us(lag, 99), "max": pct_us(lag, 100), "queries": k},
+        "send_error_us": {
+            "p50": percentile_us(lag, 50),
+            "p99": percentile_us(lag, 99),
+            "max": percentile_us(lag, 100),
+            "queries": k,
+        },
     }
     if finished_ns is not None:
         done = np.maximum.accumulate(np.asarray(finished_ns, np.int64))
         idle = np.concatenate(([np.iinfo(np.int64).min], done[:-1])) <= intended
         own = lag[idle]
-        out["issuer_error_us"] = {"p50": pct_us(own, 50), "p99": pct_us(own, 99), "queries": int(idle.sum())}
+        queries = int(idle.sum())
+        out["issuer_error_us"] = {"p50": percentile_us(own, 50), "p99": percentile_us(own, 99), "queries": queries}
     return out
 
 
@@ -124,6 +125,8 @@ def scenario_section(
     have said) beside the record's latency_us."""
     if plan is None or run is None or len(run.intended_ns) == 0:
         return None
+    from edge_runtime.measure.stats import percentile_us
+
     out: dict = {"kind": plan.kind, **asked_keys(plan.kind, request)}
     n = len(run.intended_ns)
     out.update(queries=n, samples_per_query=plan.samples_per_query, latency_from=LATENCY_FROM[plan.from_intended])
@@ -132,7 +135,7 @@ def scenario_section(
         return out
     out.update(load_keys(run.intended_ns, run.started_ns, None if stopped else plan.end_s,
                          scheduled=n + run.not_sent, finished_ns=run.finished_ns))  # fmt: skip
-    out["service_us"] = {"p50": pct_us(run.service_ns, 50), "p99": pct_us(run.service_ns, 99)}
+    out["service_us"] = {"p50": percentile_us(run.service_ns, 50), "p99": percentile_us(run.service_ns, 99)}
     if plan.kind == "multi-stream":
         late = int(np.sum(run.latency_ns > request.interval_ms * 1e6))
         out["queries_over_interval"] = late  # a query not done before the next was due: the board cannot keep up

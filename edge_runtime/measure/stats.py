@@ -29,6 +29,24 @@ def nearest_rank(sorted_ns: np.ndarray, p: float) -> int:
     return int(sorted_ns[min(rank, n) - 1])
 
 
+def nearest_rank_counts(values: np.ndarray, counts: np.ndarray, p: float) -> np.ndarray:
+    """`nearest_rank` of histograms, R at once: for each row of `counts` (R x buckets, or one row) over the bucket
+    `values` (ascending), the value at rank ceil(p/100 * n), n the row's total, in exact integers as nearest_rank
+    (bench/compare.py bootstraps thousands of resampled histograms through it)."""
+    counts = np.atleast_2d(counts)
+    n = counts.sum(axis=1).astype(np.int64)
+    q = Fraction(str(p)) / 100
+    rank = np.maximum((q.numerator * n + q.denominator - 1) // q.denominator, 1)
+    idx = (np.cumsum(counts, axis=1) < rank[:, None]).sum(axis=1)  # the first bucket whose count reaches the rank
+    return np.asarray(values)[idx]
+
+
+def percentile_us(values_ns: np.ndarray, p: float) -> float | None:
+    """The nearest-rank percentile `p` of ns values, in us rounded to the ns (None for no value): the scenario
+    figures' (send error, service time) of both engines."""
+    return round(nearest_rank(np.sort(values_ns), p) / 1e3, 3) if len(values_ns) else None
+
+
 def summarize(samples_ns: np.ndarray) -> dict:
     """Statistics in microseconds (float) of latencies given in nanoseconds."""
     if len(samples_ns) == 0:

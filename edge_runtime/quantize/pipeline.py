@@ -3,11 +3,9 @@ temporary folder; the outputs are written at the end, each atomically."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 import tempfile
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import numpy as np
@@ -27,19 +25,9 @@ from edge_runtime.quantize.ort_path import (
     preprocess,
     quantizable_nodes,
 )
-from edge_runtime.runtime.model import onnx_external_files
+from edge_runtime.runtime.model import file_sha256, onnx_external_files
+from edge_runtime.system.environment import installed_version
 from edge_runtime.system.outputs import Output, check_distinct, plan_output, write_output
-
-
-def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _v(dist: str) -> str:
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return "not installed"
 
 
 def no_vendor_telemetry() -> None:
@@ -290,10 +278,11 @@ def run(cfg: QuantizeConfig, say=lambda _m: None, outputs: dict[str, Output] | N
         doc["latency_us"]["quantized_p50"] = doc["latency_us"][f"{final}_p50"]
         doc["latency_us"]["speedup"] = doc["latency_us"]["fp32_p50"] / doc["latency_us"]["quantized_p50"]
         doc["faster_than_fp32"] = doc["latency_us"]["speedup"] > 1.0
-        doc["out"] = {"path": cfg.out, "sha256": _sha(out)}
+        doc["out"] = {"path": cfg.out, "sha256": file_sha256(out)}
         if out.suffix == ".xml":
-            doc["out"]["weights_sha256"] = _sha(out.with_suffix(".bin"))
-        doc["versions"] = {d: _v(d) for d in ("onnxruntime", "onnx", "openvino", "nncf", "numpy")}
+            doc["out"]["weights_sha256"] = file_sha256(out.with_suffix(".bin"))
+        dists = ("onnxruntime", "onnx", "openvino", "nncf", "numpy")
+        doc["versions"] = {d: installed_version(d) or "not installed" for d in dists}
         doc["manifest_entry"] = manifest_entry(doc)
         doc["manifest_file"] = outs["manifest"].dest
         # Weights first, model, then the manifest that points to them: never a manifest without its model.

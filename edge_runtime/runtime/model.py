@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import mmap
 import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edge_runtime.errors import ModelError
+from edge_runtime.errors import ModelError, UserError
 from edge_runtime.system.files import check_input, open_input
 
 # File suffix -> format name. The format picks the default backend (DESIGN.md).
@@ -38,14 +39,44 @@ class ModelFile:
     def sha256(self) -> str:
         """sha256 of the model file (and, for IR, of the .xml followed by the .bin), computed once."""
         if not self._sha:
-            parts = [p for p in (self.path, self.weights, *self.external) if p is not None]
-            h = _sha256(sum(_size(p) for p in parts))
-            for p in parts:
-                with open_input(p, "model", error=ModelError) as f:
-                    for chunk in iter(lambda f=f: f.read(1 << 20), b""):
-                        h.update(chunk)
-            self._sha.append(h.hexdigest())
+            self._sha.append(sha256_of_files((self.path, self.weights, *self.external)))
         return self._sha[0]
+
+
+def sha256_of_files(
+    paths: Iterable[str | os.PathLike[str] | None],
+    *,
+    each: Callable[[Path, str], None] | None = None,
+    what: str = "model",
+    error: type[UserError] = ModelError,
+) -> str:
+    """The one model hash of the house: sha256 over the files' bytes in order (a model's: the file, an IR's .bin, an
+    ONNX model's external data), read 1 MiB at a time through `open_input` (a regular file, or `error` naming it).
+    `each(path, its own sha256)` is called after each file (an upload declares every file's hash). The board, the
+    agent's store, the host's upload and a server run's record all call it, so a model has one hash everywhere."""
+    parts = [Path(p) for p in paths if p is not None]
+    whole = _sha256(sum(_size(p) for p in parts))
+    for p in parts:
+        own = _sha256(_size(p)) if each is not None else None
+        with open_input(p, what, error=error) as f:
+            for chunk in iter(lambda f=f: f.read(1 << 20), b""):
+                whole.update(chunk)
+                if own is not None:
+                    own.update(chunk)
+        if each is not None:
+            each(p, own.hexdigest())
+    return whole.hexdigest()
+
+
+def file_sha256(path: str | os.PathLike[str], *, what: str = "file", error: type[UserError] = ModelError) -> str:
+    """sha256 of one file (sha256_of_files of it alone)."""
+    return sha256_of_files((path,), what=what, error=error)
+
+
+def model_sha256(path: str | os.PathLike[str]) -> str:
+    """A model's sha256 from its path, as `ModelFile.sha256` has it (the .xml and its .bin, an ONNX model and its
+    external data), without the structural checks of `inspect_model`: for a model another machine runs."""
+    return sha256_of_files(p for _what, p in model_files(path))
 
 
 # Up to this many bytes the interpreter's built-in SHA-256 hashes a model in less time than importing hashlib takes:

@@ -7,20 +7,25 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Iterable
-from importlib.metadata import PackageNotFoundError, version
 
 from edge_runtime.system.root import SystemRoot
 
 
+def installed_version(dist: str) -> str | None:
+    """The installed version of a distribution (`pip show`'s), or None when it is not installed: the one lookup the
+    results, the backends and the quantizer's report share. importlib.metadata is imported here, on first use (it
+    pulls in email, zipfile and csv, ~10 ms a process that never asks)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
 def packages(distributions: Iterable[str]) -> dict[str, str]:
     """Installed versions of these distributions (the ones not installed are left out)."""
-    out = {}
-    for dist in distributions:
-        try:
-            out[dist] = version(dist)
-        except PackageNotFoundError:
-            continue
-    return out
+    return {dist: v for dist in distributions if (v := installed_version(dist)) is not None}
 
 
 def environment(root: SystemRoot, cpus: list[int] | None, package_versions: dict[str, str]) -> dict:

@@ -21,9 +21,10 @@ from helpers import request
 from test_agent_hostile import Host
 
 from bench.targets import TargetOptions
-from bench.targets.agent import AgentTarget, TargetError, file_sha256
+from bench.targets.agent import AgentTarget, TargetError
 from edge_runtime.agent.server import Agent
 from edge_runtime.agent.state import RequestError, StateDir
+from edge_runtime.runtime.model import sha256_of_files
 
 pytest.importorskip("serial")
 DIGITS = MODELS / "digits_cnn" / "digits_cnn_int8.onnx"  # 46 KB and 45 KB: one fits on a 64 KB disk, not both
@@ -37,9 +38,10 @@ def target(url: str) -> AgentTarget:
 
 def declared(*paths: Path) -> dict:
     """model_status's arguments for the model made of `paths`, as the host's agent target declares it."""
-    whole = hashlib.sha256()
-    files = [{"name": p.name, "sha256": file_sha256(str(p), whole), "size": p.stat().st_size} for p in paths]
-    return {"sha256": whole.hexdigest(), "files": files}
+    files = []
+    whole = sha256_of_files(paths, each=lambda p, own: files.append({"name": p.name, "sha256": own,
+                                                                     "size": p.stat().st_size}))  # fmt: skip
+    return {"sha256": whole, "files": files}
 
 
 def fill(path: Path) -> None:

@@ -41,10 +41,13 @@ def result(samples, sha: str = "a" * 64, board: str = "board") -> dict:
     }
 
 
-def host_record(open_loop: bool = True, signum: int | None = signal.SIGINT, answered: bool = True) -> dict:
+def host_record(
+    open_loop: bool = True, signum: int | None = signal.SIGINT, answered: bool = True, model: str = "digits"
+) -> dict:
     """host_result on a fixed run of a KServe target whose metadata is what connect() keeps from a Triton server: 40
     queries, an open loop at 100/s on 2 connections (or a closed loop), one failed (http 500) and one not sent, stopped
-    by `signum` (None: stopped, by no signal); `answered` False: no query came back. JSON, as the store holds it."""
+    by `signum` (None: stopped, by no signal); `answered` False: no query came back; `model` a file: the campaign's
+    model file the server runs. JSON, as the store holds it."""
     from collections import Counter
 
     from bench.scenarios.engine import NOT_SENT, HostRun
@@ -73,9 +76,9 @@ def host_record(open_loop: bool = True, signum: int | None = signal.SIGINT, answ
     target.meta = {"server": server, "model": {"name": "digits", "versions": ["1"]}, "config": {}}
     kind = "server" if open_loop else "single-stream"
     if open_loop:
-        request = BenchRequest("digits", scenario="server", rate_qps=100.0, duration_s=0.4, concurrency=2)
+        request = BenchRequest(model, scenario="server", rate_qps=100.0, duration_s=0.4, concurrency=2)
     else:
-        request = BenchRequest("digits", iterations=n, concurrency=2)
+        request = BenchRequest(model, iterations=n, concurrency=2)
     split = {"requests": 38, "queue_us": 12.5, "compute_infer_us": 850.0, "network_client_us": 1140.5}
     metrics = {"samples": 3, "gpu_utilization": None}
     doc = host_result(target, request, run, kind, 1_700_000_000.0, "binary", split, metrics, {"round_trip_us": 95.0})
@@ -89,6 +92,20 @@ def test_host_result_still_writes_the_frozen_host_record():
     env_frozen, env_now = frozen.pop("environment"), now.pop("environment")
     assert now == frozen and list(now) == list(frozen)
     assert list(env_now) == list(env_frozen) and list(env_now["measured_on"]) == list(env_frozen["measured_on"])
+
+
+@pytest.mark.parametrize("model", [DIGITS.with_suffix(".xml"), DIGITS.with_suffix(".onnx")])
+def test_a_server_run_carries_the_hash_a_board_gives_the_same_model(model):
+    """Issue 23, step 4: a server run's record hashed an OpenVINO IR's .xml alone where the board hashes the .xml and
+    its .bin (ModelFile.sha256), so a server run and a board run of one IR model never paired (edge_vs_server pairs by
+    sha256). One hash now: the record's is the board's, and for an IR it is not the .xml's alone."""
+    import hashlib
+
+    from edge_runtime.runtime.model import inspect_model
+
+    board = inspect_model(model).sha256
+    assert host_record(model=str(model))["model"]["sha256"] == board
+    assert (board != hashlib.sha256(model.read_bytes()).hexdigest()) == (model.suffix == ".xml")  # the .bin counts
 
 
 def test_compare_tells_a_10pct_slowdown_from_noise_in_nine_of_ten_seeded_trials():

@@ -159,12 +159,9 @@ def _scratch_file():
 
 def distribution_version(dist: str) -> str:
     """The installed version of a distribution (`pip show`'s), or "unknown"; one lookup for every backend."""
-    from importlib.metadata import PackageNotFoundError, version
+    from edge_runtime.system.environment import installed_version  # here: a backend loaded never asks
 
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return "unknown"
+    return installed_version(dist) or "unknown"
 
 
 class Backend(abc.ABC):
