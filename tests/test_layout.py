@@ -24,7 +24,9 @@ ALLOWED = {
     "runtime": {"errors", "system"},
     "measure": {"errors", "system", "results", "runtime"},
     "quantize": {"errors", "system", "results", "runtime", "measure"},
-    "wire": set(),  # sans-I/O: bytes in, messages out; shared with the host, so it depends on nothing
+    # sans-I/O: bytes in, messages out, addresses parsed; shared with the host. No port, no socket: endpoint.py parses
+    # addresses and reads the one small secret file through system.files (files.inputs once step 2 lands)
+    "wire": {"errors", "system"},
     "agent": {"errors", "system", "results", "runtime", "measure", "wire", "__init__"},
     "cli": {"errors", "system", "results", "runtime", "measure", "quantize", "agent", "wire", "__init__"},
     "__init__": {"errors", "runtime"},
@@ -127,6 +129,26 @@ def test_scenarios_and_slos_import_no_target_or_campaign():
              if m.startswith(("bench.scenarios", "bench.slo")) for d in deps
              if d.startswith(("bench.targets", "bench.campaign")) and (m, d) not in NOT_YET]  # fmt: skip
     assert wrong == [], "scenarios and SLOs do not import targets or campaigns: " + ", ".join(wrong)
+
+
+def test_the_wire_opens_no_port_or_socket():
+    """Issue 23, step 7: wire/ is shared by the board and the host, so it holds what both parse (frames, messages, the
+    endpoint's address and the token file's rules) and none of the I/O either does: no socket, select or serial
+    import, and from system/ only the checked open of an input file. The agent's loops and the host's transports
+    import the parsing from here (the host no longer reaches into edge_runtime.agent for it)."""
+    io = ("socket", "select", "selectors", "serial", "subprocess", "asyncio")
+    wrong = []
+    for name, path in modules().items():
+        if part(name) != "wire":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            wrong += [f"{name} imports {n}" for n in names if n.split(".")[0] in io]
+        wrong += [f"{name} -> {d}" for d in graph()[name] if part(d) == "system" and d != "edge_runtime.system.files"]
+    assert wrong == []
+    endpoint = {m for m, deps in graph(PACKAGE, HOST).items() for d in deps if d == "edge_runtime.agent.endpoint"}
+    assert endpoint <= {"edge_runtime.cli.agent"}, f"the address is parsed in wire/endpoint.py: {sorted(endpoint)}"
 
 
 def test_usage_error_lives_in_errors_and_slos_import_no_cli():
@@ -245,7 +267,7 @@ def test_the_target_registry_alone_reads_its_entry_points():
     readers = sorted(str(p.relative_to(ROOT)) for m, p in modules(HOST).items() if any(
         isinstance(n, ast.ImportFrom) and n.module == "importlib.metadata" for n in ast.walk(ast.parse(p.read_text()))))
     assert readers == ["bench/targets/registry.py"]
-    assert g["bench.targets.registry"] == {"bench.targets.base", "edge_runtime.errors"}
+    assert g["bench.targets.registry"] == {"bench.targets.base", "edge_runtime.errors", "edge_runtime.wire.endpoint"}
     assert '[project.entry-points."edge_bench.targets"]' in (ROOT / "pyproject.toml").read_text()
 
 
