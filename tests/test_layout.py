@@ -36,6 +36,17 @@ MAX_LINES = 400
 # nobody needs any more fails, so whoever removes the edge removes its line); the rules below see past them.
 NOT_YET = {
     ("bench.cli.run", "bench.cli"): "step 20: the parser leaves bench/cli/__init__.py (the bench.cli circle)",
+    # The host's CLI still borrows the board CLI's toolkit: step 20 moves the parser, the bounded types, `plan_outputs`
+    # and the signals to edge_runtime/program/ (and files.outputs); step 21 moves the bench request's flags.
+    ("bench.cli", "edge_runtime.cli.common"): "step 20: Parser to program/args.py",
+    ("bench.cli", "edge_runtime.cli.signals"): "step 20: signals to program/signals.py",
+    ("bench.cli.baseline", "edge_runtime.cli.common"): "step 20: add_json, plan_outputs",
+    ("bench.cli.common", "edge_runtime.cli.common"): "step 20: path_arg",
+    ("bench.cli.compare", "edge_runtime.cli.common"): "step 20: add_json, plan_outputs, real",
+    ("bench.cli.report", "edge_runtime.cli.common"): "step 20: add_json, integer, path_arg, plan_outputs",
+    ("bench.cli.run", "edge_runtime.cli.common"): "step 20: integer, path_arg, plan_outputs",
+    ("bench.cli.targets", "edge_runtime.cli.common"): "step 20: add_json, plan_outputs",
+    ("bench.cli.run", "edge_runtime.cli.bench"): "step 21: the bench request's flags to program/bench_flags.py",
 }
 
 
@@ -149,6 +160,17 @@ def test_the_wire_opens_no_port_or_socket():
     assert wrong == []
     endpoint = {m for m, deps in graph(PACKAGE, HOST).items() for d in deps if d == "edge_runtime.agent.endpoint"}
     assert endpoint <= {"edge_runtime.cli.agent"}, f"the address is parsed in wire/endpoint.py: {sorted(endpoint)}"
+
+
+def test_the_host_takes_only_the_boards_public_parts():
+    """Issue 23: the host imports what the board offers for sharing (wire.endpoint for addresses and the token,
+    measure.child to run a request in a child, results, runtime...), never the agent's insides or a CLI's: no module
+    of bench/ imports edge_runtime.agent or edge_runtime.cli (or any edge_runtime.*.cli), beyond the edges of NOT_YET
+    that steps 20 and 21 remove."""
+    wrong = [f"{m} -> {d}" for m, deps in graph(PACKAGE, HOST).items() if m.split(".")[0] == "bench" for d in deps
+             if d.split(".")[0] == "edge_runtime" and ("cli" in d.split(".") or d.split(".")[1:2] == ["agent"])
+             and (m, d) not in NOT_YET]  # fmt: skip
+    assert wrong == [], "take it from edge_runtime.wire.endpoint or edge_runtime.measure.child: " + ", ".join(wrong)
 
 
 def test_usage_error_lives_in_errors_and_slos_import_no_cli():
