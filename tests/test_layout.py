@@ -24,7 +24,9 @@ ALLOWED = {
     "runtime": {"errors", "system"},
     "measure": {"errors", "system", "results", "runtime"},
     "quantize": {"errors", "system", "results", "runtime", "measure"},
-    "wire": set(),  # sans-I/O: bytes in, messages out; shared with the host, so it depends on nothing
+    # sans-I/O: bytes in, messages out, addresses parsed; shared with the host. No port, no socket: endpoint.py parses
+    # addresses and reads the one small secret file through system.files (files.inputs once step 2 lands)
+    "wire": {"errors", "system"},
     "agent": {"errors", "system", "results", "runtime", "measure", "wire", "__init__"},
     "cli": {"errors", "system", "results", "runtime", "measure", "quantize", "agent", "wire", "__init__"},
     "__init__": {"errors", "runtime"},
@@ -34,6 +36,17 @@ MAX_LINES = 400
 # nobody needs any more fails, so whoever removes the edge removes its line); the rules below see past them.
 NOT_YET = {
     ("bench.cli.run", "bench.cli"): "step 20: the parser leaves bench/cli/__init__.py (the bench.cli circle)",
+    # The host's CLI still borrows the board CLI's toolkit: step 20 moves the parser, the bounded types, `plan_outputs`
+    # and the signals to edge_runtime/program/ (and files.outputs); step 21 moves the bench request's flags.
+    ("bench.cli", "edge_runtime.cli.common"): "step 20: Parser to program/args.py",
+    ("bench.cli", "edge_runtime.cli.signals"): "step 20: signals to program/signals.py",
+    ("bench.cli.baseline", "edge_runtime.cli.common"): "step 20: add_json, plan_outputs",
+    ("bench.cli.common", "edge_runtime.cli.common"): "step 20: path_arg",
+    ("bench.cli.compare", "edge_runtime.cli.common"): "step 20: add_json, plan_outputs, real",
+    ("bench.cli.report", "edge_runtime.cli.common"): "step 20: add_json, integer, path_arg, plan_outputs",
+    ("bench.cli.run", "edge_runtime.cli.common"): "step 20: integer, path_arg, plan_outputs",
+    ("bench.cli.targets", "edge_runtime.cli.common"): "step 20: add_json, plan_outputs",
+    ("bench.cli.run", "edge_runtime.cli.bench"): "step 21: the bench request's flags to program/bench_flags.py",
 }
 
 
@@ -127,6 +140,37 @@ def test_scenarios_and_slos_import_no_target_or_campaign():
              if m.startswith(("bench.scenarios", "bench.slo")) for d in deps
              if d.startswith(("bench.targets", "bench.campaign")) and (m, d) not in NOT_YET]  # fmt: skip
     assert wrong == [], "scenarios and SLOs do not import targets or campaigns: " + ", ".join(wrong)
+
+
+def test_the_wire_opens_no_port_or_socket():
+    """Issue 23, step 7: wire/ is shared by the board and the host, so it holds what both parse (frames, messages, the
+    endpoint's address and the token file's rules) and none of the I/O either does: no socket, select or serial
+    import, and from system/ only the checked open of an input file. The agent's loops and the host's transports
+    import the parsing from here (the host no longer reaches into edge_runtime.agent for it)."""
+    io = ("socket", "select", "selectors", "serial", "subprocess", "asyncio")
+    wrong = []
+    for name, path in modules().items():
+        if part(name) != "wire":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            wrong += [f"{name} imports {n}" for n in names if n.split(".")[0] in io]
+        wrong += [f"{name} -> {d}" for d in graph()[name] if part(d) == "system" and d != "edge_runtime.system.files"]
+    assert wrong == []
+    endpoint = {m for m, deps in graph(PACKAGE, HOST).items() for d in deps if d == "edge_runtime.agent.endpoint"}
+    assert endpoint <= {"edge_runtime.cli.agent"}, f"the address is parsed in wire/endpoint.py: {sorted(endpoint)}"
+
+
+def test_the_host_takes_only_the_boards_public_parts():
+    """Issue 23: the host imports what the board offers for sharing (wire.endpoint for addresses and the token,
+    measure.child to run a request in a child, results, runtime...), never the agent's insides or a CLI's: no module
+    of bench/ imports edge_runtime.agent or edge_runtime.cli (or any edge_runtime.*.cli), beyond the edges of NOT_YET
+    that steps 20 and 21 remove."""
+    wrong = [f"{m} -> {d}" for m, deps in graph(PACKAGE, HOST).items() if m.split(".")[0] == "bench" for d in deps
+             if d.split(".")[0] == "edge_runtime" and ("cli" in d.split(".") or d.split(".")[1:2] == ["agent"])
+             and (m, d) not in NOT_YET]  # fmt: skip
+    assert wrong == [], "take it from edge_runtime.wire.endpoint or edge_runtime.measure.child: " + ", ".join(wrong)
 
 
 def test_usage_error_lives_in_errors_and_slos_import_no_cli():
@@ -245,7 +289,7 @@ def test_the_target_registry_alone_reads_its_entry_points():
     readers = sorted(str(p.relative_to(ROOT)) for m, p in modules(HOST).items() if any(
         isinstance(n, ast.ImportFrom) and n.module == "importlib.metadata" for n in ast.walk(ast.parse(p.read_text()))))
     assert readers == ["bench/targets/registry.py"]
-    assert g["bench.targets.registry"] == {"bench.targets.base", "edge_runtime.errors"}
+    assert g["bench.targets.registry"] == {"bench.targets.base", "edge_runtime.errors", "edge_runtime.wire.endpoint"}
     assert '[project.entry-points."edge_bench.targets"]' in (ROOT / "pyproject.toml").read_text()
 
 

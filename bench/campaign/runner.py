@@ -124,7 +124,7 @@ def run(campaign: Campaign, store, progress: Progress | Callable[[str], None]) -
                 if t is None:
                     token = None
                     if target.token_file:
-                        from edge_runtime.agent.endpoint import read_token
+                        from edge_runtime.wire.endpoint import read_token
 
                         token = read_token(target.token_file)
                     options = TargetOptions(token=token, reconnect_for=60.0, headers=target.headers, log=say)

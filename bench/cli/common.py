@@ -24,7 +24,7 @@ def add_target_options(p) -> None:
 def token(args) -> bytes | None:
     if not args.token_file:
         return None
-    from edge_runtime.agent.endpoint import read_token
+    from edge_runtime.wire.endpoint import read_token
 
     return read_token(args.token_file)
 

@@ -1,5 +1,5 @@
 """The local target (`local:`, `local:?backend=openvino&cpus=1&threads=1&device=CPU`): this machine, measured by
-the same engine and the same child process the agent uses for a board (`edge_runtime.agent.child`), so a local
+the same engine and the same child process the agent uses for a board (`edge_runtime.measure.child`), so a local
 result and a board's mean the same thing. The URL's options fill what the bench request leaves unset. On a local
 NVIDIA GPU (`device=cuda` or `tensorrt`, ONNX Runtime's providers) NVML is sampled during the run (`gpu` section);
 without one, one line before anything runs."""
@@ -81,12 +81,11 @@ class LocalTarget(Target):
             raise UserError(f"cpus {format_cpu_list(cpus)}: this machine has CPUs {format_cpu_list(online)}")
 
     def connect(self) -> dict:
-        from edge_runtime.agent.jobs import board_identity, run_command
-        from edge_runtime.agent.state import RequestError
+        from edge_runtime.measure.child import ChildError, board_info
 
         try:
-            self.identity = board_identity(run_command("info", {}))
-        except RequestError as err:
+            self.identity = board_info()
+        except ChildError as err:
             raise TargetError(f"{self.url}: {err.one_line()}", "internal") from None
         return self.identity
 
@@ -103,8 +102,7 @@ class LocalTarget(Target):
 
     def bench(self, request, *, progress=None, rid: str | None = None, sink=None) -> TargetResult:
         """Run `request` here, with the URL's options where the request leaves them unset, in a child process."""
-        from edge_runtime.agent.jobs import Job, run_child
-        from edge_runtime.wire import messages as wm
+        from edge_runtime.measure.child import ChildJob, cancel, run_in_child
 
         fill = {k: v for k, v in self.fill.items() if getattr(request, k) is None}
         request = replace(request, **fill).validate()
@@ -118,19 +116,16 @@ class LocalTarget(Target):
                 raise TargetError(f"{self.url}: {err.one_line()}", "user-error") from None
             gpu.start()
         rid = rid or new_request_id("local-")
-        job = Job(rid, "bench", {"request": request.to_dict()})
-        self._running = job
-
-        def send(msg: wm.Msg) -> None:
-            if progress is not None and msg.type == "progress":
-                progress(str(msg.get("text", "")))
+        job = ChildJob("bench", request.to_dict())
+        self._running = (rid, job)
 
         box: dict = {}
         finished = threading.Event()
 
         def work() -> None:
             try:
-                box["answer"] = run_child(job, threading.Lock(), send)
+                hear = None if progress is None else lambda text: progress(text[:500])  # as the agent sends it
+                box["answer"] = run_in_child(job, on_progress=hear, lock=threading.Lock())
             finally:
                 finished.set()
 
@@ -144,8 +139,6 @@ class LocalTarget(Target):
                 except KeyboardInterrupt as err:  # Ctrl-C, SIGTERM: the run stops and keeps what it measured
                     stopped_by = getattr(err, "signum", None) or 2
                     job.cancelled = True
-                    from edge_runtime.agent.jobs import cancel
-
                     cancel(job)
         finally:
             self._running = None
@@ -168,11 +161,12 @@ class LocalTarget(Target):
         return got
 
     def cancel(self, rid: str) -> bool:
-        from edge_runtime.agent.jobs import cancel
+        from edge_runtime.measure.child import cancel
 
-        job = self._running
-        if job is None or job.rid != rid:
+        running = self._running
+        if running is None or running[0] != rid:
             return False
+        job = running[1]
         job.cancelled = True
         cancel(job)
         return True

@@ -12,11 +12,11 @@ import re
 
 from bench.targets.base import Target, TargetOptions
 from edge_runtime.errors import UserError
+from edge_runtime.wire.endpoint import SCHEMES
 
 ENTRY_POINT_GROUP = "edge_bench.targets"
-# The agent's URL forms, as `parse_endpoint` (edge_runtime/agent/endpoint.py) reads them; "" is a device path.
-# tests/host/test_targets.py holds the two to the same list.
-BOARD_SCHEMES = ("tcp", "serial", "socket", "rfc2217", "loop", "spy", "alt", "hwgrep", "cp2110", "")
+# The agent's URL forms as `parse_endpoint` reads them ("" is a device path): one list, in edge_runtime/wire/endpoint.py
+BOARD_SCHEMES = SCHEMES
 
 _REGISTRY: dict[str, str | type[Target]] = {}
 _ENTRY_POINTS_LOADED = False

@@ -12,8 +12,8 @@ from __future__ import annotations
 import select
 import socket
 
-from edge_runtime.agent.endpoint import Endpoint, parse_endpoint
 from edge_runtime.errors import UserError
+from edge_runtime.wire.endpoint import Endpoint, parse_endpoint
 
 __all__ = ["Stream", "StreamLost", "bare", "named", "open_stream", "parse_endpoint"]
 

@@ -276,9 +276,9 @@ class Connection:
 
 
 def _line_rate(url: str) -> float | None:
-    """Bytes per second of a serial line named by the URL, or None (see edge_runtime.agent.endpoint.line_rate)."""
+    """Bytes per second of a serial line named by the URL, or None (see edge_runtime.wire.endpoint.line_rate)."""
     from bench.transports import parse_endpoint
-    from edge_runtime.agent.endpoint import line_rate
+    from edge_runtime.wire.endpoint import line_rate
 
     try:
         return line_rate(parse_endpoint(url, "target", listen=False))

@@ -1,5 +1,6 @@
 """Where the agent listens: a serial port (any pyserial URL; `serial:///dev/ttyS0?baud=921600` names a device) or
-TCP (`tcp://127.0.0.1:7000`). The loops here only move bytes between the stream and the `Agent`.
+TCP (`tcp://127.0.0.1:7000`). The loops here only move bytes between the stream and the `Agent`; the address itself
+is parsed by edge_runtime/wire/endpoint.py (`parse_endpoint`), which the host shares.
 
 - TCP: one host in session at a time. A second connection while the first is alive is sent a REFUSE frame naming
   the reason, and closed. A session whose host fell silent (`Link.dead_after`) no longer blocks a new one.
@@ -9,86 +10,15 @@ TCP (`tcp://127.0.0.1:7000`). The loops here only move bytes between the stream 
 from __future__ import annotations
 
 import contextlib
-import ipaddress
-import os
 import select
 import socket
 import time
-import urllib.parse
-from dataclasses import dataclass
 
 from edge_runtime.errors import UserError
+from edge_runtime.wire.endpoint import Endpoint
 from edge_runtime.wire.link import refuse_bytes
 
 TICK_S = 0.02
-DEFAULT_BAUD = 115200
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    kind: str  # "tcp" | "serial"
-    host: str = ""
-    port: int = 0
-    url: str = ""  # for pyserial
-    baud: int = DEFAULT_BAUD
-
-    @property
-    def loopback(self) -> bool:
-        try:
-            return ipaddress.ip_address(self.host).is_loopback
-        except ValueError:
-            return self.host == "localhost"
-
-
-def parse_endpoint(text: str, what: str = "ENDPOINT", listen: bool = True) -> Endpoint:
-    """`tcp://HOST:PORT`, `serial:///dev/ttyX?baud=N`, a device path, or any other pyserial URL (socket://, loop://,
-    rfc2217://, spy://...). To listen, port 0 means any free port (the agent logs which)."""
-    u = urllib.parse.urlsplit(text)
-    query = urllib.parse.parse_qs(u.query)
-    baud = DEFAULT_BAUD
-    if "baud" in query:
-        try:
-            baud = int(query["baud"][-1])
-        except ValueError:
-            baud = -1
-        if not 50 <= baud <= 20_000_000:
-            raise UserError(f"{what} {text!r}: baud {query['baud'][-1]!r} is not a baud rate (50 to 20000000)")
-    if u.scheme == "tcp":
-        try:
-            port = u.port
-        except ValueError:
-            port = None
-        if not u.hostname or port is None or not (0 if listen else 1) <= port < 65536:
-            raise UserError(f"{what} {text!r}: expected tcp://HOST:PORT (e.g. tcp://127.0.0.1:7000)")
-        return Endpoint("tcp", host=u.hostname, port=port)
-    if u.scheme == "serial":
-        if not u.path or u.netloc:
-            raise UserError(f"{what} {text!r}: expected serial:///dev/DEVICE?baud=N (three slashes)")
-        return Endpoint("serial", url=u.path, baud=baud)
-    if u.scheme == "" and text.startswith("/"):
-        return Endpoint("serial", url=text, baud=baud)
-    if u.scheme in ("socket", "loop", "rfc2217", "spy", "alt", "hwgrep", "cp2110"):
-        # pyserial reads its own options from the URL; a `baud` of ours is taken out and given as the baud rate
-        rest = urllib.parse.urlencode([(k, v) for k, vs in query.items() if k != "baud" for v in vs])
-        return Endpoint("serial", url=urllib.parse.urlunsplit(u._replace(query=rest)), baud=baud)
-    raise UserError(
-        f"{what} {text!r}: unknown scheme {u.scheme + '://' if u.scheme else '(none)'}",
-        hint="tcp://HOST:PORT, serial:///dev/ttyS0?baud=921600, or a pyserial URL (socket://, rfc2217://, loop://)",
-    )
-
-
-def line_rate(ep: Endpoint) -> float | None:
-    """Bytes per second a serial endpoint carries (baud / 10: start, 8 data, stop bits), or None where the baud rate
-    means nothing: TCP, pyserial's network and loop URLs, and pseudo-terminals (Unix98 pty slaves, major 136-143),
-    which move bytes at memory speed whatever baud they are told."""
-    if ep.kind != "serial" or "://" in ep.url:
-        return None
-    try:
-        if 136 <= os.major(os.stat(ep.url).st_rdev) <= 143:
-            return None
-    except OSError:
-        pass
-    return ep.baud / 10
 
 
 def open_serial(ep: Endpoint, timeout: float = TICK_S):
@@ -247,19 +177,3 @@ def _refuse(conn: socket.socket, reason: str) -> None:
         pass
     finally:
         conn.close()
-
-
-def read_token(path: str) -> bytes:
-    """The shared secret: a file only its owner can read, at least 16 characters."""
-    from edge_runtime.system.files import open_input
-
-    with open_input(path, "--token-file", max_bytes=4096) as f:
-        st = os.fstat(f.fileno())
-        token = f.read().strip()
-    if st.st_mode & 0o077:
-        raise UserError(
-            f"--token-file {path!r}: readable by others (mode {st.st_mode & 0o777:o})", hint=f"chmod 600 {path}"
-        )
-    if len(token) < 16:
-        raise UserError(f"--token-file {path!r}: {len(token)} characters: too short to be a secret (16 at least)")
-    return token

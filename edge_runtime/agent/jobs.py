@@ -1,39 +1,52 @@
-"""The agent's jobs, each in a child process: a model job (bench, load check: `edge_runtime.agent.child`) and the
-read-only commands (`edge-runtime info|thermal|tune show --json`). A backend library that crashes on import, a
-delegate that segfaults or a bench that hangs takes its child, never the agent. Also here: the host's bench request
-made a request on this board, with every path it names checked.
+"""The agent's jobs, each in a child process: a model job (bench, load check) and the read-only commands
+(`edge-runtime info|thermal|tune show --json`). A backend library that crashes on import, a delegate that segfaults or
+a bench that hangs takes its child, never the agent. The running is measure/child.py's (the host's `local:` target
+runs the same way); this adapts it to the agent: request ids, progress messages, `RequestError`. Also here: the host's
+bench request made a request on this board, with every path it names checked.
 """
 
 from __future__ import annotations
 
-import collections
-import json
 import os
-import signal
 import subprocess
-import sys
-import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from edge_runtime.agent.models import check_sha
 from edge_runtime.agent.state import StateDir
 from edge_runtime.errors import RequestError
-from edge_runtime.system.process import dies_with_parent, signal_name
+from edge_runtime.measure import child
+from edge_runtime.measure.child import ChildJob, run_in_child
 from edge_runtime.wire import messages as wm
 
-COMMAND_TIMEOUT_S = 120.0
-CANCEL_GRACE_S = 30.0  # a cancelled job that has not stopped by then is killed
+CANCEL_GRACE_S = child.CANCEL_GRACE_S  # a cancelled job that has not stopped by then is killed
 LIBRARY_DIRS = ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/local/lib", "/opt", "/vendor", "/system")
 
 
 @dataclass
 class Job:
+    """A request the agent runs in a child: its id and op, and the `ChildJob` that runs it (whose `cancelled` and
+    `proc` it shows as its own)."""
+
     rid: str
     op: str
     args: dict
-    proc: subprocess.Popen | None = None
-    cancelled: bool = False
     rerun: bool = False
+    child: ChildJob = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.child = ChildJob(self.op, self.args.get("request"))
+
+    @property
+    def cancelled(self) -> bool:
+        return self.child.cancelled
+
+    @cancelled.setter
+    def cancelled(self, value: bool) -> None:
+        self.child.cancelled = value
+
+    @property
+    def proc(self) -> subprocess.Popen | None:
+        return self.child.proc
 
 
 def board_request(state: StateDir, request: object) -> dict:
@@ -70,81 +83,14 @@ def board_request(state: StateDir, request: object) -> dict:
 
 
 def run_child(job: Job, lock, send, cmd: list[str] | None = None) -> dict:
-    """Run `job` in a child (`edge_runtime.agent.child`) and give its answer. Whatever the child prints or however it
-    ends, this returns an answer: lines that are not the child's JSON are skipped, stderr is kept to its last lines,
-    a cancel that the child does not heed within CANCEL_GRACE_S becomes SIGKILL, and the child never outlives this."""
-    cmd = dies_with_parent(cmd or [sys.executable, "-m", "edge_runtime.agent.child"])
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    try:
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-    except OSError as err:
-        return {"ok": False, "error": {"kind": "internal", "message": f"cannot start the job: {err.strerror}"}}
-    with lock:
-        job.proc = proc
-    stderr: collections.deque[str] = collections.deque(maxlen=20)
-
-    def drain_stderr() -> None:
-        for raw in proc.stderr:
-            stderr.append(raw.decode("utf-8", "replace"))
-
-    drainer = threading.Thread(target=drain_stderr, daemon=True)
-    drainer.start()
-    final, warnings = None, []
-    try:
-        try:
-            proc.stdin.write(json.dumps({"op": job.op, "request": job.args["request"]}).encode())
-            proc.stdin.close()
-        except OSError:
-            pass  # the child is already gone: its end is reported below
-        if job.cancelled:
-            cancel(job)
-        for raw in proc.stdout:
-            try:
-                doc = json.loads(raw.decode("utf-8"))
-            except (ValueError, UnicodeDecodeError, RecursionError):
-                continue  # a native library talking on stdout
-            if not isinstance(doc, dict):
-                continue
-            if "progress" in doc:
-                send(wm.progress(job.rid, str(doc["progress"])[:500]))
-            elif "warning" in doc:
-                warnings.append(str(doc["warning"])[:500])
-            elif "result" in doc or "error" in doc:
-                final = doc
-        rc = proc.wait()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    drainer.join(timeout=2)
-    if final is None:
-        if job.cancelled:
-            return {"ok": False, "error": {"kind": "cancelled", "message": "cancelled before anything was measured"}}
-        why = f"signal {-rc} ({signal_name(-rc)})" if rc < 0 else f"exit {rc}"
-        last = " ".join("".join(list(stderr)[-3:])[-2000:].split())[-300:]  # its last words, not a flood before them
-        kind = "crashed" if rc < 0 else "internal"
-        return {"ok": False, "error": {"kind": kind, "message": f"the job died ({why}){': ' + last if last else ''}"}}
-    if "error" in final:
-        err = final["error"] if isinstance(final["error"], dict) else {"kind": "internal", "message": str(final)}
-        return {"ok": False, "error": err, "warnings": warnings}
-    return {"ok": True, "result": final["result"], "warnings": warnings}
+    """Run `job` in a child (measure/child.py, `run_in_child`), its progress sent to the host as the request's; the
+    answer, whatever the child prints or however it ends."""
+    return run_in_child(job.child, on_progress=lambda text: send(wm.progress(job.rid, text[:500])), lock=lock, cmd=cmd)
 
 
 def cancel(job: Job) -> None:
-    """Ask the job's child to stop (SIGINT: a bench ends its loop at the next chunk and keeps what it measured); one
-    that does not heed it within CANCEL_GRACE_S (a native library stuck in a call) is killed."""
-    proc = job.proc
-    if proc is None or proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGINT)
-
-    def escalate() -> None:
-        try:
-            proc.wait(timeout=CANCEL_GRACE_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-    threading.Thread(target=escalate, daemon=True).start()
+    """Ask the job's child to stop; killed if it has not within CANCEL_GRACE_S (measure/child.py, `cancel`)."""
+    child.cancel(job.child, CANCEL_GRACE_S)
 
 
 def run_command(op: str, args: dict) -> dict:
@@ -156,35 +102,10 @@ def run_command(op: str, args: dict) -> dict:
         if not isinstance(cpus, str) or not all(c.isdigit() or c in ",-" for c in cpus) or len(cpus) > 200:
             raise RequestError(f"cpus {str(cpus)[:80]!r}: a CPU list such as 2-3")
         argv += ["--cpus", cpus]
-    cmd = dies_with_parent([sys.executable, "-m", "edge_runtime.cli", *argv, "--json"])
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=COMMAND_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        raise RequestError(f"{op}: no answer in {COMMAND_TIMEOUT_S:g} s", "timeout") from None
-    try:
-        doc = json.loads(done.stdout)
-        if not isinstance(doc, dict):
-            raise ValueError("not an object")
-        return doc
-    except (ValueError, RecursionError):
-        last = " ".join(done.stderr.split())[-300:]
-        raise RequestError(f"{op} failed (exit {done.returncode}): {last}", "internal") from None
-
-
-def board_identity(info: dict) -> dict:
-    """What a hello tells the host about this board, from `edge-runtime info --json`."""
-    return {
-        "board": info.get("board"),
-        "board_profile": (info.get("board_profile") or {}).get("name"),
-        "cpu_model": info.get("cpu_model"),
-        "kernel": info.get("kernel"),
-        "python": info.get("python"),
-        "cpus": info.get("cpus"),
-        "backends": {
-            name: (b.get("version") if b.get("installed") else None) for name, b in (info.get("backends") or {}).items()
-        },
-        "hostname": os.uname().nodename,
-    }
+        return child.command_in_child(argv, op)
+    except child.ChildError as err:
+        raise RequestError(err.message, err.kind) from None
 
 
 def stored_message(stored: dict) -> wm.Msg:

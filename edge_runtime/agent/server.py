@@ -34,10 +34,11 @@ import time
 from dataclasses import dataclass, field
 
 from edge_runtime.agent.handlers import MAX_CHUNK, Handlers
-from edge_runtime.agent.jobs import Job, board_identity, board_request, run_child, run_command, stored_message
+from edge_runtime.agent.jobs import Job, board_request, run_child, run_command, stored_message
 from edge_runtime.agent.room import NO_SPACE
 from edge_runtime.agent.state import StateDir
 from edge_runtime.errors import EdgeRuntimeError, RequestError
+from edge_runtime.measure.child import board_identity
 from edge_runtime.wire import messages as wm
 from edge_runtime.wire.link import Connected, Down, Link, Message, ProtocolError
 

@@ -49,9 +49,9 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from edge_runtime.agent.endpoint import parse_endpoint, read_token
     from edge_runtime.agent.state import StateDir
     from edge_runtime.system.tuning import state_dir
+    from edge_runtime.wire.endpoint import parse_endpoint, read_token
 
     ep = parse_endpoint(args.endpoint)
     token = read_token(args.token_file) if args.token_file else None
@@ -74,8 +74,9 @@ def run(args) -> int:
 
 
 def _serve(args, ep, token, state, log) -> int:
-    from edge_runtime.agent.endpoint import line_rate, listen_tcp, open_serial, serve_serial, serve_tcp
+    from edge_runtime.agent.endpoint import listen_tcp, open_serial, serve_serial, serve_tcp
     from edge_runtime.agent.server import Agent
+    from edge_runtime.wire.endpoint import line_rate
 
     # Open the endpoint before the identity is learned, so a bad port is one line at once.
     sock = listen_tcp(ep) if ep.kind == "tcp" else None

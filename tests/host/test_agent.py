@@ -445,7 +445,7 @@ def test_a_model_that_fails_or_a_job_that_crashes_is_an_answer_not_the_end(tmp_p
         th.start()
         deadline = time.monotonic() + 60
         while True:
-            kids = [c for c in psutil.Process(agent.proc.pid).children(recursive=True) if "agent.child" in
+            kids = [c for c in psutil.Process(agent.proc.pid).children(recursive=True) if "measure.child_main" in
                     " ".join(c.cmdline())]  # fmt: skip
             if kids:
                 break

@@ -184,7 +184,7 @@ def test_a_job_that_prints_garbage_or_floods_stderr_is_still_answered():
 def test_only_a_real_serial_line_has_a_rate():
     import os
 
-    from edge_runtime.agent.endpoint import line_rate, parse_endpoint
+    from edge_runtime.wire.endpoint import line_rate, parse_endpoint
 
     master, slave = os.openpty()
     try:

@@ -1,4 +1,4 @@
-"""The process that runs one model job for the agent: `python -m edge_runtime.agent.child` reads a job on stdin
+"""The process that runs one model job in a child: `python -m edge_runtime.measure.child_main` reads a job on stdin
 ({"op": "bench" | "load_check", "request": BenchRequest}) and writes JSON lines on stdout: {"progress": text},
 {"warning": text}, then one {"result": ...} or {"error": {"kind", "message"}}.
 
