@@ -35,7 +35,7 @@ def edge_bench(*args: str, plugins=(PLUGINS,), timeout: float = 120) -> subproce
                           timeout=timeout, env=env)  # fmt: skip
 
 
-def one_line(proc, *needles: str, code: int = 2) -> None:
+def assert_one_line(proc, *needles: str, code: int = 2) -> None:
     assert_one_line_error(proc, *needles, code=code, program="edge-bench")
 
 
@@ -63,10 +63,11 @@ def test_a_kind_from_a_plugin_is_listed_and_described_and_without_it_is_unknown(
     assert row["reachable"] and row["kind"] == "echo" and row["latency_us"] == 50
     proc = edge_bench("targets", "echo://t")
     assert proc.returncode == 0 and proc.stdout == "echo://t  reachable  (echo t)\n", proc.stdout
-    one_line(edge_bench("targets", "echo://t", plugins=()), "unknown scheme echo://", "local:", "kserve+http://")
-    one_line(edge_bench("targets", "echo://t?latency_us=fast"), "echo://NAME?latency_us=N")  # the plugin's own check
-    one_line(edge_bench("targets"), "--schemes")
-    one_line(edge_bench("targets", "--schemes", "local:"), "--schemes")
+    assert_one_line(edge_bench("targets", "echo://t", plugins=()), "unknown scheme echo://", "local:", "kserve+http://")
+    # the plugin's own check
+    assert_one_line(edge_bench("targets", "echo://t?latency_us=fast"), "echo://NAME?latency_us=N")
+    assert_one_line(edge_bench("targets"), "--schemes")
+    assert_one_line(edge_bench("targets", "--schemes", "local:"), "--schemes")
 
 
 def test_a_plugin_kind_runs_into_the_store_and_reads_back_as_a_built_in_one(tmp_path):
@@ -112,11 +113,11 @@ def test_ctrl_c_keeps_what_a_plugin_kind_measured(tmp_path):
 
 def test_a_plugin_that_takes_a_taken_scheme_is_one_line_naming_both(tmp_path):
     dup = plugin(tmp_path, "dup_target", "local = echo_target:EchoTarget")
-    one_line(edge_bench("targets", "--schemes", plugins=(PLUGINS, dup)), "target scheme 'local'", "dup-target",
+    assert_one_line(edge_bench("targets", "--schemes", plugins=(PLUGINS, dup)), "target scheme 'local'", "dup-target",
              "echo_target:EchoTarget", "bench.targets.local:LocalTarget")  # fmt: skip
-    one_line(edge_bench("targets", "ftp://x", plugins=(PLUGINS, dup)), "target scheme 'local'")
+    assert_one_line(edge_bench("targets", "ftp://x", plugins=(PLUGINS, dup)), "target scheme 'local'")
     broken = plugin(tmp_path / "broken", "gone_target", "gone = gone:X")  # installed without its module
-    one_line(edge_bench("targets", "gone://x", plugins=(broken,)), "target scheme 'gone'", "cannot be loaded")
+    assert_one_line(edge_bench("targets", "gone://x", plugins=(broken,)), "target scheme 'gone'", "cannot be loaded")
 
 
 def test_what_a_plugin_kind_declares_is_what_the_cli_and_the_campaign_hold_it_to(tmp_path):
@@ -132,22 +133,22 @@ def test_what_a_plugin_kind_declares_is_what_the_cli_and_the_campaign_hold_it_to
     def run(*args: str):
         return edge_bench("run", *args, *store, plugins=(PLUGINS, once))
 
-    one_line(run("--target", "once://t", "--scenario", "server", "--rate", "10"), "--scenario server",
+    assert_one_line(run("--target", "once://t", "--scenario", "server", "--rate", "10"), "--scenario server",
              "single-stream")  # fmt: skip
-    one_line(run("--target", "once://t", "--concurrency", "2"), "--concurrency goes with a server target",
+    assert_one_line(run("--target", "once://t", "--concurrency", "2"), "--concurrency goes with a server target",
              "echo://NAME", "once://t takes no concurrency")  # fmt: skip
-    one_line(run("--target", "once://t", "--header", "a: b"), "--header goes with a server target")
-    one_line(run("--target", "once://t", "--cpus", "1"), "--cpus is a board's option")
+    assert_one_line(run("--target", "once://t", "--header", "a: b"), "--header goes with a server target")
+    assert_one_line(run("--target", "once://t", "--cpus", "1"), "--cpus is a board's option")
     proc = run("--target", "once://t?latency_us=10", "--iterations", "50", "--json", "-")
     assert proc.returncode == 0 and json.loads(proc.stdout)["latency_us"]["count"] == 50, proc.stderr
     camp = tmp_path / "c.toml"
     head = f'[[target]]\nname = "once"\nurl = "once://t"\n[[model]]\npath = "{DIGITS}"\n[[scenario]]\n'
     camp.write_text(head + 'kind = "server"\nrate_qps = 10\n')
-    one_line(run(str(camp)), "[[target]] 'once'", "kind = 'server' is not a scenario it runs")
+    assert_one_line(run(str(camp)), "[[target]] 'once'", "kind = 'server' is not a scenario it runs")
     camp.write_text(head.replace('url = "once://t"', 'url = "once://t"\ncpus = "1"') + "iterations = 20\n")
-    one_line(run(str(camp)), "cpus is a board's option", "once://NAME")
+    assert_one_line(run(str(camp)), "cpus is a board's option", "once://NAME")
     camp.write_text(head.replace('url = "once://t"', 'url = "once://t"\nheaders = { a = "b" }') + "iterations = 20\n")
-    one_line(run(str(camp)), "headers go with server targets that take them", "kserve+http://")
+    assert_one_line(run(str(camp)), "headers go with server targets that take them", "kserve+http://")
     camp.write_text(head + "iterations = 20\n")
     proc = run(str(camp))
     assert proc.returncode == 0 and "once" in proc.stdout, proc.stderr
@@ -207,5 +208,5 @@ def test_a_target_error_exits_by_its_kind_through_main(tmp_path):
     assert [TargetError("x", k).exit_code for k in ("user-error", "auth", "unreachable", "timeout")] == [2, 2, 1, 1]
     pytest.importorskip("tritonclient")
     dead = f"kserve+http://127.0.0.1:{free_port()}/m"  # nobody listens: the user named the wrong server
-    one_line(edge_bench("run", "--target", dead, "--iterations", "5", "--store", str(tmp_path / "s.sqlite")),
+    assert_one_line(edge_bench("run", "--target", dead, "--iterations", "5", "--store", str(tmp_path / "s.sqlite")),
              f"{dead}: no KServe v2 server at 127.0.0.1:")  # fmt: skip
