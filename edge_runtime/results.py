@@ -465,7 +465,7 @@ def load(source: str | os.PathLike[str] | Mapping[str, Any], *, where: str | Non
         data = source
         where = where or "result"
     else:
-        from edge_runtime.system.files import open_input
+        from edge_runtime.files.inputs import open_input
 
         where = where or f"result {str(source)!r}"
         with open_input(source, "result", max_bytes=MAX_RESULT_BYTES) as f:

@@ -172,8 +172,8 @@ def test_edge_bench_prints_its_help():
 # What `run` used to pay for beside the library's own work: numpy.random for its inputs, hashlib (OpenSSL) for a small
 # model's hash, argparse's shutil (with bz2 and lzma), selectors, tempfile for LiteRT's stderr, the output machinery
 # with no output asked for. The parent (flags, paths, the fork) never imports numpy; the work imports none of these.
-PARENT_NEVER = ["numpy", "shutil", "selectors", "hashlib", "tempfile", "edge_runtime.system.outputs"]
-WORK_NEVER = ["numpy.random", "shutil", "selectors", "hashlib", "tempfile", "edge_runtime.system.outputs"]
+PARENT_NEVER = ["numpy", "shutil", "selectors", "hashlib", "tempfile", "edge_runtime.files.outputs"]
+WORK_NEVER = ["numpy.random", "shutil", "selectors", "hashlib", "tempfile", "edge_runtime.files.outputs"]
 
 
 def _imported_after(code: str) -> list:
@@ -298,7 +298,7 @@ def test_a_forked_run_ends_without_a_teardown_and_still_lets_go_of_its_output(tm
     """The command line ends a forked run with os._exit after its exit handlers (a teardown writes to every page the
     fork made copy-on-write): the text and the --json are complete, and the output's lock file in /run/lock goes."""
     need("onnxruntime")
-    from edge_runtime.system.locks import lock_dir
+    from edge_runtime.files.locks import lock_dir
 
     out = tmp_path / "run.json"
     code = (

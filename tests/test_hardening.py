@@ -424,7 +424,7 @@ def test_non_finite_calibration_or_validation_data_is_a_user_error(tmp_path, dig
 
 def test_no_json_ever_holds_nan(tmp_path):
     need("onnxruntime")
-    from edge_runtime.system.outputs import dumps
+    from edge_runtime.files.outputs import dumps
 
     text = dumps({"a": float("nan"), "b": [np.float32("inf"), 1.5], "c": {"d": -np.inf}})
     assert strict_json(text) == {"a": None, "b": [None, 1.5], "c": {"d": None}}
@@ -1121,7 +1121,7 @@ def test_a_second_apply_through_another_state_dir_is_refused(tmp_path):
 
 
 def test_the_tune_lock_never_follows_a_link(tmp_path):
-    from edge_runtime.system.locks import lock_dir
+    from edge_runtime.files.locks import lock_dir
 
     t = _tree(tmp_path)
     victim = tmp_path / "victim"

@@ -195,7 +195,7 @@ def test_messages_name_the_real_mistake(tmp_path):
 
 # ---------------------------------------------------------------------------------------------------------- locks
 def _locks() -> set[str]:
-    from edge_runtime.system.locks import lock_dir
+    from edge_runtime.files.locks import lock_dir
 
     # Output claims and tune locks: the commands this test runs. An agent's lock (edge-runtime-agent-*) belongs to
     # whatever agent runs on this machine meanwhile, not to these commands.

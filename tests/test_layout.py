@@ -19,16 +19,19 @@ HOST = ROOT / "bench"
 # What each part may import (besides itself). Quantize measures latency with the engine `bench` uses.
 ALLOWED = {
     "errors": set(),
-    "system": {"errors"},
-    "results": {"errors", "system"},
-    "runtime": {"errors", "system"},
-    "measure": {"errors", "system", "results", "runtime"},
-    "quantize": {"errors", "system", "results", "runtime", "measure"},
+    "limits": set(),  # the bounds every entry point checks: imports nothing
+    "files": {"errors"},  # general I/O (inputs users name, the one writer, locks, formats): no system read
+    "system": {"errors", "files", "limits"},
+    "results": {"errors", "files", "system"},
+    "runtime": {"errors", "files", "limits", "system"},
+    "measure": {"errors", "files", "limits", "system", "results", "runtime"},
+    "quantize": {"errors", "files", "limits", "system", "results", "runtime", "measure"},
     # sans-I/O: bytes in, messages out, addresses parsed; shared with the host. No port, no socket: endpoint.py parses
-    # addresses and reads the one small secret file through system.files (files.inputs once step 2 lands)
-    "wire": {"errors", "system"},
-    "agent": {"errors", "system", "results", "runtime", "measure", "wire", "__init__"},
-    "cli": {"errors", "system", "results", "runtime", "measure", "quantize", "agent", "wire", "__init__"},
+    # addresses and reads the one small secret file through files.inputs
+    "wire": {"errors", "files"},
+    "agent": {"errors", "files", "limits", "system", "results", "runtime", "measure", "wire", "__init__"},
+    "cli": {"errors", "files", "limits", "system", "results", "runtime", "measure", "quantize", "agent", "wire",
+            "__init__"},
     "__init__": {"errors", "runtime"},
 }
 MAX_LINES = 400
@@ -156,7 +159,8 @@ def test_the_wire_opens_no_port_or_socket():
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             wrong += [f"{name} imports {n}" for n in names if n.split(".")[0] in io]
-        wrong += [f"{name} -> {d}" for d in graph()[name] if part(d) == "system" and d != "edge_runtime.system.files"]
+        wrong += [f"{name} -> {d}" for d in graph()[name]
+                  if part(d) in ("system", "files") and d != "edge_runtime.files.inputs"]  # fmt: skip
     assert wrong == []
     endpoint = {m for m, deps in graph(PACKAGE, HOST).items() for d in deps if d == "edge_runtime.agent.endpoint"}
     assert endpoint <= {"edge_runtime.cli.agent"}, f"the address is parsed in wire/endpoint.py: {sorted(endpoint)}"
@@ -369,11 +373,11 @@ def test_every_module_says_what_it_is_for():
 
 def test_subpackages_show_the_layers():
     parts = {p.name for p in PACKAGE.iterdir() if p.is_dir() and not p.name.startswith("__")}
-    assert parts == {"runtime", "measure", "system", "quantize", "cli", "wire", "agent", "_data"}
+    assert parts == {"runtime", "measure", "system", "files", "quantize", "cli", "wire", "agent", "_data"}
     # _data holds data, not code: links to the top-level boards/ and system_tuning/ that a wheel build copies.
     assert {p.name: os.readlink(p) for p in (PACKAGE / "_data").iterdir()} == {
         "boards": "../../boards",
         "system_tuning": "../../system_tuning",
     }
     assert (PACKAGE / "runtime" / "backends" / "base.py").exists()
-    assert {p.name for p in PACKAGE.glob("*.py")} == {"__init__.py", "errors.py", "results.py"}
+    assert {p.name for p in PACKAGE.glob("*.py")} == {"__init__.py", "errors.py", "limits.py", "results.py"}

@@ -101,7 +101,7 @@ class Campaign:
 
 
 def load(path: str) -> Campaign:
-    from edge_runtime.system.files import open_input
+    from edge_runtime.files.inputs import open_input
 
     where = _Where(f"campaign {path!r}")
     with open_input(path, "campaign", max_bytes=MAX_CAMPAIGN_BYTES) as f:
@@ -281,7 +281,7 @@ def _model(where: str, i: int, m: dict, base: str) -> Model:
     full = path if os.path.isabs(path) else os.path.join(base, path)
     if not os.path.exists(full) and os.path.exists(path):
         full = path  # relative to where edge-bench runs (a campaign at the top of a checkout)
-    from edge_runtime.system.files import check_input
+    from edge_runtime.files.inputs import check_input
 
     check_input(full, f"{where}: {table} path")
     name = _str(where, f"{table} name", m.get("name", os.path.splitext(os.path.basename(path))[0]))

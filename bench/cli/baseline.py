@@ -19,7 +19,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from edge_runtime.system.outputs import write_json
+    from edge_runtime.files.outputs import write_json
 
     want = {"set": 2, "list": 0, "show": 1}[args.action]
     if len(args.args) != want:

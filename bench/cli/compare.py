@@ -30,7 +30,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from bench.compare import comparable, compare
-    from edge_runtime.system.outputs import write_json
+    from edge_runtime.files.outputs import write_json
 
     if args.baseline and len(args.runs) != 1:
         raise UsageError("--baseline NAME takes one RUN to compare against it")

@@ -25,7 +25,7 @@ def run(args) -> int:
     from bench import report
     from bench.report import edge_vs_server, html
     from bench.store import default_path
-    from edge_runtime.system.outputs import write_json, write_output
+    from edge_runtime.files.outputs import write_json, write_output
 
     args.store = args.store or default_path()  # resolved before planning, so --html/--md/--csv cannot name it
     outs = plan_outputs([("--json", args.json), ("--html", args.html), ("--md", args.md), ("--csv", args.csv)],

@@ -84,7 +84,7 @@ def run(args) -> int:
     from bench.transports.connection import new_request_id
     from edge_runtime.cli import bench as bench_cmd
     from edge_runtime.cli.common import plan_outputs
-    from edge_runtime.system.outputs import write_json, write_output
+    from edge_runtime.files.outputs import write_json, write_output
 
     if args.campaign is not None:
         return run_campaign(args)
@@ -93,7 +93,7 @@ def run(args) -> int:
         raise UsageError("give --target URL and --model PATH")
     check_target_flags(cls, args)
     if args.model:  # what the path is, as `edge-runtime run` says it (a directory or a fifo was "missing" on a board)
-        from edge_runtime.system.files import check_input
+        from edge_runtime.files.inputs import check_input
 
         check_input(args.model, "--model", error=UsageError)
     check_reconnect(args.reconnect_for)
@@ -133,7 +133,7 @@ def run(args) -> int:
         got.store_id = store.add_run(doc, target=args.target, target_url=args.target, request_id=got.request_id,
                                      scenario=label, verdict={"slo": verdict["slo"], "rules": None})  # fmt: skip
         if "--prom" in outs:
-            from edge_runtime.system.prom import textfile
+            from edge_runtime.files.prom import textfile
 
             write_output(outs["--prom"], textfile(doc))
         if "--json" in outs:  # the record, with where it is kept (a reader of results keeps unknown keys aside)
@@ -268,7 +268,7 @@ def run_campaign(args) -> int:
     from bench.campaign.runner import run as run_plan
     from bench.report import edge_vs_server, html
     from edge_runtime.cli.common import plan_outputs
-    from edge_runtime.system.outputs import write_json, write_output
+    from edge_runtime.files.outputs import write_json, write_output
 
     if args.target or args.model:
         raise UsageError("a campaign names its targets and models: --target/--model go with the one-off form")

@@ -28,7 +28,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from bench.cli.run import header_flags
     from bench.targets import TargetError, TargetOptions, registry
-    from edge_runtime.system.outputs import write_json
+    from edge_runtime.files.outputs import write_json
 
     check_reconnect(args.reconnect_for)
     if args.schemes or not args.urls:
@@ -58,7 +58,7 @@ def run(args) -> int:
 
 def list_schemes(args) -> int:
     from bench.targets import registry
-    from edge_runtime.system.outputs import write_json
+    from edge_runtime.files.outputs import write_json
 
     outs = plan_outputs([("--json", args.json)])
     rows = []

@@ -283,7 +283,7 @@ def _loads(text: str, where: str) -> Any:
 
 
 def _dumps(doc: Any) -> str:
-    from edge_runtime.system.outputs import dumps
+    from edge_runtime.files.outputs import dumps
 
     return dumps(doc)
 

@@ -17,8 +17,8 @@ import shutil
 
 from edge_runtime.agent.room import MANIFEST, NO_SPACE, SHA256, UPLOAD, StoreRoom, _names, _read_files
 from edge_runtime.errors import RequestError
+from edge_runtime.files.outputs import dumps
 from edge_runtime.runtime.model import file_sha256, sha256_of_files
-from edge_runtime.system.outputs import dumps
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 RESERVED = {MANIFEST, UPLOAD, "lock"}

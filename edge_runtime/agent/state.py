@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from edge_runtime.agent.models import ModelStore, write_atomic
 from edge_runtime.agent.room import DEFAULT_MAX_STORE
 from edge_runtime.errors import RequestError, UserError
-from edge_runtime.system import locks
-from edge_runtime.system.outputs import dumps
+from edge_runtime.files import locks
+from edge_runtime.files.outputs import dumps
 
 DONE_KEPT = 1000
 

@@ -33,9 +33,9 @@ from edge_runtime.cli.common import (
 )
 from edge_runtime.cli.scenarios import add_scenario_arguments, scenario_fields, scenario_text
 from edge_runtime.errors import EdgeRuntimeError, UsageError
+from edge_runtime.files.outputs import write_output
 from edge_runtime.measure.request import MAX_COOLDOWN_TIMEOUT_S, PLATFORM_LATENCY_S, SAMPLE_INTERVAL_S
 from edge_runtime.system.cpulist import format_cpu_list
-from edge_runtime.system.outputs import write_output
 
 SHOWN = [("min", "min"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p99.9", "p999"), ("p99.99", "p9999"),
          ("max", "max")]  # fmt: skip
@@ -169,7 +169,7 @@ def run(args) -> int:
             bench = run_bench(request, root, feeds=feeds, progress=progress, stop=stop)
     except NothingMeasured as err:  # exit 1 like every failed check, and the --json asked for says why
         if "--json" in outs:
-            from edge_runtime.system.outputs import write_json
+            from edge_runtime.files.outputs import write_json
 
             write_json(err.result.to_dict(), outs["--json"])
         raise
@@ -196,10 +196,10 @@ def run(args) -> int:
 def _write_outputs(outs, doc: dict, bench, hdr_log_text) -> None:
     """Write every output that can be written, then report the ones that could not: a full disk under the HDR log
     must not cost the JSON result. Raises the first failure after trying them all."""
-    from edge_runtime.system.outputs import write_json
+    from edge_runtime.files.outputs import write_json
 
     def prom() -> bytes:
-        from edge_runtime.system.prom import textfile
+        from edge_runtime.files.prom import textfile
 
         return textfile(doc)
 

@@ -13,11 +13,11 @@ import sys
 from typing import TYPE_CHECKING
 
 from edge_runtime.errors import FeedError, UsageError
-from edge_runtime.system.files import check_input
-from edge_runtime.system.limits import MAX_DURATION_S, MAX_SEED, MAX_THREADS, MAX_WARMUP, MAX_WARMUP_S
+from edge_runtime.files.inputs import check_input
+from edge_runtime.limits import MAX_DURATION_S, MAX_SEED, MAX_THREADS, MAX_WARMUP, MAX_WARMUP_S
 
 if TYPE_CHECKING:  # imported where an output is planned: a command that writes no file never loads it (issue 22)
-    from edge_runtime.system.outputs import Output
+    from edge_runtime.files.outputs import Output
 
 PROG = "edge-runtime"
 
@@ -226,8 +226,8 @@ def plan_outputs(
     directory (every *.toml there is read as a profile by the next command)."""
     if all(dest is None for _, dest in pairs):  # nothing written: nothing to check (and the profiles need not be found)
         return {}
+    from edge_runtime.files.outputs import check_distinct, check_outside, plan_output
     from edge_runtime.system.boards import boards_dir
-    from edge_runtime.system.outputs import check_distinct, check_outside, plan_output
 
     outs = {
         flag: plan_output(flag, dest, regular_only=flag in regular_only) for flag, dest in pairs if dest is not None
@@ -339,8 +339,8 @@ def load_kwargs(args) -> dict:
 def load_inputs(specs: list[str] | None, session, seed: int) -> tuple[dict, dict[str, str]]:
     import numpy as np
 
+    from edge_runtime.files.inputs import load_npy
     from edge_runtime.runtime.feeds import random_feeds
-    from edge_runtime.system.files import load_npy
 
     given: dict[str, np.ndarray] = {}
     names = [t.name for t in session.inputs]
@@ -388,7 +388,7 @@ def emit_json(doc: dict, outs: dict[str, Output]) -> bool:
     stdout stays one JSON document."""
     if "--json" not in outs:
         return False
-    from edge_runtime.system.outputs import write_json
+    from edge_runtime.files.outputs import write_json
 
     write_json(doc, outs["--json"])
     return outs["--json"].is_stdout

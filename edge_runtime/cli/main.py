@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         warnings.showwarning = _one_line_warning
     closed = _reopen_closed_std_fds()
     if closed:  # (a command that writes no output file never imports outputs: issue 22)
-        from edge_runtime.system import outputs
+        from edge_runtime.files import outputs
 
         outputs.CLOSED_STD_FDS.update(closed)
 

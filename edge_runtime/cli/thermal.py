@@ -17,7 +17,7 @@ from edge_runtime.cli.common import (
     sysroot,
 )
 from edge_runtime.errors import UsageError
-from edge_runtime.system.outputs import finite
+from edge_runtime.files.outputs import finite
 
 
 def add_arguments(p) -> None:

@@ -13,8 +13,8 @@ from edge_runtime.cli.common import (
     sysroot,
 )
 from edge_runtime.errors import UsageError
+from edge_runtime.files.outputs import check_outside
 from edge_runtime.system.audit import audit
-from edge_runtime.system.outputs import check_outside
 
 
 def add_arguments(p) -> None:

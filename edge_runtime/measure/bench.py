@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edge_runtime.errors import CheckFailedError, Interrupted, UserError
+from edge_runtime.files.outputs import Output, check_distinct, plan_output, write_output
 from edge_runtime.measure.corunners import CoRunner
 from edge_runtime.measure.interference import counters, interference_section
 from edge_runtime.measure.loop import Measurement, StopRequest, hdr_log_text, measure
@@ -65,7 +66,6 @@ from edge_runtime.results import (
     ThreadPin,
 )
 from edge_runtime.runtime.feeds import random_feeds
-from edge_runtime.system.outputs import Output, check_distinct, plan_output, write_output
 from edge_runtime.system.process import (
     cpu_times_by_task,
     mlock_all,

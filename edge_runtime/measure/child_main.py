@@ -17,7 +17,7 @@ import warnings
 
 
 def _say(doc: dict) -> None:
-    from edge_runtime.system.outputs import dumps
+    from edge_runtime.files.outputs import dumps
 
     sys.stdout.write(dumps(doc).replace("\n", " ") + "\n")
     sys.stdout.flush()

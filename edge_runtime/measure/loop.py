@@ -22,7 +22,7 @@ CHUNK_S = 0.5
 def max_samples() -> int:
     """How many samples one run may keep here: MAX_SAMPLES, or fewer where memory is small (each sample is 8 bytes,
     and the statistics sort a copy: 16 bytes a sample, kept under a quarter of the memory)."""
-    from edge_runtime.system.files import memory_bytes
+    from edge_runtime.files.inputs import memory_bytes
 
     return max(1, min(MAX_SAMPLES, memory_bytes() // 64))
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edge_runtime.errors import UserError
+from edge_runtime.limits import MAX_DURATION_S, MAX_SEED, MAX_THREADS, MAX_WARMUP, MAX_WARMUP_S
 from edge_runtime.measure.corunners import StressSpec
 from edge_runtime.results import OMIT_NONE, Record
 from edge_runtime.system.cpulist import MAX_CPUS
-from edge_runtime.system.limits import MAX_DURATION_S, MAX_SEED, MAX_THREADS, MAX_WARMUP, MAX_WARMUP_S
 
 REQUEST_SCHEMA = "edge-runtime/bench-request/1"
 

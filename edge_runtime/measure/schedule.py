@@ -90,7 +90,7 @@ def read_arrivals(path: str, what: str = "arrivals") -> tuple[float, ...]:
     """Inter-arrival times in milliseconds from a text file: one number per line (blank lines and `#` comments
     skipped), or a CSV whose first column holds them (a header line is skipped). One-line UserError otherwise."""
     from edge_runtime.errors import UserError
-    from edge_runtime.system.files import open_input
+    from edge_runtime.files.inputs import open_input
 
     where = f"{what} {path!r}"
     with open_input(path, what, max_bytes=64 << 20) as f:

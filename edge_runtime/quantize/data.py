@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from edge_runtime.errors import UserError
-from edge_runtime.system.files import check_input, load_npy, load_npz
+from edge_runtime.files.inputs import check_input, load_npy, load_npz
 
 
 def _load_file(path: Path, what: str) -> dict[str, np.ndarray] | list[np.ndarray]:

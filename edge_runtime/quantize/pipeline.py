@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from edge_runtime.errors import UserError
+from edge_runtime.files.outputs import Output, check_distinct, plan_output, write_output
 from edge_runtime.quantize.config import FEW_SAMPLES, METHODS, QuantizeConfig, Result
 from edge_runtime.quantize.data import check_label_range, load_labels, load_samples
 from edge_runtime.quantize.evaluate import compare, latency_us, predict
@@ -27,7 +28,6 @@ from edge_runtime.quantize.ort_path import (
 )
 from edge_runtime.runtime.model import file_sha256, onnx_external_files
 from edge_runtime.system.environment import installed_version
-from edge_runtime.system.outputs import Output, check_distinct, plan_output, write_output
 
 
 def no_vendor_telemetry() -> None:

@@ -10,12 +10,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from edge_runtime.errors import ModelError, UserError
+from edge_runtime.limits import MAX_THREADS
 from edge_runtime.runtime import backends
 from edge_runtime.runtime.backends.base import LoadOptions
 from edge_runtime.runtime.model import DEFAULT_BACKEND, inspect_model
 from edge_runtime.runtime.sandbox import TIMEOUT_S
 from edge_runtime.runtime.session import BackendInfo, Session
-from edge_runtime.system.limits import MAX_THREADS
 
 
 class FallbackWarning(UserWarning):

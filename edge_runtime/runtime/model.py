@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edge_runtime.errors import ModelError, UserError
-from edge_runtime.system.files import check_input, open_input
+from edge_runtime.files.inputs import check_input, open_input
 
 # File suffix -> format name. The format picks the default backend (DESIGN.md).
 FORMATS = {".onnx": "onnx", ".xml": "openvino", ".tflite": "tflite"}

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edge_runtime.errors import UserError
+from edge_runtime.files.inputs import check_input, open_input
 from edge_runtime.system.cpulist import MAX_CPUS
 from edge_runtime.system.data import data_dir
-from edge_runtime.system.files import check_input, open_input
 from edge_runtime.system.root import SystemRoot
 from edge_runtime.system.thermal import SILICON_RANGE_C
 

@@ -35,7 +35,7 @@ def data_dir(name: str) -> Path:
     variable = VARIABLES[name]
     env = os.environ.get(variable)
     if env:
-        from edge_runtime.system.files import check_input
+        from edge_runtime.files.inputs import check_input
 
         check_input(env, variable, directory=True)  # a mistyped variable is said, not read as "nothing there"
         return Path(env)
@@ -44,7 +44,7 @@ def data_dir(name: str) -> Path:
         try:
             ok = where.is_dir()
         except OSError as err:
-            from edge_runtime.system.files import reason
+            from edge_runtime.files.inputs import reason
 
             raise UserError(f"this edge_runtime installation's {name}/ folder {str(where)!r}: {reason(err)}") from None
         if not ok:

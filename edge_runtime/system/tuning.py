@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 from edge_runtime.errors import CheckFailedError, UserError
+from edge_runtime.files.inputs import check_input, open_input, reason
+from edge_runtime.files.locks import drop_lock, lock_dir, take_lock
 from edge_runtime.system.cpulist import format_cpu_list
 from edge_runtime.system.data import data_dir
-from edge_runtime.system.files import check_input, open_input, reason
-from edge_runtime.system.locks import drop_lock, lock_dir, take_lock
 from edge_runtime.system.root import SystemRoot
 
 

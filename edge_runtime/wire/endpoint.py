@@ -91,7 +91,7 @@ def line_rate(ep: Endpoint) -> float | None:
 
 def read_token(path: str) -> bytes:
     """The shared secret: a file only its owner can read, at least 16 characters."""
-    from edge_runtime.system.files import open_input
+    from edge_runtime.files.inputs import open_input
 
     with open_input(path, "--token-file", max_bytes=4096) as f:
         st = os.fstat(f.fileno())

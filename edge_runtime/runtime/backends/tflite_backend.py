@@ -14,6 +14,7 @@ import re
 import numpy as np
 
 from edge_runtime.errors import BackendNotInstalledError, DeviceError, FeedError, ModelError, UserError
+from edge_runtime.files.inputs import check_input
 from edge_runtime.runtime.backends.base import (
     Backend,
     FastHandles,
@@ -24,7 +25,6 @@ from edge_runtime.runtime.backends.base import (
     filtered_stderr,
 )
 from edge_runtime.runtime.model import ModelFile
-from edge_runtime.system.files import check_input
 
 # Which flavour to use can be forced, e.g. to test tflite_runtime on a machine that has both.
 IMPL_ENV = "EDGE_RUNTIME_TFLITE_IMPL"

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edge_runtime.errors import UserError
-from edge_runtime.system.files import kind_of, reason
-from edge_runtime.system.locks import claim_output
+from edge_runtime.files.inputs import kind_of, reason
+from edge_runtime.files.locks import claim_output
 
 # ------------------------------------------------------------------------------------------------------- outputs
 _FD_PATH = re.compile(r"/(?:dev/fd|proc/(?:self|thread-self|\d+(?:/task/\d+)?)/fd)/([0-9]+)")

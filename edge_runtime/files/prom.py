@@ -10,7 +10,7 @@ QUANTILES = {"0.5": "p50", "0.9": "p90", "0.99": "p99", "0.999": "p999", "0.9999
 
 def textfile(result: dict) -> bytes:
     """The result as Prometheus text exposition (prometheus-client's own encoder); the caller writes it atomically
-    through edge_runtime.system.outputs, as node_exporter's textfile collector needs."""
+    through edge_runtime.files.outputs, as node_exporter's textfile collector needs."""
     try:
         from prometheus_client import CollectorRegistry, Gauge, generate_latest
     except ImportError as err:
