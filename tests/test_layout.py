@@ -20,10 +20,11 @@ HOST = ROOT / "bench"
 ALLOWED = {
     "errors": set(),
     "limits": set(),  # the bounds every entry point checks: imports nothing
+    "plugins": {"errors"},  # the lazy registry backends and the host's targets are
     "files": {"errors"},  # general I/O (inputs users name, the one writer, locks, formats): no system read
     "system": {"errors", "files", "limits"},
     "results": {"errors", "files", "system"},
-    "runtime": {"errors", "files", "limits", "system"},
+    "runtime": {"errors", "files", "limits", "plugins", "system"},
     "measure": {"errors", "files", "limits", "system", "results", "runtime"},
     "quantize": {"errors", "files", "limits", "system", "results", "runtime", "measure"},
     # sans-I/O: bytes in, messages out, addresses parsed; shared with the host. No port, no socket: endpoint.py parses
@@ -287,13 +288,21 @@ def test_the_probes_of_old_are_found(tmp_path):
 
 
 def test_the_target_registry_alone_reads_its_entry_points():
-    """One place turns the `edge_bench.targets` group into schemes (with the duplicate-scheme rule), as one place
-    does for backends; pyproject.toml declares the group."""
+    """One place turns an entry-point group into plugins (with the duplicate-name rule): edge_runtime/plugins.py's
+    LazyRegistry, which the target registry and the backends' are; pyproject.toml declares the group."""
+    from bench.targets import registry
+    from edge_runtime.plugins import LazyRegistry
+    from edge_runtime.runtime import backends
+
     g = graph(PACKAGE, HOST)
-    readers = sorted(str(p.relative_to(ROOT)) for m, p in modules(HOST).items() if any(
-        isinstance(n, ast.ImportFrom) and n.module == "importlib.metadata" for n in ast.walk(ast.parse(p.read_text()))))
-    assert readers == ["bench/targets/registry.py"]
-    assert g["bench.targets.registry"] == {"bench.targets.base", "edge_runtime.errors", "edge_runtime.wire.endpoint"}
+    readers = sorted(str(p.relative_to(ROOT)) for m, p in modules(PACKAGE, HOST).items() if any(
+        isinstance(n, ast.ImportFrom) and n.module == "importlib.metadata" and any(a.name == "entry_points"
+                                                                                   for a in n.names)
+        for n in ast.walk(ast.parse(p.read_text()))))  # fmt: skip
+    assert readers == ["edge_runtime/plugins.py"]
+    assert isinstance(registry._TARGETS, LazyRegistry) and isinstance(backends._BACKENDS, LazyRegistry)
+    assert g["bench.targets.registry"] == {"bench.targets.base", "edge_runtime.errors", "edge_runtime.plugins",
+                                           "edge_runtime.wire.endpoint"}  # fmt: skip
     assert '[project.entry-points."edge_bench.targets"]' in (ROOT / "pyproject.toml").read_text()
 
 
@@ -380,4 +389,5 @@ def test_subpackages_show_the_layers():
         "system_tuning": "../../system_tuning",
     }
     assert (PACKAGE / "runtime" / "backends" / "base.py").exists()
-    assert {p.name for p in PACKAGE.glob("*.py")} == {"__init__.py", "errors.py", "limits.py", "results.py"}
+    top = {"__init__.py", "errors.py", "limits.py", "plugins.py", "results.py"}
+    assert {p.name for p in PACKAGE.glob("*.py")} == top

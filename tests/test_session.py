@@ -250,6 +250,33 @@ def test_backends_registry_refuses_duplicates():
     assert all(backend_installed(n) == (n in backends.available()) for n in ("onnxruntime", "openvino"))
 
 
+def test_a_backend_plugin_that_is_broken_or_takes_a_taken_name_is_one_line(tmp_path):
+    """Issue 23: backends and targets are one lazy registry (edge_runtime/plugins.py). An installed backend plugin
+    that takes a built-in's name, or that cannot be imported, is one line naming it, exit 2, as a target plugin's is
+    (they were a ValueError and an ImportError, with their tracebacks); the built-ins still load."""
+    from helpers import assert_one_line_error, run_cli
+
+    from edge_runtime.runtime import backends
+
+    def installed(name: str, entry_point: str) -> dict:
+        """What `pip install` would have left: a dist-info whose entry point importlib.metadata finds."""
+        info = tmp_path / name / f"{name}-0.1.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+        (info / "entry_points.txt").write_text(f"[edge_runtime.backends]\n{entry_point}\n")
+        return {"PYTHONPATH": os.pathsep.join([str(ROOT), str(info.parent)])}
+
+    taken = backends.names() and f"{backends.get('onnxruntime').__module__}:OnnxRuntimeBackend"
+    proc = run_cli("info", env=installed("dup_backend", "onnxruntime = dup_backend:X"))
+    assert_one_line_error(proc, f"backend 'onnxruntime': dup_backend registers dup_backend:X, but it is {taken}'s")
+    gone = installed("gone_backend", "gone = gone_backend:X")
+    model = str(artifact("digits_cnn", "_fp32.onnx"))
+    proc = run_cli("bench", model, "--backend", "gone", "--iterations", "5", env=gone)
+    assert_one_line_error(proc, "backend 'gone': gone_backend:X cannot be loaded (ModuleNotFoundError")
+    proc = run_cli("info", env=gone)  # info lists it with why, beside the built-ins
+    assert proc.returncode == 0 and "gone_backend:X cannot be loaded" in proc.stdout, proc.stderr
+
+
 PINNED_OV = (
     "OpenVINO 2026.4: a pinned CPU session changes how later sessions in the same process treat inputs: mismatched "
     "shapes then run and give an empty output (found by issue 11's tests; the agent runs every job in its own process)"

@@ -321,7 +321,7 @@ def test_profile_errors_name_the_file_and_key(tmp_path):
     good = (ROOT / "boards/raspberry-pi-5.toml").read_text()
     p = tmp_path / "raspberry-pi-5.toml"
     p.write_text(good.replace("[thermal]", "[thermal]\nfan_curve = 3"))
-    with pytest.warns(BoardProfileWarning, match=r"raspberry-pi-5.toml: unknown key thermal.fan_curve"):
+    with pytest.warns(BoardProfileWarning, match=r"raspberry-pi-5.toml: \[thermal\]: unknown key 'fan_curve' ignored"):
         load_profile(p)
     p.write_text(good.replace("limit_c = 85.0", 'limit_c = "hot"'))
     with pytest.raises(BoardProfileError, match=r"raspberry-pi-5.toml: thermal.limit_c = 'hot': expected degrees C"):
@@ -333,6 +333,39 @@ def test_profile_errors_name_the_file_and_key(tmp_path):
     q.write_text(good)
     with pytest.raises(BoardProfileError, match="must match the file name"):
         load_profile(q)
+
+
+def test_profiles_are_read_by_the_campaigns_toml_reader(tmp_path):
+    """Issue 23, step 6: one TOML reader (edge_runtime/files/toml.py) for profiles and campaigns. A profile's typo
+    warns with what was meant, many unknown keys are ten lines and a count (not one line each), a section that is not
+    a table and a file that is not TOML are one line in the campaign's words; the profile still loads where it can."""
+    from edge_runtime.files.toml import MAX_UNKNOWN_SHOWN
+
+    good = (ROOT / "boards/raspberry-pi-5.toml").read_text()
+    p = tmp_path / "raspberry-pi-5.toml"
+    p.write_text(good.replace("[thermal]", "[thermal]\nlimit_cc = 3"))
+    meant = r"\[thermal\]: unknown key 'limit_cc' ignored \(did you mean 'limit_c'\?\)"
+    with pytest.warns(BoardProfileWarning, match=meant):
+        assert load_profile(p).thermal.limit_c == 85.0
+    n = 500
+    p.write_text("".join(f"k{i:04d} = 1\n" for i in range(n)) + good)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert load_profile(p).name == "raspberry-pi-5"
+    said = [str(w.message) for w in caught if issubclass(w.category, BoardProfileWarning)]
+    assert len(said) == MAX_UNKNOWN_SHOWN + 1 and "the top level: unknown key 'k0000' ignored" in said[0], said[:3]
+    assert said[-1] == (f"board profile raspberry-pi-5.toml: ... and {n - MAX_UNKNOWN_SHOWN} more unknown keys "
+                        f"ignored ({n} in all)")
+    for text, needle in [
+        ("thermal = 5\n" + good.replace("[thermal]", "[was_thermal]"), "[thermal] must be a table"),
+        ("this is = not [ toml", "not TOML ("),
+        (good + "# caf\xe9\n", "not TOML (not UTF-8 text: invalid continuation byte at byte "),
+    ]:
+        p.write_bytes(text.encode("latin-1"))
+        with pytest.raises(BoardProfileError) as err, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            load_profile(p)
+        assert err.value.one_line().startswith(f"board profile raspberry-pi-5.toml: {needle}"), err.value.one_line()
 
 
 def test_info_shows_the_detected_board():

@@ -13,8 +13,6 @@ that resembles nothing known is a warning (a newer file read by an older edge-be
 
 from __future__ import annotations
 
-import difflib
-import math
 import os
 import warnings
 from dataclasses import dataclass
@@ -23,12 +21,9 @@ from bench.scenarios import ALL_KEYS, CAMPAIGN_KEY, DEFAULTS, KINDS, Scenario, k
 from bench.slo import SLO, SLO_KEYS
 from bench.targets.base import TargetInfo
 from edge_runtime.errors import UserError
+from edge_runtime.files.toml import MAX_UNKNOWN_SHOWN as MAX_UNKNOWN_SHOWN  # the cap, said where campaigns are
+from edge_runtime.files.toml import Where, array, check_keys, number, read_toml, table, text, whole
 from edge_runtime.measure.request import SCENARIO_KEYS, SCENARIO_OPTIONAL
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
 
 KEYS = {
     "campaign": {"name", "repetitions", "description"},
@@ -41,7 +36,6 @@ KEYS = {
 TOP = {"campaign", "target", "model", "scenario", "slo"}
 MAX_REPETITIONS = 1000
 MAX_CAMPAIGN_BYTES = 16 << 20
-MAX_UNKNOWN_SHOWN = 10  # unknown keys warned one by one; the rest in one line (700,000 keys were 700,000 lines)
 # (above, at most) for the scenarios' numbers: the bounds BenchRequest.validate() applies
 WEEK_S = 7 * 86400
 BOUNDS = {"rate_qps": (0, 1e6), "interval_ms": (0, 3.6e6), "burst_on_s": (0, WEEK_S), "burst_off_s": (-1e-9, WEEK_S)}
@@ -49,12 +43,6 @@ BOUNDS = {"rate_qps": (0, 1e6), "interval_ms": (0, 3.6e6), "burst_on_s": (0, WEE
 
 class CampaignWarning(UserWarning):
     """A key this version does not know (a newer file?): ignored, said once."""
-
-
-class _Where(str):
-    """A campaign as messages name it ("campaign 'c.toml'"), counting the unknown keys met while it is read."""
-
-    unknown = 0
 
 
 @dataclass(frozen=True)
@@ -101,23 +89,17 @@ class Campaign:
 
 
 def load(path: str) -> Campaign:
-    from edge_runtime.files.inputs import open_input
-
-    where = _Where(f"campaign {path!r}")
-    with open_input(path, "campaign", max_bytes=MAX_CAMPAIGN_BYTES) as f:
-        raw = f.read()
-    try:
-        doc = tomllib.loads(raw.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise UserError(f"{where}: not TOML ({' '.join(str(err).split())[:160]})") from None
-    _keys(where, "the top level", doc, TOP)
+    where = Where(f"campaign {path!r}", warning=CampaignWarning)
+    doc = read_toml(path, where, "campaign", max_bytes=MAX_CAMPAIGN_BYTES)
+    check_keys(where, "the top level", doc, TOP)
     base = os.path.dirname(os.path.abspath(path))
-    camp = _table(where, doc, "campaign")
-    name = _str(where, "[campaign] name", camp.get("name", os.path.splitext(os.path.basename(path))[0]))
-    reps = _int(where, "[campaign] repetitions", camp.get("repetitions", 1), 1, MAX_REPETITIONS)
-    targets = tuple(_target(where, i, t, base) for i, t in enumerate(_array(where, doc, "target")))
-    models = tuple(_model(where, i, m, base) for i, m in enumerate(_array(where, doc, "model")))
-    scenario_tables = _array(where, doc, "scenario", required=False)
+    camp = table(where, doc, "campaign", KEYS["campaign"])
+    name = text(where, "[campaign] name", camp.get("name", os.path.splitext(os.path.basename(path))[0]))
+    reps = whole(where, "[campaign] repetitions", camp.get("repetitions", 1), 1, MAX_REPETITIONS)
+    target_tables, model_tables = (array(where, doc, name, needed_by="a campaign") for name in ("target", "model"))
+    targets = tuple(_target(where, i, t, base) for i, t in enumerate(target_tables))
+    models = tuple(_model(where, i, m, base) for i, m in enumerate(model_tables))
+    scenario_tables = array(where, doc, "scenario")
     scenarios = tuple(_scenario(where, i, s, base) for i, s in enumerate(scenario_tables))
     for what, items in (("target", targets), ("model", models)):
         names = [x.name for x in items]
@@ -130,13 +112,11 @@ def load(path: str) -> Campaign:
     if boards and any((s.concurrency or 1) > 1 for s in scenarios):
         warnings.warn(f"{where}: concurrency applies to server targets; {', '.join(map(repr, boards))} run one query "
                       "at a time", CampaignWarning, stacklevel=2)  # fmt: skip
-    if where.unknown > MAX_UNKNOWN_SHOWN:
-        warnings.warn(f"{where}: ... and {where.unknown - MAX_UNKNOWN_SHOWN:,} more unknown keys ignored "
-                      f"({where.unknown:,} in all)", CampaignWarning, stacklevel=2)  # fmt: skip
+    where.warn_the_rest()
     return Campaign(name, path, reps, targets, models, scenarios or (Scenario("single-stream", iterations=1000),), slo)
 
 
-def _cross_check(where: str, targets, models, scenarios) -> None:
+def _cross_check(where: Where, targets, models, scenarios) -> None:
     """What would otherwise fail only when its run's turn came (after other runs had run, exit 1 like an SLO miss):
     a model file no backend reads, a backend or CPUs this machine does not have for a `local:` target, a backend that
     cannot read a model, a schedule longer than a run keeps."""
@@ -177,60 +157,11 @@ def _cross_check(where: str, targets, models, scenarios) -> None:
                             f"s is {n:,.0f} queries, over the {MAX_QUERIES:,} a run keeps")  # fmt: skip
 
 
-# ----------------------------------------------------------------------------------------------------- checks
-def _keys(where: _Where, table: str, d: dict, known: set[str]) -> None:
-    for key in d:
-        if key in known:
-            continue
-        close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.75)
-        if close:
-            raise UserError(f"{where}: {table}: unknown key {key!r} (did you mean {close[0]!r}? known: "
-                            f"{', '.join(sorted(known))})")  # fmt: skip
-        where.unknown += 1
-        if where.unknown <= MAX_UNKNOWN_SHOWN:
-            warnings.warn(f"{where}: {table}: unknown key {key!r} ignored", CampaignWarning, stacklevel=3)
-
-
-def _table(where: str, doc: dict, name: str) -> dict:
-    t = doc.get(name, {})
-    if not isinstance(t, dict):
-        raise UserError(f"{where}: [{name}] must be a table")
-    _keys(where, f"[{name}]", t, KEYS[name])
-    return t
-
-
-def _array(where: str, doc: dict, name: str, required: bool = True) -> list[dict]:
-    items = doc.get(name, [])
-    if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
-        raise UserError(f"{where}: [[{name}]] must be an array of tables")
-    if required and not items:
-        raise UserError(f"{where}: no [[{name}]]: a campaign needs at least one")
-    return items
-
-
-def _str(where: str, key: str, v) -> str:
-    if not isinstance(v, str) or not v.strip():
-        raise UserError(f"{where}: {key} {v!r}: a non-empty string is needed")
-    return v
-
-
-def _int(where: str, key: str, v, low: int, high: int) -> int:
-    if not isinstance(v, int) or isinstance(v, bool) or not low <= v <= high:
-        raise UserError(f"{where}: {key} {v!r}: a whole number from {low} to {high:,}")
-    return v
-
-
-def _real(where: str, key: str, v, low: float, high: float) -> float:
-    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or not low < v <= high:
-        raise UserError(f"{where}: {key} {v!r}: a number above {low:g} and at most {high:g}")
-    return float(v)
-
-
-def _target(where: str, i: int, t: dict, base: str) -> Target:
+def _target(where: Where, i: int, t: dict, base: str) -> Target:
     table = f"[[target]] #{i + 1}"
-    _keys(where, table, t, KEYS["target"])
-    name = _str(where, f"{table} name", t.get("name", f"target{i + 1}"))
-    url = _str(where, f"[[target]] {name!r} url", t.get("url"))
+    check_keys(where, table, t, KEYS["target"])
+    name = text(where, f"{table} name", t.get("name", f"target{i + 1}"))
+    url = text(where, f"[[target]] {name!r} url", t.get("url"))
     from bench.targets.registry import check
 
     try:
@@ -239,10 +170,10 @@ def _target(where: str, i: int, t: dict, base: str) -> Target:
         raise UserError(f"{where}: [[target]] {name!r}: {err.one_line()}") from None
     threads = t.get("threads")
     if threads is not None:
-        threads = _int(where, f"[[target]] {name!r} threads", threads, 1, 1024)
+        threads = whole(where, f"[[target]] {name!r} threads", threads, 1, 1024)
     token = t.get("token_file")
     if token is not None:
-        token = os.path.join(base, _str(where, f"[[target]] {name!r} token_file", token))
+        token = os.path.join(base, text(where, f"[[target]] {name!r} token_file", token))
     cpus = t.get("cpus")
     if cpus is not None:
         cpus = str(cpus)
@@ -274,33 +205,33 @@ def _target(where: str, i: int, t: dict, base: str) -> Target:
     return Target(name, url, cpus, threads, t.get("backend"), t.get("device"), token, slo, headers)
 
 
-def _model(where: str, i: int, m: dict, base: str) -> Model:
+def _model(where: Where, i: int, m: dict, base: str) -> Model:
     table = f"[[model]] #{i + 1}"
-    _keys(where, table, m, KEYS["model"])
-    path = _str(where, f"{table} path", m.get("path"))
+    check_keys(where, table, m, KEYS["model"])
+    path = text(where, f"{table} path", m.get("path"))
     full = path if os.path.isabs(path) else os.path.join(base, path)
     if not os.path.exists(full) and os.path.exists(path):
         full = path  # relative to where edge-bench runs (a campaign at the top of a checkout)
     from edge_runtime.files.inputs import check_input
 
     check_input(full, f"{where}: {table} path")
-    name = _str(where, f"{table} name", m.get("name", os.path.splitext(os.path.basename(path))[0]))
+    name = text(where, f"{table} name", m.get("name", os.path.splitext(os.path.basename(path))[0]))
     return Model(name, full)
 
 
-def _scenario(where: str, i: int, s: dict, base: str) -> Scenario:
+def _scenario(where: Where, i: int, s: dict, base: str) -> Scenario:
     table = f"[[scenario]] #{i + 1}"
-    _keys(where, table, s, KEYS["scenario"])
+    check_keys(where, table, s, KEYS["scenario"])
     kind = s.get("kind", "single-stream")
     if kind not in KINDS:
         raise UserError(f"{where}: {table} kind {kind!r}: unknown scenario (scenarios: {', '.join(KINDS)})")
     table = f"[[scenario]] #{i + 1} ({kind})"
     if "duration_s" in s and "iterations" in s:
         raise UserError(f"{where}: {table}: give duration_s or iterations, not both")
-    duration = _real(where, f"{table} duration_s", s["duration_s"], 0, 7 * 86400) if "duration_s" in s else None
-    iters = _int(where, f"{table} iterations", s["iterations"], 1, 50_000_000) if "iterations" in s else None
-    warm_s = _real(where, f"{table} warmup_s", s["warmup_s"], -1e-9, 3600) if "warmup_s" in s else None
-    warm = _int(where, f"{table} warmup", s["warmup"], 0, 50_000_000) if "warmup" in s else None
+    duration = number(where, f"{table} duration_s", s["duration_s"], 0, 7 * 86400) if "duration_s" in s else None
+    iters = whole(where, f"{table} iterations", s["iterations"], 1, 50_000_000) if "iterations" in s else None
+    warm_s = number(where, f"{table} warmup_s", s["warmup_s"], -1e-9, 3600) if "warmup_s" in s else None
+    warm = whole(where, f"{table} warmup", s["warmup"], 0, 50_000_000) if "warmup" in s else None
     if duration is None and iters is None and kind != "replay":  # a replay runs its file once
         iters = 1000
     own: dict = {}
@@ -315,24 +246,24 @@ def _scenario(where: str, i: int, s: dict, base: str) -> Scenario:
         if key == "arrivals":
             from edge_runtime.measure.schedule import read_arrivals
 
-            path = _str(where, f"{table} arrivals", v)
+            path = text(where, f"{table} arrivals", v)
             full = path if os.path.isabs(path) else os.path.join(base, path)
             if not os.path.exists(full) and os.path.exists(path):
                 full = path
             own["arrivals"], own["arrivals_ms"] = full, read_arrivals(full, f"{where}: {table} arrivals")
         elif key == "samples_per_query":
-            own[key] = _int(where, f"{table} {key}", v, 1, 4096)
+            own[key] = whole(where, f"{table} {key}", v, 1, 4096)
         else:
-            own[key] = _real(where, f"{table} {key}", v, *BOUNDS[key])
+            own[key] = number(where, f"{table} {key}", v, *BOUNDS[key])
     for key in ALL_KEYS - set(keys_of(kind)):
         if key in s:
             goes = [k for k in KINDS if key in keys_of(k)]
             raise UserError(f'{where}: {table}: {key} goes with kind = {" or ".join(map(repr, goes))}, not {kind!r}')
     min_d = (
-        _real(where, f"{table} min_duration_s", s["min_duration_s"], 0, 7 * 86400) if "min_duration_s" in s else None
+        number(where, f"{table} min_duration_s", s["min_duration_s"], 0, 7 * 86400) if "min_duration_s" in s else None
     )
-    min_q = _int(where, f"{table} min_queries", s["min_queries"], 1, 50_000_000) if "min_queries" in s else None
-    conc = _int(where, f"{table} concurrency", s["concurrency"], 1, 256) if "concurrency" in s else None
+    min_q = whole(where, f"{table} min_queries", s["min_queries"], 1, 50_000_000) if "min_queries" in s else None
+    conc = whole(where, f"{table} concurrency", s["concurrency"], 1, 256) if "concurrency" in s else None
     if min_d is not None and duration is not None and duration < min_d:
         raise UserError(
             f"{where}: {table}: duration_s {duration:g} is under min_duration_s {min_d:g}: no run could pass"
@@ -343,11 +274,11 @@ def _scenario(where: str, i: int, s: dict, base: str) -> Scenario:
                     **own)
 
 
-def _slo(where: str, table: str, d) -> SLO:
+def _slo(where: Where, table: str, d) -> SLO:
     if not isinstance(d, dict):
         raise UserError(f"{where}: {table} must be a table")
-    _keys(where, table, d, KEYS["slo"])
-    bounds = {k: _real(where, f"{table} {k}", v, 0, 3.6e6) for k, v in d.items() if k in SLO_KEYS}
+    check_keys(where, table, d, KEYS["slo"])
+    bounds = {k: number(where, f"{table} {k}", v, 0, 3.6e6) for k, v in d.items() if k in SLO_KEYS}
     budget = d.get("error_budget")
     if budget is not None:
         if not isinstance(budget, (int, float)) or isinstance(budget, bool) or not 0 <= budget < 1:

@@ -12,17 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edge_runtime.errors import UserError
-from edge_runtime.files.inputs import check_input, open_input
+from edge_runtime.files.inputs import check_input
+from edge_runtime.files.toml import Where, check_keys, read_toml, table
 from edge_runtime.system.cpulist import MAX_CPUS
 from edge_runtime.system.data import data_dir
 from edge_runtime.system.root import SystemRoot
 from edge_runtime.system.thermal import SILICON_RANGE_C
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
-
 
 MAX_PROFILE_BYTES = 1 << 20  # a profile is a page of TOML
 
@@ -130,83 +125,61 @@ def _cpu_number(c) -> bool:
     return isinstance(c, int) and not isinstance(c, bool) and 0 <= c < MAX_CPUS
 
 
-def _check(path: Path, section: str, key: str, value, kind: type, what: str):
-    where = f"{path.name}: {section + '.' if section else ''}{key}"
+def _check(where: Where, section: str, key: str, value, kind: type, what: str):
+    at = f"{where}: {section + '.' if section else ''}{key}"
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        raise BoardProfileError(f"board profile {where} = {value!r}: expected {what}")
+        raise BoardProfileError(f"{at} = {value!r}: expected {what}")
     if kind is float and not (SILICON_RANGE_C[0] <= value <= SILICON_RANGE_C[1]):  # NaN fails both
         lo, hi = SILICON_RANGE_C
-        raise BoardProfileError(f"board profile {where} = {value!r}: expected degrees C from {lo:g} to {hi:g}")
+        raise BoardProfileError(f"{at} = {value!r}: expected degrees C from {lo:g} to {hi:g}")
     if kind is list and key in ("isolate", "housekeeping"):
         if not all(_cpu_number(c) for c in value):
-            raise BoardProfileError(f"board profile {where} = {value!r}: expected {what} (0 to {MAX_CPUS - 1})")
+            raise BoardProfileError(f"{at} = {value!r}: expected {what} (0 to {MAX_CPUS - 1})")
     elif kind is list and key != "clusters" and not all(isinstance(s, str) for s in value):
-        raise BoardProfileError(f"board profile {where} = {value!r}: expected {what}")
+        raise BoardProfileError(f"{at} = {value!r}: expected {what}")
     return value
 
 
 def load_profile(path: str | os.PathLike[str]) -> BoardProfile:
     path = Path(path)
-    # Read as any input: a regular file (a fifo or a link to /dev/zero named *.toml would hang or never end), of a
-    # size a profile can have, in UTF-8 as TOML requires.
-    with open_input(path, "board profile", error=BoardProfileError, max_bytes=MAX_PROFILE_BYTES) as f:
-        raw = f.read()
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as err:
-        raise BoardProfileError(
-            f"board profile {path.name}: not UTF-8 text ({err.reason} at byte {err.start})"
-        ) from err
-    except tomllib.TOMLDecodeError as err:
-        raise BoardProfileError(f"board profile {path.name}: not valid TOML: {err}") from err
-    values: dict[str, dict] = {s: {} for s in _SCHEMA}
-    for key, value in data.items():
-        if isinstance(value, dict) and key in _SCHEMA and key:
-            for sub, v in value.items():
-                if sub not in _SCHEMA[key]:
-                    warnings.warn(
-                        f"board profile {path.name}: unknown key {key}.{sub} (ignored; known: "
-                        f"{', '.join(_SCHEMA[key])})",
-                        BoardProfileWarning,
-                        stacklevel=2,
-                    )
-                    continue
-                values[key][sub] = _check(path, key, sub, v, *_SCHEMA[key][sub])
-        elif key in _SCHEMA[""]:
-            values[""][key] = _check(path, "", key, value, *_SCHEMA[""][key])
-        else:
-            warnings.warn(
-                f"board profile {path.name}: unknown key {key!r} (ignored)", BoardProfileWarning, stacklevel=2
-            )
+    where = Where(f"board profile {path.name}", error=BoardProfileError, warning=BoardProfileWarning)
+    data = read_toml(path, where, "board profile", max_bytes=MAX_PROFILE_BYTES)
+    # Unknown keys and typos warn (a profile of a newer release still detects its board); a bad value is an error.
+    check_keys(where, "the top level", data, {*_SCHEMA[""], *_SCHEMA.keys() - {""}}, typos="warn")
+    values: dict[str, dict] = {}
+    for section, schema in _SCHEMA.items():
+        given = table(where, data, section, schema, typos="warn") if section else data
+        values[section] = {k: _check(where, section, k, v, *schema[k]) for k, v in given.items() if k in schema}
+    where.warn_the_rest()
     for key in ("name", "description", "arch"):
         if key not in values[""]:
-            raise BoardProfileError(f"board profile {path.name}: missing {key}")
+            raise BoardProfileError(f"{where}: missing {key}")
     if values[""]["name"] != path.stem:
-        raise BoardProfileError(f"board profile {path.name}: name = {values['']['name']!r} must match the file name")
+        raise BoardProfileError(f"{where}: name = {values['']['name']!r} must match the file name")
     clusters = []
     for i, c in enumerate(values["cpus"].get("clusters", [])):
         if not isinstance(c, dict) or not isinstance(c.get("cpus"), list):
             raise BoardProfileError(
-                f"board profile {path.name}: cpus.clusters[{i}] = {c!r}: expected {{ name = ..., cpus = [...] }}"
+                f"{where}: cpus.clusters[{i}] = {c!r}: expected {{ name = ..., cpus = [...] }}"
             )
         if not all(_cpu_number(x) for x in c["cpus"]):
             raise BoardProfileError(
-                f"board profile {path.name}: cpus.clusters[{i}].cpus = {c['cpus']!r}: expected CPU numbers "
+                f"{where}: cpus.clusters[{i}].cpus = {c['cpus']!r}: expected CPU numbers "
                 f"(0 to {MAX_CPUS - 1})"
             )
         clusters.append(Cluster(str(c.get("name", f"cluster{i}")), tuple(c["cpus"]), bool(c.get("big", False))))
     npu = values["npu"]
     if npu.get("kind", "none") not in _NPU_KINDS:
         raise BoardProfileError(
-            f"board profile {path.name}: npu.kind = {npu['kind']!r}: expected one of {', '.join(_NPU_KINDS)}"
+            f"{where}: npu.kind = {npu['kind']!r}: expected one of {', '.join(_NPU_KINDS)}"
         )
     cpus = values["cpus"]
     overlap = set(cpus.get("isolate", [])) & set(cpus.get("housekeeping", []))
     if overlap:
         raise BoardProfileError(
-            f"board profile {path.name}: cpus.isolate and cpus.housekeeping share CPU {sorted(overlap)}"
+            f"{where}: cpus.isolate and cpus.housekeeping share CPU {sorted(overlap)}"
         )
     return BoardProfile(
         name=values[""]["name"],
