@@ -16,12 +16,11 @@ from bench.cli.common import (
     progress_printer,
     token,
 )
+from bench.cli.flags import header_flags, slo_flags
 from bench.slo import evaluate, verdict_lines
-from bench.slo import parse_flags as parse_slo
-from edge_runtime.cli.common import integer, path_arg
 from edge_runtime.errors import UsageError
+from edge_runtime.program.args import Parser, integer, path_arg
 
-HELP = "run a campaign (CAMPAIGN.toml), or one bench on a target: --target URL --model PATH [bench options]"
 # Flags of `edge-runtime bench` that name files or facts of the machine that runs the command, not of the board.
 NOT_REMOTE = {
     "input": "--input files are not sent to boards yet (the board uses seeded random inputs)",
@@ -67,15 +66,26 @@ def add_arguments(p) -> None:
 
 
 def parse(argv: list[str]):
-    """Two steps: the target options here, every bench option by edge-runtime bench's own parser."""
-    from bench.cli import _Parser
-
-    first = _Parser(prog="edge-bench run", add_help=False)
+    """Two steps: the target options here, every bench option by edge-runtime bench's own parser (`args.rest`, read in
+    `run`). `args.json`: where --json sends the result, as the program's check of a closed stdout wants to know."""
+    first = Parser(prog="edge-bench run", add_help=False)
     add_arguments(first)
     args, rest = first.parse_known_args(argv)
     # A campaign is the one positional; bench options keep theirs for the second parser (`--cpus 1`).
     args.campaign = rest.pop(0) if rest and not rest[0].startswith("-") and args.target is None else None
-    return args, rest
+    args.rest = rest
+    args.json = _json_dest(rest)
+    return args
+
+
+def _json_dest(rest: list[str]) -> str | None:
+    """--json FILE, --json=FILE or --json alone (stdout: "-") among the words left to the second parser."""
+    for i, word in enumerate(rest):
+        if word.startswith("--json="):
+            return word.partition("=")[2]
+        if word == "--json":
+            return rest[i + 1] if i + 1 < len(rest) and not rest[i + 1].startswith("-") else "-"
+    return None
 
 
 def run(args) -> int:
@@ -83,8 +93,8 @@ def run(args) -> int:
     from bench.targets import TargetError, TargetOptions, registry
     from bench.transports.connection import new_request_id
     from edge_runtime.cli import bench as bench_cmd
-    from edge_runtime.cli.common import plan_outputs
     from edge_runtime.files.outputs import write_json, write_output
+    from edge_runtime.program.args import plan_outputs
 
     if args.campaign is not None:
         return run_campaign(args)
@@ -97,9 +107,7 @@ def run(args) -> int:
 
         check_input(args.model, "--model", error=UsageError)
     check_reconnect(args.reconnect_for)
-    from bench.cli import _Parser
-
-    bp = _Parser(prog="edge-bench run")
+    bp = Parser(prog="edge-bench run")
     bench_cmd.add_arguments(bp)
     args.model = args.model or cls.named_model(args.target)  # a server's URL names the model; no file on this host
     bargs = bp.parse_args([args.model, *args.rest])
@@ -116,7 +124,7 @@ def run(args) -> int:
         from dataclasses import replace
 
         request = replace(request, concurrency=args.concurrency).validate()
-    slo = parse_slo(args.slo)
+    slo = slo_flags(args.slo)
     label = scenario_label(request, bargs)
     verdict: dict = {}
     say, done = progress_printer()
@@ -221,17 +229,6 @@ def check_bench_flags(cls, bargs) -> None:
         raise UsageError("--cpus board: name the CPUs (see the board's profile in `edge-bench targets URL`)")
 
 
-def header_flags(values: list[str] | None) -> dict[str, str]:
-    """--header 'NAME: VALUE' flags as a dict; one line for a malformed one."""
-    out: dict[str, str] = {}
-    for text in values or []:
-        name, sep, value = text.partition(":")
-        if not sep or not name.strip() or any(c.isspace() for c in name.strip()):
-            raise UsageError(f"--header {text!r}: 'NAME: VALUE' (e.g. 'triton-access-token: ${{TOKEN}}')")
-        out[name.strip()] = value.strip()
-    return out
-
-
 def scenario_label(request, bargs) -> str:
     """The one-off run's scenario as the store and reports name it (as a campaign's would be)."""
     from bench.scenarios import Scenario
@@ -267,8 +264,8 @@ def run_campaign(args) -> int:
     from bench.campaign import load
     from bench.campaign.runner import run as run_plan
     from bench.report import edge_vs_server, html
-    from edge_runtime.cli.common import plan_outputs
     from edge_runtime.files.outputs import write_json, write_output
+    from edge_runtime.program.args import plan_outputs
 
     if args.target or args.model:
         raise UsageError("a campaign names its targets and models: --target/--model go with the one-off form")

@@ -11,30 +11,24 @@ import warnings
 
 import numpy as np
 
-from edge_runtime.cli.common import (
-    MAX_DURATION_S,
-    MAX_WARMUP,
-    MAX_WARMUP_S,
+from edge_runtime.cli.common import add_model_options, input_paths, load_inputs, load_kwargs, sysroot
+from edge_runtime.cli.scenarios import add_scenario_arguments, scenario_fields, scenario_text
+from edge_runtime.errors import EdgeRuntimeError, UsageError
+from edge_runtime.files.outputs import write_output
+from edge_runtime.limits import MAX_DURATION_S, MAX_WARMUP, MAX_WARMUP_S
+from edge_runtime.measure.request import MAX_COOLDOWN_TIMEOUT_S, PLATFORM_LATENCY_S, SAMPLE_INTERVAL_S
+from edge_runtime.program.args import (
     PROG,
     add_debug,
     add_json,
-    add_model_options,
     add_sysroot,
     celsius,
-    input_paths,
     integer,
-    load_inputs,
-    load_kwargs,
     path_arg,
     plan_outputs,
     real,
     samples_bound,
-    sysroot,
 )
-from edge_runtime.cli.scenarios import add_scenario_arguments, scenario_fields, scenario_text
-from edge_runtime.errors import EdgeRuntimeError, UsageError
-from edge_runtime.files.outputs import write_output
-from edge_runtime.measure.request import MAX_COOLDOWN_TIMEOUT_S, PLATFORM_LATENCY_S, SAMPLE_INTERVAL_S
 from edge_runtime.system.cpulist import format_cpu_list
 
 SHOWN = [("min", "min"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p99.9", "p999"), ("p99.99", "p9999"),
@@ -142,9 +136,9 @@ def request_from_args(args):
 
 
 def run(args) -> int:
-    from edge_runtime.cli.signals import SIGNALS
     from edge_runtime.measure.bench import NothingMeasured, run_bench
     from edge_runtime.measure.loop import StopRequest, hdr_log_text
+    from edge_runtime.program.signals import SIGNALS
 
     root = sysroot(args.sysroot)
     # Before the run, not after it: a result is never lost to a bad path.

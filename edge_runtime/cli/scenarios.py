@@ -3,8 +3,9 @@ LoadGen's scenarios as flags, the request fields they make, and the scenario lin
 
 from __future__ import annotations
 
-from edge_runtime.cli.common import MAX_DURATION_S, integer, path_arg, real
 from edge_runtime.errors import UsageError
+from edge_runtime.limits import MAX_DURATION_S
+from edge_runtime.program.args import integer, path_arg, real
 
 
 def add_scenario_arguments(p) -> None:

@@ -5,19 +5,10 @@ from __future__ import annotations
 import json
 import time
 
-from edge_runtime.cli.common import (
-    add_debug,
-    add_json,
-    add_sysroot,
-    celsius,
-    emit_json,
-    integer,
-    plan_outputs,
-    real,
-    sysroot,
-)
+from edge_runtime.cli.common import sysroot
 from edge_runtime.errors import UsageError
 from edge_runtime.files.outputs import finite
+from edge_runtime.program.args import add_debug, add_json, add_sysroot, celsius, emit_json, integer, plan_outputs, real
 
 
 def add_arguments(p) -> None:
