@@ -37,11 +37,6 @@ ALLOWED = {
     "__init__": {"errors", "runtime"},
 }
 MAX_LINES = 400
-# Import edges that issue 23's plan removes in a step another branch carries. Each must still be there (an entry
-# nobody needs any more fails, so whoever removes the edge removes its line); the rules below see past them.
-NOT_YET = {
-    ("bench.cli.run", "edge_runtime.cli.bench"): "step 21: the bench request's flags to program/bench_flags.py",
-}
 
 
 def modules(*packages: Path) -> dict[str, Path]:
@@ -97,8 +92,6 @@ def test_layers_import_one_way():
 def test_no_import_circle():
     """Over both sides at once (the host imports the board), with lazy imports counted."""
     g = graph(PACKAGE, HOST)
-    for a, b in NOT_YET:
-        g[a].discard(b)
     state: dict[str, int] = {}
     cycle: list[str] = []
 
@@ -121,18 +114,12 @@ def test_no_import_circle():
     assert cycle == [], " -> ".join(cycle)
 
 
-def test_every_edge_waiting_for_its_step_is_still_there():
-    g = graph(PACKAGE, HOST)
-    gone = [f"{a} -> {b} ({why})" for (a, b), why in NOT_YET.items() if b not in g.get(a, set())]
-    assert gone == [], "no longer imported: remove from NOT_YET: " + "; ".join(gone)
-
-
 def test_scenarios_and_slos_import_no_target_or_campaign():
     """Issue 23: what a load is and what an SLO says stand on their own; targets and campaigns use them, not the
     reverse (a new target kind never reaches into them)."""
     wrong = [f"{m} -> {d}" for m, deps in graph(PACKAGE, HOST).items()
              if m.startswith(("bench.scenarios", "bench.slo")) for d in deps
-             if d.startswith(("bench.targets", "bench.campaign")) and (m, d) not in NOT_YET]  # fmt: skip
+             if d.startswith(("bench.targets", "bench.campaign"))]  # fmt: skip
     assert wrong == [], "scenarios and SLOs do not import targets or campaigns: " + ", ".join(wrong)
 
 
@@ -160,11 +147,11 @@ def test_the_wire_opens_no_port_or_socket():
 def test_the_host_takes_only_the_boards_public_parts():
     """Issue 23: the host imports what the board offers for sharing (wire.endpoint for addresses and the token,
     measure.child to run a request in a child, results, runtime...), never the agent's insides or a CLI's: no module
-    of bench/ imports edge_runtime.agent or edge_runtime.cli (or any edge_runtime.*.cli), beyond the edges of NOT_YET
-    that steps 20 and 21 remove."""
+    of bench/ imports edge_runtime.agent or edge_runtime.cli (or any edge_runtime.*.cli): the command-line toolkit both
+    programs share is edge_runtime.program (issue 23, steps 20-21)."""
     wrong = [f"{m} -> {d}" for m, deps in graph(PACKAGE, HOST).items() if m.split(".")[0] == "bench" for d in deps
-             if d.split(".")[0] == "edge_runtime" and ("cli" in d.split(".") or d.split(".")[1:2] == ["agent"])
-             and (m, d) not in NOT_YET]  # fmt: skip
+             if d.split(".")[0] == "edge_runtime"
+             and ("cli" in d.split(".") or d.split(".")[1:2] == ["agent"])]  # fmt: skip
     assert wrong == [], "take it from edge_runtime.wire.endpoint or edge_runtime.measure.child: " + ", ".join(wrong)
 
 

@@ -92,8 +92,8 @@ def run(args) -> int:
     from bench.report import html
     from bench.targets import TargetError, TargetOptions, registry
     from bench.transports.connection import new_request_id
-    from edge_runtime.cli import bench as bench_cmd
     from edge_runtime.files.outputs import write_json, write_output
+    from edge_runtime.program import bench_flags
     from edge_runtime.program.args import plan_outputs
 
     if args.campaign is not None:
@@ -108,18 +108,18 @@ def run(args) -> int:
         check_input(args.model, "--model", error=UsageError)
     check_reconnect(args.reconnect_for)
     bp = Parser(prog="edge-bench run")
-    bench_cmd.add_arguments(bp)
+    bench_flags.add_bench_arguments(bp)
     args.model = args.model or cls.named_model(args.target)  # a server's URL names the model; no file on this host
     bargs = bp.parse_args([args.model, *args.rest])
     check_bench_flags(cls, bargs)
     store = open_store(args, create=True)  # a store that cannot be used is an error before the run, not after it
     outs = plan_outputs(
         [("--json", bargs.json), ("--prom", bargs.prom), ("--html", args.html)],
-        [*bench_cmd.input_paths(bargs), ("the store", args.store)],
+        [*bench_flags.input_paths(bargs), ("the store", args.store)],
     )
     if "--html" in outs:
         html.require()
-    request = bench_cmd.request_from_args(bargs)
+    request = bench_flags.request_from_args(bargs)
     if args.concurrency:
         from dataclasses import replace
 
@@ -181,8 +181,9 @@ def run(args) -> int:
     on_stdout = any(outs[f].is_stdout for f in ("--json", "--html") if f in outs)
     if not on_stdout:
         from bench.report import gpu_text, server_text
+        from edge_runtime.program.bench_text import format_report
 
-        sys.stdout.write(server_text(doc) if cls.info.kind == "server" else bench_cmd.format_report(doc))
+        sys.stdout.write(server_text(doc) if cls.info.kind == "server" else format_report(doc))
         if doc.get("gpu"):
             sys.stdout.write(gpu_text(doc["gpu"]))
         if got.link:

@@ -6,8 +6,9 @@ import sys
 import time
 import warnings
 
-from edge_runtime.cli.common import add_model_options, input_paths, load_inputs, load_kwargs
+from edge_runtime.cli.common import load_inputs
 from edge_runtime.program.args import PROG, add_debug, add_json, emit_json, integer, plan_outputs
+from edge_runtime.program.bench_flags import add_model_options, input_paths, load_kwargs
 
 
 def add_arguments(p) -> None:
