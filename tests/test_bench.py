@@ -208,7 +208,7 @@ def test_interference_counts_the_interrupts_of_the_measured_part(tmp_path, captu
     inter = r["interference"]
     assert inter["interrupts"] == 412
     assert inter["interrupts_per_cpu"]["1"] == [{"source": loc, "label": loc, "count": 412}]
-    from edge_runtime.cli.bench import format_report
+    from edge_runtime.program.bench_text import format_report
 
     assert f"CPU1: 412 {loc}" in format_report(r)
 

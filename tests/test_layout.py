@@ -31,27 +31,13 @@ ALLOWED = {
     # addresses and reads the one small secret file through files.inputs
     "wire": {"errors", "files"},
     "agent": {"errors", "files", "limits", "system", "results", "runtime", "measure", "wire", "__init__"},
+    # what every command-line program is made of (edge-runtime's and edge-bench's): main, args, signals
+    "program": {"errors", "files", "limits", "system", "results", "runtime", "measure", "__init__"},
     "cli": {"errors", "files", "limits", "system", "results", "runtime", "measure", "quantize", "agent", "wire",
-            "__init__"},
+            "program", "__init__"},
     "__init__": {"errors", "runtime"},
 }
 MAX_LINES = 400
-# Import edges that issue 23's plan removes in a step another branch carries. Each must still be there (an entry
-# nobody needs any more fails, so whoever removes the edge removes its line); the rules below see past them.
-NOT_YET = {
-    ("bench.cli.run", "bench.cli"): "step 20: the parser leaves bench/cli/__init__.py (the bench.cli circle)",
-    # The host's CLI still borrows the board CLI's toolkit: step 20 moves the parser, the bounded types, `plan_outputs`
-    # and the signals to edge_runtime/program/ (and files.outputs); step 21 moves the bench request's flags.
-    ("bench.cli", "edge_runtime.cli.common"): "step 20: Parser to program/args.py",
-    ("bench.cli", "edge_runtime.cli.signals"): "step 20: signals to program/signals.py",
-    ("bench.cli.baseline", "edge_runtime.cli.common"): "step 20: add_json, plan_outputs",
-    ("bench.cli.common", "edge_runtime.cli.common"): "step 20: path_arg",
-    ("bench.cli.compare", "edge_runtime.cli.common"): "step 20: add_json, plan_outputs, real",
-    ("bench.cli.report", "edge_runtime.cli.common"): "step 20: add_json, integer, path_arg, plan_outputs",
-    ("bench.cli.run", "edge_runtime.cli.common"): "step 20: integer, path_arg, plan_outputs",
-    ("bench.cli.targets", "edge_runtime.cli.common"): "step 20: add_json, plan_outputs",
-    ("bench.cli.run", "edge_runtime.cli.bench"): "step 21: the bench request's flags to program/bench_flags.py",
-}
 
 
 def modules(*packages: Path) -> dict[str, Path]:
@@ -107,8 +93,6 @@ def test_layers_import_one_way():
 def test_no_import_circle():
     """Over both sides at once (the host imports the board), with lazy imports counted."""
     g = graph(PACKAGE, HOST)
-    for a, b in NOT_YET:
-        g[a].discard(b)
     state: dict[str, int] = {}
     cycle: list[str] = []
 
@@ -131,18 +115,12 @@ def test_no_import_circle():
     assert cycle == [], " -> ".join(cycle)
 
 
-def test_every_edge_waiting_for_its_step_is_still_there():
-    g = graph(PACKAGE, HOST)
-    gone = [f"{a} -> {b} ({why})" for (a, b), why in NOT_YET.items() if b not in g.get(a, set())]
-    assert gone == [], "no longer imported: remove from NOT_YET: " + "; ".join(gone)
-
-
 def test_scenarios_and_slos_import_no_target_or_campaign():
     """Issue 23: what a load is and what an SLO says stand on their own; targets and campaigns use them, not the
     reverse (a new target kind never reaches into them)."""
     wrong = [f"{m} -> {d}" for m, deps in graph(PACKAGE, HOST).items()
              if m.startswith(("bench.scenarios", "bench.slo")) for d in deps
-             if d.startswith(("bench.targets", "bench.campaign")) and (m, d) not in NOT_YET]  # fmt: skip
+             if d.startswith(("bench.targets", "bench.campaign"))]  # fmt: skip
     assert wrong == [], "scenarios and SLOs do not import targets or campaigns: " + ", ".join(wrong)
 
 
@@ -170,11 +148,11 @@ def test_the_wire_opens_no_port_or_socket():
 def test_the_host_takes_only_the_boards_public_parts():
     """Issue 23: the host imports what the board offers for sharing (wire.endpoint for addresses and the token,
     measure.child to run a request in a child, results, runtime...), never the agent's insides or a CLI's: no module
-    of bench/ imports edge_runtime.agent or edge_runtime.cli (or any edge_runtime.*.cli), beyond the edges of NOT_YET
-    that steps 20 and 21 remove."""
+    of bench/ imports edge_runtime.agent or edge_runtime.cli (or any edge_runtime.*.cli): the command-line toolkit both
+    programs share is edge_runtime.program (issue 23, steps 20-21)."""
     wrong = [f"{m} -> {d}" for m, deps in graph(PACKAGE, HOST).items() if m.split(".")[0] == "bench" for d in deps
-             if d.split(".")[0] == "edge_runtime" and ("cli" in d.split(".") or d.split(".")[1:2] == ["agent"])
-             and (m, d) not in NOT_YET]  # fmt: skip
+             if d.split(".")[0] == "edge_runtime"
+             and ("cli" in d.split(".") or d.split(".")[1:2] == ["agent"])]  # fmt: skip
     assert wrong == [], "take it from edge_runtime.wire.endpoint or edge_runtime.measure.child: " + ", ".join(wrong)
 
 
@@ -382,7 +360,7 @@ def test_every_module_says_what_it_is_for():
 
 def test_subpackages_show_the_layers():
     parts = {p.name for p in PACKAGE.iterdir() if p.is_dir() and not p.name.startswith("__")}
-    assert parts == {"runtime", "measure", "system", "files", "quantize", "cli", "wire", "agent", "_data"}
+    assert parts == {"runtime", "measure", "system", "files", "quantize", "cli", "wire", "agent", "program", "_data"}
     # _data holds data, not code: links to the top-level boards/ and system_tuning/ that a wheel build copies.
     assert {p.name: os.readlink(p) for p in (PACKAGE / "_data").iterdir()} == {
         "boards": "../../boards",

@@ -11,11 +11,11 @@ from conftest import ROOT, artifact, need
 from helpers import run_cli
 
 from edge_runtime import results
-from edge_runtime.cli.bench import request_from_args
 from edge_runtime.cli.main import build_parser
 from edge_runtime.errors import UserError
 from edge_runtime.measure.bench import run_bench
 from edge_runtime.measure.request import BenchRequest
+from edge_runtime.program.bench_flags import request_from_args
 from edge_runtime.system import SystemRoot
 
 DATA = ROOT / "tests" / "data"

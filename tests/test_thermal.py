@@ -439,6 +439,6 @@ def test_a_sensor_that_appears_mid_run_and_a_sampler_with_no_housekeeping_cpu(tm
     t = r["thermal"]
     assert t["start_c"] is None and t["max_c"] == 55.0 and t["available"] is True
     assert any("no housekeeping CPU left for the thermal sampler" in w for w in r["quality"]["warnings"])
-    from edge_runtime.cli.bench import format_report
+    from edge_runtime.program.bench_text import format_report
 
     assert "thermal      start ?, max 55.0 C, end 55.0 C" in format_report(r)

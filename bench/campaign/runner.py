@@ -1,6 +1,6 @@
 """A campaign, run: every (repetition, scenario, model, target) in the campaign's interleaved order, each result kept
 in the store as it arrives and checked against its SLOs. Ctrl-C (or SIGTERM) stops after asking the target in use to
-stop; what finished is kept and reported."""
+stop; what finished is kept and reported. Each run goes through execute.py, as `edge-bench run --target` does."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bench.campaign import Campaign, Target
+from bench.campaign.execute import Executed, RunKey, execute
 from bench.report import state_cells
-from bench.slo import evaluate, run_rules
 from bench.transports.connection import new_request_id
 from edge_runtime.errors import Interrupted
 
@@ -103,6 +103,11 @@ class Progress:
         pass
 
 
+def _outcome(o: RunOutcome, kept: Executed) -> None:
+    """The run's row, filled as the store keeps it (a Ctrl-C after this keeps the row)."""
+    o.result, o.slo, o.rules, o.store_id = kept.doc, kept.slo, kept.rules, kept.store_id
+
+
 def run(campaign: Campaign, store, progress: Progress | Callable[[str], None]) -> CampaignRun:
     from bench.targets import TargetError, TargetOptions, target_for
 
@@ -130,26 +135,10 @@ def run(campaign: Campaign, store, progress: Progress | Callable[[str], None]) -
                     options = TargetOptions(token=token, reconnect_for=60.0, headers=target.headers, log=say)
                     t = targets[target.name] = target_for(target.url, options)
                 req = request_for(campaign, scenario, model, target)
-
-                def keep(got, o=o, rep=rep, model=model, target=target, scenario=scenario):
-                    doc = got.record()
-                    o.result = doc
-                    o.slo = evaluate(doc, campaign.slo.merged(target.slo))
-                    o.rules = run_rules(doc, scenario)
-                    o.store_id = store.add_run(doc, target=target.name, target_url=target.url, campaign=campaign.name,
-                                               scenario=scenario.label, model_name=model.name, repetition=rep,
-                                               request_id=got.request_id,
-                                               verdict={"slo": o.slo, "rules": o.rules})  # fmt: skip
-
-                rid = new_request_id("camp-")
-                try:
-                    got = t.bench(req, progress=lambda m, head=head: say(f"{head}: {m}"), sink=keep, rid=rid)
-                except KeyboardInterrupt:
-                    try:  # where it runs on: stop it too (a partial answer is not kept); no-op if it stopped itself
-                        t.cancel(rid)
-                    except TargetError:
-                        pass
-                    raise
+                key = RunKey(target.name, target.url, scenario.label, campaign.name, model.name, rep)
+                got = execute(t, req, store, key, slo=campaign.slo.merged(target.slo), scenario=scenario,
+                              progress=lambda m, head=head: say(f"{head}: {m}"), rid=new_request_id("camp-"),
+                              also_keep=lambda kept, o=o: _outcome(o, kept)).got  # fmt: skip
                 if got.stopped_by is not None:  # the local run kept what it measured: stored, then the campaign stops
                     raise Interrupted(got.stopped_by)
             except TargetError as err:

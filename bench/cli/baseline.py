@@ -5,10 +5,8 @@ from __future__ import annotations
 import sys
 
 from bench.cli.common import add_store, open_store
-from edge_runtime.cli.common import add_json, plan_outputs
 from edge_runtime.errors import UsageError
-
-HELP = "name a run as a baseline (set NAME RUN), list them, or show one"
+from edge_runtime.program.args import add_json, plan_outputs
 
 
 def add_arguments(p) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from edge_runtime.cli.common import path_arg
 from edge_runtime.errors import UsageError
+from edge_runtime.program.args import path_arg
 
 
 def add_target_options(p) -> None:

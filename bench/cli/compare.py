@@ -7,10 +7,8 @@ from __future__ import annotations
 import sys
 
 from bench.cli.common import add_store, open_store
-from edge_runtime.cli.common import add_json, plan_outputs, real
 from edge_runtime.errors import UsageError
-
-HELP = "two runs, or a run against a baseline: p50/p99/p99.9/throughput changes, significance, exit 1 on regression"
+from edge_runtime.program.args import add_json, plan_outputs, real
 
 
 def add_arguments(p) -> None:

@@ -6,9 +6,7 @@ from __future__ import annotations
 import sys
 
 from bench.cli.common import add_store, open_store
-from edge_runtime.cli.common import add_json, integer, path_arg, plan_outputs
-
-HELP = "stored runs as a table, HTML with plots, Markdown, CSV or JSON (the latest when no RUN is given)"
+from edge_runtime.program.args import add_json, integer, path_arg, plan_outputs
 
 
 def add_arguments(p) -> None:

@@ -16,12 +16,11 @@ from bench.cli.common import (
     progress_printer,
     token,
 )
-from bench.slo import evaluate, verdict_lines
-from bench.slo import parse_flags as parse_slo
-from edge_runtime.cli.common import integer, path_arg
+from bench.cli.flags import header_flags, slo_flags
+from bench.slo import verdict_lines
 from edge_runtime.errors import UsageError
+from edge_runtime.program.args import Parser, integer, path_arg
 
-HELP = "run a campaign (CAMPAIGN.toml), or one bench on a target: --target URL --model PATH [bench options]"
 # Flags of `edge-runtime bench` that name files or facts of the machine that runs the command, not of the board.
 NOT_REMOTE = {
     "input": "--input files are not sent to boards yet (the board uses seeded random inputs)",
@@ -67,27 +66,65 @@ def add_arguments(p) -> None:
 
 
 def parse(argv: list[str]):
-    """Two steps: the target options here, every bench option by edge-runtime bench's own parser."""
-    from bench.cli import _Parser
-
-    first = _Parser(prog="edge-bench run", add_help=False)
+    """Two steps: the target options here, every bench option by edge-runtime bench's own parser (`args.rest`, read in
+    `run`). `args.json`: where --json sends the result, as the program's check of a closed stdout wants to know."""
+    first = Parser(prog="edge-bench run", add_help=False)
     add_arguments(first)
     args, rest = first.parse_known_args(argv)
     # A campaign is the one positional; bench options keep theirs for the second parser (`--cpus 1`).
     args.campaign = rest.pop(0) if rest and not rest[0].startswith("-") and args.target is None else None
-    return args, rest
+    args.rest = rest
+    args.json = _json_dest(rest)
+    return args
+
+
+def _json_dest(rest: list[str]) -> str | None:
+    """--json FILE, --json=FILE or --json alone (stdout: "-") among the words left to the second parser."""
+    for i, word in enumerate(rest):
+        if word.startswith("--json="):
+            return word.partition("=")[2]
+        if word == "--json":
+            return rest[i + 1] if i + 1 < len(rest) and not rest[i + 1].startswith("-") else "-"
+    return None
 
 
 def run(args) -> int:
-    from bench.report import html
-    from bench.targets import TargetError, TargetOptions, registry
-    from bench.transports.connection import new_request_id
-    from edge_runtime.cli import bench as bench_cmd
-    from edge_runtime.cli.common import plan_outputs
-    from edge_runtime.files.outputs import write_json, write_output
+    from bench.campaign.execute import NotStarted, RunKey, execute
+    from bench.targets import TargetOptions
 
     if args.campaign is not None:
         return run_campaign(args)
+    cls, bargs, store, outs, request, slo = _one_off(args)
+    key = RunKey(args.target, args.target, scenario_label(request, bargs))
+    say, done = progress_printer()
+    secret = token(args) if "token" in cls.info.takes else None
+    options = TargetOptions(token=secret, reconnect_for=args.reconnect_for, headers=header_flags(args.header), log=say)
+    target = cls(args.target, options)
+
+    def interrupted(text: str) -> None:
+        print(f"edge-bench: interrupted: {text}", file=sys.stderr)
+
+    try:  # any TargetError: main() says it in one line, exit 2 for the user's mistakes, else 1
+        with target:
+            try:
+                kept = execute(target, request, store, key, slo=slo, progress=say, keep_partial=True,
+                               also_keep=_outputs(outs, args.store), stopping=done, recovering=interrupted)  # fmt: skip
+            finally:
+                done()
+    except NotStarted as err:  # Ctrl-C, and nothing measured to keep
+        print(f"edge-bench: {err.text}", file=sys.stderr)
+        return 128 + err.signum
+    return _print_one_off(kept, outs, args, cls, store)
+
+
+def _one_off(args):
+    """The one-off form's checks, before anything runs: the target and its flags, the model, the bench's own flags,
+    the store, the outputs; then the request and the SLO. (class, bench args, store, outputs, request, SLO)"""
+    from bench.report import html
+    from bench.targets import registry
+    from edge_runtime.program import bench_flags
+    from edge_runtime.program.args import plan_outputs
+
     cls = registry.check(args.target) if args.target else None
     if cls is None or not (args.model or cls.named_model(args.target)):
         raise UsageError("give --target URL and --model PATH")
@@ -97,71 +134,48 @@ def run(args) -> int:
 
         check_input(args.model, "--model", error=UsageError)
     check_reconnect(args.reconnect_for)
-    from bench.cli import _Parser
-
-    bp = _Parser(prog="edge-bench run")
-    bench_cmd.add_arguments(bp)
+    bp = Parser(prog="edge-bench run")
+    bench_flags.add_bench_arguments(bp)
     args.model = args.model or cls.named_model(args.target)  # a server's URL names the model; no file on this host
     bargs = bp.parse_args([args.model, *args.rest])
     check_bench_flags(cls, bargs)
     store = open_store(args, create=True)  # a store that cannot be used is an error before the run, not after it
     outs = plan_outputs(
         [("--json", bargs.json), ("--prom", bargs.prom), ("--html", args.html)],
-        [*bench_cmd.input_paths(bargs), ("the store", args.store)],
+        [*bench_flags.input_paths(bargs), ("the store", args.store)],
     )
     if "--html" in outs:
         html.require()
-    request = bench_cmd.request_from_args(bargs)
+    request = bench_flags.request_from_args(bargs)
     if args.concurrency:
         from dataclasses import replace
 
         request = replace(request, concurrency=args.concurrency).validate()
-    slo = parse_slo(args.slo)
-    label = scenario_label(request, bargs)
-    verdict: dict = {}
-    say, done = progress_printer()
-    secret = token(args) if "token" in cls.info.takes else None
-    options = TargetOptions(token=secret, reconnect_for=args.reconnect_for, headers=header_flags(args.header), log=say)
-    target = cls(args.target, options)
-    rid = new_request_id("bench-")
-    stopped_by = None
+    return cls, bargs, store, outs, request, slo_flags(args.slo)
 
-    def keep(got) -> None:
-        """The store and the outputs are written before the board is told it may forget the result."""
-        doc = got.record()
-        verdict["slo"] = evaluate(doc, slo)
-        got.store_id = store.add_run(doc, target=args.target, target_url=args.target, request_id=got.request_id,
-                                     scenario=label, verdict={"slo": verdict["slo"], "rules": None})  # fmt: skip
+
+def _outputs(outs, store_path: str):
+    """The one-off's --prom and --json, written in the sink: before the board is told it may forget the result."""
+    from edge_runtime.files.outputs import write_json, write_output
+
+    def also_keep(kept) -> None:
         if "--prom" in outs:
             from edge_runtime.files.prom import textfile
 
-            write_output(outs["--prom"], textfile(doc))
+            write_output(outs["--prom"], textfile(kept.doc))
         if "--json" in outs:  # the record, with where it is kept (a reader of results keeps unknown keys aside)
-            write_json({**doc, "store": args.store, "run": got.store_id}, outs["--json"])
+            write_json({**kept.doc, "store": store_path, "run": kept.store_id}, outs["--json"])
 
-    def interrupted(text: str) -> None:
-        print(f"edge-bench: interrupted: {text}", file=sys.stderr)
+    return also_keep
 
-    try:
-        with target:
-            try:
-                got = target.bench(request, progress=say, rid=rid, sink=keep)
-            except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: a board stops and sends what it measured
-                stopped_by = getattr(err, "signum", None) or 2
-                done()
-                if not target.info.recovers:  # the target kept what it measured, or there is nothing to keep
-                    raise
-                got = target.recover(rid, sink=keep, progress=interrupted)
-                if got is None:
-                    print("edge-bench: interrupted before the run started on the board", file=sys.stderr)
-                    return 128 + stopped_by
-            finally:
-                done()
-    except TargetError as err:  # any other: main() says it in one line, exit 2 for the user's mistakes, else 1
-        if stopped_by is None or err.kind != "cancelled":
-            raise
-        print(f"edge-bench: {err}", file=sys.stderr)
-        return 128 + stopped_by
+
+def _print_one_off(kept, outs, args, cls, store) -> int:
+    """The run as `edge-runtime bench` prints it (a server's as a server's), the link it crossed, the SLO verdict; the
+    exit code: 128 + N after signal N, 1 for a run cut short or an SLO missed."""
+    from bench.report import html
+    from edge_runtime.files.outputs import write_output
+
+    got = kept.got
     if "--html" in outs:  # the run as `edge-bench report ID --html` shows it
         stored = [store.run(got.store_id)]
         write_output(outs["--html"], html.render_stored(f"edge-bench run {args.target}", stored, "a one-off run"))
@@ -173,19 +187,20 @@ def run(args) -> int:
     on_stdout = any(outs[f].is_stdout for f in ("--json", "--html") if f in outs)
     if not on_stdout:
         from bench.report import gpu_text, server_text
+        from edge_runtime.program.bench_text import format_report
 
-        sys.stdout.write(server_text(doc) if cls.info.kind == "server" else bench_cmd.format_report(doc))
+        sys.stdout.write(server_text(doc) if cls.info.kind == "server" else format_report(doc))
         if doc.get("gpu"):
             sys.stdout.write(gpu_text(doc["gpu"]))
         if got.link:
             sys.stdout.write(format_link(args.target, got.link, got.rerun_after_restart))
-        for line in verdict_lines(verdict.get("slo")):
+        for line in verdict_lines(kept.slo):
             sys.stdout.write(line + "\n")
     if got.stopped_by is not None:
         return 128 + got.stopped_by
-    if stopped_by is not None:
-        return 128 + stopped_by
-    missed = verdict.get("slo") is not None and not verdict["slo"]["pass"]
+    if kept.stopped_by is not None:
+        return 128 + kept.stopped_by
+    missed = kept.slo is not None and not kept.slo["pass"]
     return 1 if doc.get("aborted") or missed else 0
 
 
@@ -219,17 +234,6 @@ def check_bench_flags(cls, bargs) -> None:
         raise UsageError("--sysroot: a board reads its own system; the option has no meaning for a target")
     if bargs.cpus == "board":
         raise UsageError("--cpus board: name the CPUs (see the board's profile in `edge-bench targets URL`)")
-
-
-def header_flags(values: list[str] | None) -> dict[str, str]:
-    """--header 'NAME: VALUE' flags as a dict; one line for a malformed one."""
-    out: dict[str, str] = {}
-    for text in values or []:
-        name, sep, value = text.partition(":")
-        if not sep or not name.strip() or any(c.isspace() for c in name.strip()):
-            raise UsageError(f"--header {text!r}: 'NAME: VALUE' (e.g. 'triton-access-token: ${{TOKEN}}')")
-        out[name.strip()] = value.strip()
-    return out
 
 
 def scenario_label(request, bargs) -> str:
@@ -267,8 +271,8 @@ def run_campaign(args) -> int:
     from bench.campaign import load
     from bench.campaign.runner import run as run_plan
     from bench.report import edge_vs_server, html
-    from edge_runtime.cli.common import plan_outputs
     from edge_runtime.files.outputs import write_json, write_output
+    from edge_runtime.program.args import plan_outputs
 
     if args.target or args.model:
         raise UsageError("a campaign names its targets and models: --target/--model go with the one-off form")

@@ -8,10 +8,8 @@ from __future__ import annotations
 import sys
 
 from bench.cli.common import add_store, add_target_options, check_reconnect, token
-from edge_runtime.cli.common import add_json, plan_outputs
 from edge_runtime.errors import UsageError, UserError
-
-HELP = "reachable? what board, CPUs, backends and versions, link quality; exit 1 if any is not reachable"
+from edge_runtime.program.args import add_json, plan_outputs
 
 
 def add_arguments(p) -> None:
@@ -26,7 +24,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from bench.cli.run import header_flags
+    from bench.cli.flags import header_flags
     from bench.targets import TargetError, TargetOptions, registry
     from edge_runtime.files.outputs import write_json
 

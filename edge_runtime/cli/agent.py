@@ -7,8 +7,8 @@ import os
 import sys
 import time
 
-from edge_runtime.cli.common import PROG, add_debug, integer, path_arg
 from edge_runtime.errors import StateLostError, UsageError
+from edge_runtime.program.args import PROG, add_debug, integer, path_arg
 
 
 def add_arguments(p) -> None:

@@ -7,7 +7,8 @@ import platform
 import numpy as np
 
 from edge_runtime import __version__
-from edge_runtime.cli.common import add_debug, add_json, add_sysroot, emit_json, plan_outputs, sysroot
+from edge_runtime.cli.common import sysroot
+from edge_runtime.program.args import add_debug, add_json, add_sysroot, emit_json, plan_outputs
 
 
 def add_arguments(p) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from edge_runtime.cli.common import PROG, add_debug, add_json, emit_json, path_arg, real
 from edge_runtime.errors import UsageError
+from edge_runtime.program.args import PROG, add_debug, add_json, emit_json, path_arg, real
 
 
 def add_arguments(p) -> None:

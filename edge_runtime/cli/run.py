@@ -6,18 +6,9 @@ import sys
 import time
 import warnings
 
-from edge_runtime.cli.common import (
-    PROG,
-    add_debug,
-    add_json,
-    add_model_options,
-    emit_json,
-    input_paths,
-    integer,
-    load_inputs,
-    load_kwargs,
-    plan_outputs,
-)
+from edge_runtime.cli.common import load_inputs
+from edge_runtime.program.args import PROG, add_debug, add_json, emit_json, integer, plan_outputs
+from edge_runtime.program.bench_flags import add_model_options, input_paths, load_kwargs
 
 
 def add_arguments(p) -> None:
@@ -60,7 +51,7 @@ def run(args) -> int:
     kwargs = load_kwargs(args)
     if kwargs["sandbox"] and sandbox.can_fork():
         doc, notes = _isolated(args, {**kwargs, "sandbox": False})
-        args.forked = True  # the command line may end this process without a teardown (main._end_now)
+        args.forked = True  # the command line may end this process without a teardown (program.main._end_now)
     else:
         doc, notes = _measure(args, kwargs)
     for note in notes:

@@ -5,19 +5,10 @@ from __future__ import annotations
 import json
 import time
 
-from edge_runtime.cli.common import (
-    add_debug,
-    add_json,
-    add_sysroot,
-    celsius,
-    emit_json,
-    integer,
-    plan_outputs,
-    real,
-    sysroot,
-)
+from edge_runtime.cli.common import sysroot
 from edge_runtime.errors import UsageError
 from edge_runtime.files.outputs import finite
+from edge_runtime.program.args import add_debug, add_json, add_sysroot, celsius, emit_json, integer, plan_outputs, real
 
 
 def add_arguments(p) -> None:
@@ -36,68 +27,19 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from edge_runtime.system.boards import detect
-    from edge_runtime.system.thermal import pick_rail, read_snapshot, thermal_limit, throttle_reasons
 
     root = sysroot(args.sysroot)
     board = detect(root)
 
     def snapshot_doc():
-        snap = read_snapshot(root)
-        limit, source = thermal_limit(args.thermal_limit, board, snap)
-        mx = snap.max_c()
-        rail = pick_rail(snap.rails)
-        return snap, {
-            **snap.to_dict(),
-            "schema": "edge-runtime/thermal/1",
-            "available": snap.available,
-            "max_c": mx,
-            "limit_c": limit,
-            "limit_source": source,
-            "headroom_c": round(limit - mx, 2) if limit is not None and mx is not None else None,
-            "throttled": throttle_reasons(snap),
-            "firmware_throttled": snap.throttled,
-            "power": {"rail": rail.label, "source": rail.source, "w": rail.power_w} if rail else None,
-            "sensors_skipped": snap.skipped,
-        }
+        return _snapshot_doc(root, board, args.thermal_limit)
 
     if args.count is not None and args.watch is None:
         raise UsageError("--count goes with --watch")
     if args.watch is not None:
         if args.json not in (None, "-"):
             raise UsageError("--watch writes one JSON line per interval to stdout: use --json without a FILE")
-        n = 0
-        while args.count is None or n < args.count:
-            snap, doc = snapshot_doc()
-            if args.json:
-                print(
-                    json.dumps(
-                        finite(
-                            {
-                                "t": time.time(),
-                                "max_c": doc["max_c"],
-                                "headroom_c": doc["headroom_c"],
-                                "temps_c": snap.temperatures(),
-                                "freq_khz": {f.cpu: f.cur_khz for f in snap.cpufreq},
-                                "power_w": doc["power"]["w"] if doc["power"] else None,
-                                "throttled": doc["throttled"],
-                            }
-                        ),
-                        allow_nan=False,
-                    ),
-                    flush=True,
-                )
-            else:
-                temps = "  ".join(f"{k} {v:.1f}" for k, v in snap.temperatures().items()) or "no sensors"
-                freqs = " ".join(f"{f.cur_khz // 1000}" if f.cur_khz else "?" for f in snap.cpufreq)
-                extra = f"  headroom {doc['headroom_c']:.1f} C" if doc["headroom_c"] is not None else ""
-                thr = "  THROTTLED" if doc["throttled"] else ""
-                print(
-                    f"{time.strftime('%H:%M:%S')}  {temps}{extra}{'  MHz ' + freqs if freqs else ''}{thr}", flush=True
-                )
-            n += 1
-            if args.count is None or n < args.count:
-                time.sleep(args.watch)
-        return 0
+        return _watch(args, snapshot_doc)
     outs = plan_outputs([("--json", args.json)], root=root)
     snap, doc = snapshot_doc()
     if emit_json(doc, outs):
@@ -109,6 +51,71 @@ def run(args) -> int:
             " drivers)"
         )
         return 0
+    _print_table(snap, doc)
+    return 0
+
+
+def _snapshot_doc(root, board, limit_c):
+    """The sensors read now, and the document --json writes (schema edge-runtime/thermal/1)."""
+    from edge_runtime.system.thermal import pick_rail, read_snapshot, thermal_limit, throttle_reasons
+
+    snap = read_snapshot(root)
+    limit, source = thermal_limit(limit_c, board, snap)
+    mx = snap.max_c()
+    rail = pick_rail(snap.rails)
+    return snap, {
+        **snap.to_dict(),
+        "schema": "edge-runtime/thermal/1",
+        "available": snap.available,
+        "max_c": mx,
+        "limit_c": limit,
+        "limit_source": source,
+        "headroom_c": round(limit - mx, 2) if limit is not None and mx is not None else None,
+        "throttled": throttle_reasons(snap),
+        "firmware_throttled": snap.throttled,
+        "power": {"rail": rail.label, "source": rail.source, "w": rail.power_w} if rail else None,
+        "sensors_skipped": snap.skipped,
+    }
+
+
+def _watch(args, snapshot_doc) -> int:
+    """A line every --watch seconds (JSON with --json), --count times or until Ctrl-C."""
+    n = 0
+    while args.count is None or n < args.count:
+        snap, doc = snapshot_doc()
+        if args.json:
+            print(
+                json.dumps(
+                    finite(
+                        {
+                            "t": time.time(),
+                            "max_c": doc["max_c"],
+                            "headroom_c": doc["headroom_c"],
+                            "temps_c": snap.temperatures(),
+                            "freq_khz": {f.cpu: f.cur_khz for f in snap.cpufreq},
+                            "power_w": doc["power"]["w"] if doc["power"] else None,
+                            "throttled": doc["throttled"],
+                        }
+                    ),
+                    allow_nan=False,
+                ),
+                flush=True,
+            )
+        else:
+            temps = "  ".join(f"{k} {v:.1f}" for k, v in snap.temperatures().items()) or "no sensors"
+            freqs = " ".join(f"{f.cur_khz // 1000}" if f.cur_khz else "?" for f in snap.cpufreq)
+            extra = f"  headroom {doc['headroom_c']:.1f} C" if doc["headroom_c"] is not None else ""
+            thr = "  THROTTLED" if doc["throttled"] else ""
+            print(
+                f"{time.strftime('%H:%M:%S')}  {temps}{extra}{'  MHz ' + freqs if freqs else ''}{thr}", flush=True
+            )
+        n += 1
+        if args.count is None or n < args.count:
+            time.sleep(args.watch)
+    return 0
+
+
+def _print_table(snap, doc: dict) -> None:
     print(f"{'zone':<24} {'temp C':>8}  trip points")
     for z in snap.zones:
         trips = ", ".join(
@@ -144,4 +151,3 @@ def run(args) -> int:
         print("THROTTLED: " + "; ".join(doc["throttled"]))
     if snap.skipped:
         print(f"({snap.skipped} sensor reading(s) missing or garbled, skipped)")
-    return 0

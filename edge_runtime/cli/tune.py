@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-from edge_runtime.cli.common import (
-    add_debug,
-    add_json,
-    add_sysroot,
-    cpus_arg,
-    emit_json,
-    path_arg,
-    plan_outputs,
-    sysroot,
-)
+from edge_runtime.cli.common import sysroot
 from edge_runtime.errors import UsageError
 from edge_runtime.files.outputs import check_outside
+from edge_runtime.program.args import add_debug, add_json, add_sysroot, emit_json, path_arg, plan_outputs
+from edge_runtime.program.bench_flags import cpus_arg
 from edge_runtime.system.audit import audit
 
 

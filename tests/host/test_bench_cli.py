@@ -204,3 +204,51 @@ def test_the_local_target_runs_the_same_engine_here(tmp_path):
     for url, needle in (("local:?cpus=x", "cpus"), ("local:?turbo=1", "unknown option 'turbo'"),
                         ("local://host", "expected local:")):  # fmt: skip
         one_line(edge_bench("run", "--target", url, "--model", str(DIGITS)), 2, needle)
+
+
+def _fill(disk) -> None:
+    """Every block of the small file system taken (bounded: a 64 KB tmpfs holds 16 pages)."""
+    fd = os.open(disk / "fill", os.O_WRONLY | os.O_CREAT)
+    try:
+        for _ in range(1000):
+            try:
+                os.write(fd, b"\0" * 4096)
+            except OSError:
+                return
+    finally:
+        os.close(fd)
+    raise AssertionError(f"{disk} did not fill up")
+
+
+def test_a_full_disk_under_standard_output_is_one_line_as_edge_runtime_says_it(tmp_path):
+    """Issue 23, step 20: edge-bench ends through edge-runtime's run_program, so standard output on a full disk is the
+    same one line and exit code from both programs (edge-bench's own main called it an internal error,
+    exit 3)."""
+    from agentkit import tmpfs
+
+    said = {}
+    with tmpfs(tmp_path / "full") as disk:
+        _fill(disk)
+        for prog, argv in (("edge-bench", ["bench.cli", "targets", "--schemes"]), ("edge-runtime", ["edge_runtime.cli",
+                           "info"])):  # fmt: skip
+            with open(disk / f"{prog}.out", "w") as out:
+                proc = subprocess.run([sys.executable, "-m", *argv], stdout=out, stderr=subprocess.PIPE, text=True,
+                                      cwd=ROOT, timeout=120, env={**os.environ, **STORE_ENV})  # fmt: skip
+            lines = proc.stderr.strip().splitlines()
+            assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: "), proc.stderr
+            said[prog] = (proc.returncode, lines[0].removeprefix(f"{prog}: "))
+    assert said["edge-bench"] == said["edge-runtime"] == (2, "error: cannot write the output: No space left on device")
+
+
+def test_a_command_imports_only_itself():
+    """Issue 23, step 20: edge-bench's table names modules, so `report` loads no target, no other command and no
+    server client (edge-bench imported all five commands before it parsed a word)."""
+    code = ("import sys\nfrom bench.cli import main\ntry:\n    main(['report', '--help'])\n"
+            "except SystemExit:\n    pass\n"
+            "watch = ('bench.cli.run', 'bench.cli.targets', 'bench.cli.compare', 'bench.targets', 'tritonclient')\n"
+            "print('loaded:', ','.join(m for m in watch if m in sys.modules), 'bench.cli.report' in sys.modules,"
+            " file=sys.stderr)\n")  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    assert "usage: edge-bench report" in proc.stdout, proc.stderr
+    assert proc.stderr.strip() == "loaded:  True", proc.stderr

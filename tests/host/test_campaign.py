@@ -515,3 +515,16 @@ def test_a_campaign_over_its_cap_says_the_cap_and_many_unknown_keys_are_counted_
     assert proc.returncode == 0 and len(warned) == MAX_UNKNOWN_SHOWN + 1, proc.stderr[-2000:]
     assert warned[-1] == (f"edge-bench: warning: campaign {str(camp)!r}: ... and {total - MAX_UNKNOWN_SHOWN:,} more "
                           f"unknown keys ignored ({total:,} in all)")  # fmt: skip
+
+
+def test_one_path_runs_a_request_into_the_store():
+    """Issue 23, step 23: `edge-bench run --target` and a campaign's runs go through bench/campaign/execute.py, the one
+    place that calls the store's add_run in its sink (they each wrote their own `keep` and Ctrl-C handling)."""
+    import ast
+
+    callers = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "bench").rglob("*.py") if p.parent.name != "store"
+                     for n in ast.walk(ast.parse(p.read_text()))
+                     if isinstance(n, ast.Attribute) and n.attr == "add_run")  # fmt: skip
+    assert callers == ["bench/campaign/execute.py"]
+    for module in ("bench/cli/run.py", "bench/campaign/runner.py"):
+        assert "from bench.campaign.execute import" in (ROOT / module).read_text(), module
