@@ -20,7 +20,7 @@ VENV := .venv
 TFLRT := .venv-tflite-runtime
 BUILD := .venv-build
 # Real KServe v2 servers and the perf_analyzer anchor, each in its own environment (PyTriton needs numpy 1); the tests
-# start them through tests/host/servers.py and skip, saying which target builds them, when one is missing.
+# start them through tests/serverkit.py and skip, saying which target builds them, when one is missing.
 TRITON := .venv-triton
 MLSERVER := .venv-mlserver
 PERF := .venv-perf

@@ -5,7 +5,6 @@ line, or the behaviour the section names; nothing hangs (every child has a deadl
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -13,67 +12,30 @@ import signal
 import stat
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import FIXTURES, ROOT, artifact, need
-from helpers import assert_one_line_error, read_until, write_tree, x86_tree
+from helpers import (
+    assert_one_line_error,
+    cli,
+    end,
+    fifo_reader,
+    four_cpu_tree,
+    make_fifo,
+    mknod_char,
+    read_until,
+    state_key,
+    strict_json,
+    thermal_tree,
+    tree_with,
+    x86_tree,
+)
 
 MODEL = artifact("digits_cnn", "_int8.onnx")
 FP32 = artifact("digits_cnn", "_fp32.onnx")
-
-
-def cli(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
-    """`edge-runtime ARGS` in a child with a deadline: a hang fails the test instead of stalling the suite."""
-    return subprocess.run(
-        [sys.executable, "-m", "edge_runtime.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=timeout,
-        **kw,
-    )
-
-
-def end(*procs: subprocess.Popen) -> None:
-    """Kill and reap whichever of `procs` is still running (a test's finally: no child outlives it)."""
-    for p in procs:
-        if p is not None and p.poll() is None:
-            p.kill()
-            p.wait(10)
-
-
-def strict_json(text: str):
-    """json.loads that refuses NaN and Infinity, which are not JSON."""
-
-    def bad(name):
-        raise AssertionError(f"{name} in JSON output")
-
-    return json.loads(text, parse_constant=bad)
-
-
-def mknod_char(path: Path, major: int = 1, minor: int = 3) -> Path:
-    """A character device node (1:3 is /dev/null) under tmp_path: writing to it loses nothing of the test machine."""
-    if os.geteuid() != 0:
-        pytest.skip("mknod needs root")
-    os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
-    return path
-
-
-def fifo_reader(path: Path) -> tuple[threading.Thread, list[bytes]]:
-    """Read everything written into the fifo at `path`, in a thread."""
-    got: list[bytes] = []
-
-    def read():
-        with open(path, "rb") as f:
-            got.append(f.read())
-
-    t = threading.Thread(target=read, daemon=True)
-    t.start()
-    return t, got
 
 
 # ------------------------------------------------------------------------------------------- 1. non-regular outputs
@@ -207,14 +169,8 @@ def test_dev_stdout_is_standard_output(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------- 2. non-regular inputs
-def _fifo(tmp_path: Path, name: str) -> Path:
-    p = tmp_path / name
-    os.mkfifo(p)
-    return p
-
-
 def test_a_fifo_as_the_model_is_refused_at_once(tmp_path):
-    fifo = _fifo(tmp_path, "m.onnx")
+    fifo = make_fifo(tmp_path, "m.onnx")
     for args in (
         ["run", fifo],
         ["bench", fifo, "--iterations", "5"],
@@ -249,7 +205,7 @@ def test_a_model_that_links_to_dev_zero(tmp_path):
 
 def test_fifo_inputs_calibration_and_labels(tmp_path, digits):
     need("onnxruntime")
-    fifo = _fifo(tmp_path, "x.npy")
+    fifo = make_fifo(tmp_path, "x.npy")
     assert_one_line_error(cli("run", MODEL, "--input", fifo, timeout=60), "--input", "is a fifo")
     out = tmp_path / "q.onnx"
     assert_one_line_error(
@@ -293,10 +249,6 @@ def test_a_hostile_sysroot_with_fifos_and_dev_zero(tmp_path):
 
 
 # ------------------------------------------------------------------------------------- 3. concurrent tune apply
-def _tree(tmp_path: Path) -> Path:
-    return x86_tree(tmp_path)
-
-
 def _snapshot(tree: Path) -> dict[str, bytes]:
     return {str(p.relative_to(tree)): p.read_bytes() for p in sorted(tree.rglob("*")) if p.is_file()}
 
@@ -318,7 +270,7 @@ def tune_apply_command(tree: Path, state: Path) -> list[str]:
 
 
 def test_two_tune_applies_at_once_leave_an_exact_restore(tmp_path):
-    t = _tree(tmp_path)
+    t = x86_tree(tmp_path)
     before = _snapshot(t)
     state = tmp_path / "state"
     cmd = tune_apply_command(t, state)
@@ -337,7 +289,7 @@ def test_two_tune_applies_at_once_leave_an_exact_restore(tmp_path):
 
 
 def test_values_with_newlines_and_tabs_survive_the_save_file(tmp_path):
-    t = _tree(tmp_path)
+    t = x86_tree(tmp_path)
     odd = {
         "proc/irq/8/smp_affinity_list": b"0-3\n\n",  # two trailing newlines
         "proc/irq/9/smp_affinity_list": b"0-1\n2-3\n",  # a newline inside
@@ -355,7 +307,7 @@ def test_values_with_newlines_and_tabs_survive_the_save_file(tmp_path):
 
 
 def test_a_save_line_that_cannot_be_restored_fails_the_reset_and_names_it(tmp_path):
-    t = _tree(tmp_path)
+    t = x86_tree(tmp_path)
     state = tmp_path / "state"
     assert cli("tune", "apply", "--cpus", "2-3", "--sysroot", t, "--state-dir", state).returncode == 0
     save = next(state.glob("tuning-*.save"))
@@ -441,30 +393,12 @@ def test_no_json_ever_holds_nan(tmp_path):
 
 
 # ------------------------------------------------------------------------------------ 6. impossible sensor values
-def _thermal_tree(tmp_path: Path, temps: dict[str, str], cooling: dict | None = None) -> Path:
-    root = tmp_path / "root"
-    for i, (ztype, raw) in enumerate(temps.items()):
-        z = root / f"sys/class/thermal/thermal_zone{i}"
-        z.mkdir(parents=True)
-        (z / "type").write_text(ztype + "\n")
-        (z / "temp").write_text(raw + "\n")
-        (z / "trip_point_0_temp").write_text("85000\n")
-        (z / "trip_point_0_type").write_text("passive\n")
-    for j, (ctype, (cur, mx)) in enumerate((cooling or {}).items()):
-        c = root / f"sys/class/thermal/thermal_zone0/cdev{j}"
-        c.mkdir(parents=True)
-        (c / "type").write_text(ctype + "\n")
-        (c / "cur_state").write_text(f"{cur}\n")
-        (c / "max_state").write_text(f"{mx}\n")
-    return root
-
-
 @pytest.mark.parametrize("raw", [str(10**24), "2147483647", "-274000", "-300000", "nan", "4e9"])
 def test_readings_no_silicon_can_report_are_skipped_and_counted(tmp_path, raw):
     from edge_runtime.system.root import SystemRoot
     from edge_runtime.system.thermal import read_snapshot
 
-    root = _thermal_tree(tmp_path, {"cpu-thermal": "51000", "garbled": raw})
+    root = thermal_tree(tmp_path, {"cpu-thermal": "51000", "garbled": raw})
     snap = read_snapshot(SystemRoot(root))
     assert snap.max_c() == 51.0 and snap.skipped == 1
     doc = strict_json(cli("thermal", "--sysroot", root, "--json").stdout)
@@ -473,7 +407,7 @@ def test_readings_no_silicon_can_report_are_skipped_and_counted(tmp_path, raw):
 
 def test_a_garbled_reading_does_not_abort_a_bench(tmp_path):
     need("onnxruntime")
-    root = _thermal_tree(tmp_path, {"cpu-thermal": "2147483647"})
+    root = thermal_tree(tmp_path, {"cpu-thermal": "2147483647"})
     proc = cli("bench", MODEL, "--sysroot", root, "--iterations", "200", "--thermal-limit", "60", "--json")
     assert proc.returncode == 0, proc.stderr
     r = strict_json(proc.stdout)
@@ -510,7 +444,7 @@ def test_cooling_devices_that_slow_the_chip(ctype, throttles):
 
 
 def test_a_zone_bound_to_thermal_cpufreq_is_reported_as_throttling(tmp_path):
-    root = _thermal_tree(tmp_path, {"cpu-thermal": "80000"}, {"thermal-cpufreq-0": (2, 3), "pwm-fan": (4, 4)})
+    root = thermal_tree(tmp_path, {"cpu-thermal": "80000"}, {"thermal-cpufreq-0": (2, 3), "pwm-fan": (4, 4)})
     doc = strict_json(cli("thermal", "--sysroot", root, "--json").stdout)
     assert doc["throttled"] == ["cpu-thermal: cooling thermal-cpufreq-0 at state 2/3"]
     text = cli("thermal", "--sysroot", root).stdout
@@ -592,13 +526,6 @@ def test_bench_with_stdout_closed_writes_its_json_file(tmp_path):
 
 
 # ------------------------------------------------------------------------------------ 9. nonsense accepted
-def _four_cpu_tree(tmp_path: Path) -> Path:
-    root = tmp_path / "root"
-    (root / "sys/devices/system/cpu").mkdir(parents=True)
-    (root / "sys/devices/system/cpu/online").write_text("0-3\n")
-    return root
-
-
 @pytest.mark.parametrize(
     ("args", "needles"),
     [
@@ -623,7 +550,7 @@ def test_nonsense_is_refused(args, needles):
 
 
 def test_tune_show_refuses_cpus_the_tree_lacks(tmp_path):
-    root = _four_cpu_tree(tmp_path)
+    root = four_cpu_tree(tmp_path)
     proc = cli("tune", "show", "--sysroot", root, "--cpus", "99")
     assert_one_line_error(proc, "CPU 99 does not exist", "online: 0-3")
 
@@ -641,7 +568,7 @@ def test_more_threads_than_cpus_is_said(tmp_path):
 # ------------------------------------------------------------------------------------ 10. truth in reports
 def test_no_proc_interrupts_is_unknown_not_zero(tmp_path):
     need("onnxruntime")
-    root = _four_cpu_tree(tmp_path)
+    root = four_cpu_tree(tmp_path)
     r = strict_json(cli("bench", MODEL, "--sysroot", root, "--iterations", "200", "--json").stdout)
     assert r["interference"]["interrupts"] is None and r["interference"]["interrupts_per_cpu"] is None
     assert any("interrupts unknown" in w for w in r["quality"]["warnings"])
@@ -671,7 +598,7 @@ def test_the_environment_of_a_tree_says_what_is_observed_and_what_is_live(tmp_pa
 
 
 def test_tune_show_without_scaling_min_freq_is_not_ok(tmp_path):
-    root = _four_cpu_tree(tmp_path)
+    root = four_cpu_tree(tmp_path)
     for c in range(4):
         d = root / f"sys/devices/system/cpu/cpu{c}/cpufreq"
         d.mkdir(parents=True)
@@ -1007,13 +934,9 @@ def test_a_duration_too_short_for_one_inference():
     assert_one_line_error(cli("bench", MODEL, "--warmup", "0", "--duration", "1e-9"), "no inference completed")
 
 
-def _tree_with(tmp_path: Path, files: dict[str, str]) -> Path:
-    return write_tree(_four_cpu_tree(tmp_path), files)
-
-
 def test_unicode_digits_in_a_tree_are_garbled_not_a_crash(tmp_path):
     need("onnxruntime")
-    root = _tree_with(
+    root = tree_with(
         tmp_path,
         {
             "proc/irq/²/smp_affinity_list": "0-3\n",
@@ -1055,18 +978,12 @@ def test_quantize_with_a_300_character_data_path(tmp_path, digits):
 
 
 # ------------------------------------------------------------------------------------------- tune, second pass
-def _key(root: Path) -> str:
-    from edge_runtime.system.tuning import root_key
-
-    return root_key(str(root))
-
-
 @pytest.mark.parametrize("pointer", ["fifo", "zero", "dir", "latin1", "nul", "two-lines"])
 def test_a_garbled_state_pointer_is_one_line(tmp_path, pointer):
-    t = _tree(tmp_path)
+    t = x86_tree(tmp_path)
     state = tmp_path / "state"
     state.mkdir()
-    latest = state / f"latest-{_key(t)}"
+    latest = state / f"latest-{state_key(t)}"
     if pointer == "fifo":
         os.mkfifo(latest)
     elif pointer == "zero":
@@ -1085,7 +1002,7 @@ def test_a_garbled_state_pointer_is_one_line(tmp_path, pointer):
 
 
 def test_save_lines_that_leave_the_root_or_make_no_sense_are_named(tmp_path):
-    t = _tree(tmp_path)
+    t = x86_tree(tmp_path)
     outside = tmp_path / "evil_outside"
     state = tmp_path / "state"
     assert cli("tune", "apply", "--cpus", "2-3", "--sysroot", t, "--state-dir", state).returncode == 0
@@ -1106,7 +1023,7 @@ def test_save_lines_that_leave_the_root_or_make_no_sense_are_named(tmp_path):
 
 
 def test_a_second_apply_through_another_state_dir_is_refused(tmp_path):
-    t = _tree(tmp_path)
+    t = x86_tree(tmp_path)
     before = _snapshot(t)
     assert cli("tune", "apply", "--cpus", "1", "--sysroot", t, "--state-dir", tmp_path / "st0").returncode == 0
     proc = cli("tune", "apply", "--cpus", "2", "--sysroot", t, "--state-dir", tmp_path / "st2")
@@ -1123,10 +1040,10 @@ def test_a_second_apply_through_another_state_dir_is_refused(tmp_path):
 def test_the_tune_lock_never_follows_a_link(tmp_path):
     from edge_runtime.files.locks import lock_dir
 
-    t = _tree(tmp_path)
+    t = x86_tree(tmp_path)
     victim = tmp_path / "victim"
     victim.write_text("precious")
-    lock = Path(lock_dir()) / f"edge-runtime-tune-{_key(t)}.lock"
+    lock = Path(lock_dir()) / f"edge-runtime-tune-{state_key(t)}.lock"
     lock.unlink(missing_ok=True)
     lock.symlink_to(victim)
     try:
@@ -1148,20 +1065,20 @@ def test_the_tune_lock_never_follows_a_link(tmp_path):
     ],
 )
 def test_tune_flags_that_do_not_apply_are_refused(tmp_path, args, needle):
-    t = _tree(tmp_path)
+    t = x86_tree(tmp_path)
     assert_one_line_error(cli("tune", *args, "--sysroot", t), needle)
 
 
 def test_a_dry_run_checks_the_state_dir_too(tmp_path):
-    t = _tree(tmp_path)
-    fifo = _fifo(tmp_path, "state")
+    t = x86_tree(tmp_path)
+    fifo = make_fifo(tmp_path, "state")
     proc = cli("tune", "apply", "--cpus", "1", "--dry-run", "--sysroot", t, "--state-dir", fifo)
     assert_one_line_error(proc, "--state-dir", "is a fifo")
 
 
 # ------------------------------------------------------------------------------- sensors and reports, second pass
 def test_cooling_devices_not_bound_to_a_zone(tmp_path):
-    root = _tree_with(
+    root = tree_with(
         tmp_path,
         {
             "sys/class/thermal/cooling_device0/type": "thermal-cpufreq-0\n",
@@ -1178,7 +1095,7 @@ def test_cooling_devices_not_bound_to_a_zone(tmp_path):
 
 
 def test_a_rail_with_a_negative_voltage_is_garbled(tmp_path):
-    root = _tree_with(
+    root = tree_with(
         tmp_path,
         {
             "sys/class/hwmon/hwmon0/name": "ina3221\n",
@@ -1204,7 +1121,7 @@ def test_a_capture_gives_no_interrupt_counts(tmp_path):
 
 
 def test_garbled_boot_arguments_are_said_not_emptied(tmp_path):
-    root = _tree_with(tmp_path, {"proc/cmdline": "ro isolcpus=0-99999999999 nohz_full=garbage\n"})
+    root = tree_with(tmp_path, {"proc/cmdline": "ro isolcpus=0-99999999999 nohz_full=garbage\n"})
     doc = strict_json(cli("info", "--sysroot", root, "--json").stdout)
     assert doc["isolation"]["garbled"] == {"isolcpus": "0-99999999999", "nohz_full": "garbage"}
     assert "isolcpus='0-99999999999' (garbled)" in cli("info", "--sysroot", root).stdout
@@ -1214,7 +1131,7 @@ def test_garbled_boot_arguments_are_said_not_emptied(tmp_path):
 
 def test_an_empty_tree_is_unknown_not_untuned(tmp_path):
     need("onnxruntime")
-    root = _four_cpu_tree(tmp_path)
+    root = four_cpu_tree(tmp_path)
     text = cli("bench", MODEL, "--sysroot", root, "--iterations", "100", "--cpus", "1").stdout
     assert f"isolation unknown: no /proc/cmdline in {root}" in text and "not isolated" not in text
     assert f"no thermal sensors in the tree {root}" in text
@@ -1226,7 +1143,7 @@ def test_an_empty_tree_is_unknown_not_untuned(tmp_path):
 
 def test_a_run_that_starts_above_the_limit_is_refused(tmp_path):
     need("onnxruntime")
-    root = _thermal_tree(tmp_path, {"cpu-thermal": "57000"})
+    root = thermal_tree(tmp_path, {"cpu-thermal": "57000"})
     t0 = time.monotonic()
     proc = cli("bench", MODEL, "--sysroot", root, "--thermal-limit", "50", "--duration", "30")
     assert_one_line_error(proc, "already above the thermal limit before measuring: 57.0 C > 50 C", code=1)
@@ -1410,7 +1327,7 @@ def test_a_stress_tool_that_never_starts_fails_the_run():
 
 
 def test_a_failed_or_interrupted_apply_never_leaves_the_tree_stuck(tmp_path):
-    t = _tree(tmp_path)
+    t = x86_tree(tmp_path)
     before = _snapshot(t)
     state = tmp_path / "state"
     proc = cli(
@@ -1451,7 +1368,7 @@ def test_a_failed_or_interrupted_apply_never_leaves_the_tree_stuck(tmp_path):
 def test_one_tree_through_a_bind_mount_is_one_root(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("needs root to bind-mount")
-    t = _tree(tmp_path)
+    t = x86_tree(tmp_path)
     alias = tmp_path / "alias"
     alias.mkdir()
     if subprocess.run(["mount", "--bind", str(t), str(alias)], capture_output=True).returncode:
@@ -1485,7 +1402,7 @@ def test_outputs_never_land_in_what_the_command_reads(tmp_path):
     ):
         assert_one_line_error(cli(*args), "is inside the --sysroot tree")
     assert (root / "proc/interrupts").read_bytes() == before and not (root / "new.json").exists()
-    t = _tree(tmp_path)
+    t = x86_tree(tmp_path)
     state = tmp_path / "state"
     proc = cli("tune", "apply", "--cpus", "1", "--sysroot", t, "--state-dir", state, "--json", state / "x.json")
     assert_one_line_error(proc, "is inside the tune state dir")
@@ -1556,7 +1473,7 @@ def test_a_short_idle_run_waits_little_for_its_cpu():
 
 def test_a_sensor_that_vanishes_is_not_a_cool_board(tmp_path):
     need("onnxruntime")
-    root = _thermal_tree(tmp_path, {"cpu-thermal": "90000"})
+    root = thermal_tree(tmp_path, {"cpu-thermal": "90000"})
     temp = root / "sys/class/thermal/thermal_zone0/temp"
     args = ["--sysroot", root, "--cooldown-to", "50", "--cooldown-timeout", "3", "--iterations", "10"]
     proc = subprocess.Popen(
@@ -1641,7 +1558,7 @@ def test_the_python_api_checks_its_arguments():
 
 
 def test_impossible_clocks_and_a_tcc_offset(tmp_path):
-    root = _tree_with(
+    root = tree_with(
         tmp_path,
         {
             "sys/devices/system/cpu/cpu1/cpufreq/scaling_cur_freq": "-5\n",

@@ -1,6 +1,6 @@
 """Real parts for the host-side tests: `edge-runtime agent` as a child process, and the software null-modem cable
-(bench.transports.nullmodem: two pseudo-terminals, pyserial at both ends, faults and pulls on demand); `read_until`
-waits for a child's progress line; `tmpfs` mounts a small real file system (a board's tiny or read-only disk)."""
+(bench.transports.nullmodem: two pseudo-terminals, pyserial at both ends, faults and pulls on demand); `tmpfs` mounts a
+small real file system (a board's tiny or read-only disk). helpers.read_until waits for a child's progress line."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT
-from helpers import read_until as _read_until
 
 from bench.transports.nullmodem import NullModem
 
@@ -50,11 +49,6 @@ def tmpfs(path: Path, *options: str, size: str = "64k"):
     finally:
         if subprocess.run(["umount", str(path)], capture_output=True, timeout=30).returncode:
             subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)  # still busy: detach it
-
-
-def read_until(proc: subprocess.Popen, needle: str, timeout: float = 120.0) -> list[str]:
-    """helpers.read_until with the host tests' longer default (a server or an agent starts first)."""
-    return _read_until(proc, needle, timeout)
 
 
 class AgentProcess:
