@@ -743,7 +743,7 @@ def test_an_interrupt_before_measuring_writes_nothing(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(6)
+    read_until(proc, "warming up")  # "warming up: 30 s": the session is loaded, nothing measured yet
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err
@@ -1345,7 +1345,9 @@ def test_a_failed_or_interrupted_apply_never_leaves_the_tree_stuck(tmp_path):
     # A script that is slow to start, and a SIGTERM before it changed anything.
     scripts = tmp_path / "scripts"
     shutil.copytree(ROOT / "system_tuning", scripts)
-    body = (scripts / "isolate_cpus.sh").read_text().replace('er_parse "$@"', 'er_parse "$@"\nsleep 30')
+    started = tmp_path / "started"
+    slow_start = f'er_parse "$@"\n: > "{started}"\nsleep 30'
+    body = (scripts / "isolate_cpus.sh").read_text().replace('er_parse "$@"', slow_start)
     (scripts / "isolate_cpus.sh").write_text(body)
     slow = subprocess.Popen(
         tune_apply_command(t, state),
@@ -1354,7 +1356,10 @@ def test_a_failed_or_interrupted_apply_never_leaves_the_tree_stuck(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(3)
+    deadline = time.monotonic() + 60
+    while not started.exists():  # the script is running, before it changed anything
+        assert time.monotonic() < deadline and slow.poll() is None, "the tune script never started"
+        time.sleep(0.05)
     slow.send_signal(signal.SIGTERM)
     _, err = slow.communicate(timeout=60)
     assert slow.returncode == 143, err

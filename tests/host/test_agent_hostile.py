@@ -169,7 +169,9 @@ def test_a_job_that_prints_garbage_or_floods_stderr_is_still_answered():
     try:
 
         def cancel_soon():
-            time.sleep(1.0)
+            deadline = time.monotonic() + 60
+            while not any(m.get("text") == "up" for m in sent) and time.monotonic() < deadline:  # the child runs
+                time.sleep(0.01)
             job.cancelled = True
             jobs.cancel(job)
 
