@@ -115,7 +115,7 @@ sys-libs:
 test: $(VENV)/.done $(TFLRT)/.done $(TRITON)/.done $(MLSERVER)/.done sys-tools lint
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests --ignore=tests/benchmarks
 	EDGE_RUNTIME_TFLITE_IMPL=tflite-runtime $(TFLRT)/bin/pytest -q -p no:cacheprovider -m tflite_runtime \
-		tests/test_tflite_runtime.py
+		tests/runtime/test_tflite_runtime.py
 
 # dist/wheelhouse-PLATFORM-pyVERSION/ and its .tar.gz (tools/wheelhouse.py; README: deploying to a board).
 wheelhouse: $(VENV)/.done

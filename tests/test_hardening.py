@@ -6,7 +6,6 @@ line, or the behaviour the section names; nothing hangs (every child has a deadl
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -16,16 +15,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import FIXTURES, ROOT, artifact, need
+from conftest import ROOT, artifact, need
 from helpers import (
     assert_one_line_error,
     cli,
-    end,
-    four_cpu_tree,
-    make_fifo,
     read_until,
     strict_json,
-    thermal_tree,
 )
 
 MODEL = artifact("digits_cnn", "_int8.onnx")
@@ -44,38 +39,6 @@ WRITERS = [
 
 
 # ---------------------------------------------------------------------------------------- 2. non-regular inputs
-def test_a_fifo_as_the_model_is_refused_at_once(tmp_path):
-    fifo = make_fifo(tmp_path, "m.onnx")
-    for args in (
-        ["run", fifo],
-        ["bench", fifo, "--iterations", "5"],
-        ["quantize", fifo, "--calibration", fifo, "--out", tmp_path / "q.onnx"],
-    ):
-        assert_one_line_error(cli(*args, timeout=60), str(fifo), "is a fifo, not a regular file")
-
-
-def test_a_weights_file_that_is_a_fifo_a_device_link_or_a_directory(tmp_path):
-    need("openvino")
-    xml = artifact("digits_cnn", "_int8.xml")
-    for kind, needle in (("fifo", "is a fifo"), ("zero", "is a character device"), ("dir", "is a directory")):
-        d = tmp_path / kind
-        d.mkdir()
-        shutil.copyfile(xml, d / "m.xml")
-        weights = d / "m.bin"
-        if kind == "fifo":
-            os.mkfifo(weights)
-        elif kind == "zero":
-            weights.symlink_to("/dev/zero")
-        else:
-            weights.mkdir()
-        proc = cli("run", d / "m.xml", timeout=60)
-        assert_one_line_error(proc, "weights file", needle)
-
-
-def test_a_model_that_links_to_dev_zero(tmp_path):
-    link = tmp_path / "zero.tflite"
-    link.symlink_to("/dev/zero")
-    assert_one_line_error(cli("run", link, timeout=60), "is a character device, not a regular file")
 
 
 # ------------------------------------------------------------------------------------- 3. concurrent tune apply
@@ -220,56 +183,7 @@ def test_nonsense_is_refused(args, needles):
     assert_one_line_error(cli(*args), *needles)
 
 
-def test_more_threads_than_cpus_is_said(tmp_path):
-    need("onnxruntime")
-    proc = cli("run", MODEL, "--threads", "2", "--cpus", "1")
-    assert proc.returncode == 0
-    assert proc.stderr.strip().splitlines() == [
-        "edge-runtime: warning: 2 threads on 1 CPU(s) (1): oversubscribed, the threads take turns on the same cores "
-        "(latency goes up, not down)"
-    ]
-
-
 # ------------------------------------------------------------------------------------ 10. truth in reports
-def test_no_proc_interrupts_is_unknown_not_zero(tmp_path):
-    need("onnxruntime")
-    root = four_cpu_tree(tmp_path)
-    r = strict_json(cli("bench", MODEL, "--sysroot", root, "--iterations", "200", "--json").stdout)
-    assert r["interference"]["interrupts"] is None and r["interference"]["interrupts_per_cpu"] is None
-    assert any("interrupts unknown" in w for w in r["quality"]["warnings"])
-    text = cli("bench", MODEL, "--sysroot", root, "--iterations", "200").stdout
-    assert (
-        "interrupts unknown (see the warning below)" in text
-        and "no interrupts" not in text
-        and "no readable /proc/interrupts" in text
-    )
-
-
-def test_a_one_sample_run_is_not_called_stable():
-    need("onnxruntime")
-    r = strict_json(cli("bench", MODEL, "--iterations", "1", "--json").stdout)
-    assert r["quality"]["unstable"] is None
-    assert any(w.startswith("stability unknown: 1 sample(s)") for w in r["quality"]["warnings"])
-    assert "quality      stability unknown" in cli("bench", MODEL, "--iterations", "1").stdout
-
-
-def test_a_second_bench_on_the_same_cpu_sees_the_first():
-    need("onnxruntime")
-    # The first measures until it is told to stop, after the second has returned: it competes for the whole of the
-    # second's measured part, however long the second takes to start.
-    first = measuring_bench("--cpus", "1", "--duration", "60")
-    try:
-        r = strict_json(cli("bench", MODEL, "--cpus", "1", "--duration", "2", "--json").stdout)
-    finally:
-        first.send_signal(signal.SIGINT)
-        try:
-            first.wait(timeout=60)
-        finally:
-            end(first)
-    inter = r["interference"]
-    assert inter["runqueue_wait_share"] is not None and inter["runqueue_wait_share"] > 0.2, inter
-    assert first.pid in [t["pid"] for t in inter["other_tasks"]], inter["other_tasks"]
-    assert any(w.startswith("other tasks ran on the measured CPU 1") for w in r["quality"]["warnings"])
 
 
 # ------------------------------------------------------------------------------------ 11. signals and children
@@ -278,45 +192,6 @@ def _ps(needle: str) -> list[str]:
     cmd = ["ps", "-ww", "-eo", "pid,cls,rtprio,args"]
     out = subprocess.run(cmd, capture_output=True, text=True).stdout.splitlines()
     return [ln for ln in out if needle in ln and "ps -ww" not in ln]
-
-
-def test_sigkill_takes_the_realtime_cyclictest_with_it():
-    need("onnxruntime")
-    if not shutil.which("cyclictest") or os.geteuid() != 0:
-        pytest.skip("needs cyclictest (apt-get install rt-tests) and root for SCHED_FIFO")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "edge_runtime.cli",
-            "bench",
-            str(MODEL),
-            "--platform-latency",
-            "15",
-            "--rt-priority",
-            "50",
-            "--iterations",
-            "10",
-        ],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 20
-        while not _ps("cyclictest -q") and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert _ps("cyclictest -q"), "cyclictest never started"
-        proc.kill()
-        proc.wait(timeout=10)
-        deadline = time.monotonic() + 5
-        while _ps("cyclictest -q") and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert _ps("cyclictest -q") == []
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        subprocess.run(["pkill", "-f", "cyclictest -q -m -p 50"])
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
@@ -401,21 +276,6 @@ def test_messages_point_the_right_way(tmp_path):
     assert_one_line_error(cli("run", MODEL, "--input", obj), "holds Python objects (pickled data)")
 
 
-def test_litert_messages_keep_their_separators():
-    need("tflite")
-    from edge_runtime.runtime.backends.tflite_backend import _impl, _short
-
-    _, mod = _impl()
-    interp = mod.Interpreter(model_path=str(artifact("digits_cnn", "_int8.tflite")))
-    interp.resize_tensor_input(interp.get_input_details()[0]["index"], [1, 64])
-    with pytest.raises(RuntimeError) as err:
-        interp.allocate_tensors()
-    raw = str(err.value)
-    assert ")Node number" in raw  # LiteRT's own text runs together
-    text = _short(err.value)
-    assert "); Node number 0 (CONV_2D) failed to prepare." in text and ")Node" not in text
-
-
 # ====================================================================================== found by the second pass
 # ------------------------------------------------------------------------------------------- vendor telemetry
 def test_quantize_on_openvino_sends_nothing_and_exits(tmp_path, digits):
@@ -455,9 +315,6 @@ def test_quantize_on_openvino_sends_nothing_and_exits(tmp_path, digits):
 
 
 # ---------------------------------------------------------------------------------------- exit 3, second pass
-def test_a_duration_too_short_for_one_inference():
-    need("onnxruntime")
-    assert_one_line_error(cli("bench", MODEL, "--warmup", "0", "--duration", "1e-9"), "no inference completed")
 
 
 def test_quantize_with_a_300_character_data_path(tmp_path, digits):
@@ -480,27 +337,6 @@ def test_quantize_with_a_300_character_data_path(tmp_path, digits):
 # ------------------------------------------------------------------------------- sensors and reports, second pass
 
 
-def test_a_capture_gives_no_interrupt_counts(tmp_path):
-    need("onnxruntime")
-    root = tmp_path / "root"
-    shutil.copytree(FIXTURES / "x86-node-exporter", root)
-    r = strict_json(cli("bench", MODEL, "--sysroot", root, "--iterations", "200", "--cpus", "1", "--json").stdout)
-    assert r["interference"]["interrupts"] is None
-    assert any("did not change during the run (a capture" in w for w in r["quality"]["warnings"])
-    (root / "proc/interrupts").write_bytes(os.urandom(1 << 16))
-    r = strict_json(cli("bench", MODEL, "--sysroot", root, "--iterations", "200", "--json").stdout)
-    assert r["interference"]["interrupts"] is None
-
-
-def test_a_run_that_starts_above_the_limit_is_refused(tmp_path):
-    need("onnxruntime")
-    root = thermal_tree(tmp_path, {"cpu-thermal": "57000"})
-    t0 = time.monotonic()
-    proc = cli("bench", MODEL, "--sysroot", root, "--thermal-limit", "50", "--duration", "30")
-    assert_one_line_error(proc, "already above the thermal limit before measuring: 57.0 C > 50 C", code=1)
-    assert time.monotonic() - t0 < 25
-
-
 def measuring_bench(*args: str) -> subprocess.Popen:
     """A bench in the background, returned once it reports that it is measuring (about 1 s into its measured part)."""
     proc = subprocess.Popen(
@@ -512,37 +348,6 @@ def measuring_bench(*args: str) -> subprocess.Popen:
     )
     read_until(proc, "measuring")  # (its later progress lines stay in the pipe: a few KB a minute)
     return proc
-
-
-def test_a_competitor_that_ends_first_is_still_named():
-    need("onnxruntime")
-    first = measuring_bench("--cpus", "1", "--duration", "60")
-    second = None
-    # the second measures until told to stop, after the first has ended
-    cmd = [sys.executable, "-m", "edge_runtime.cli", "bench", str(MODEL), "--cpus", "1", "--duration", "60", "--json"]
-    try:
-        second = subprocess.Popen(
-            cmd,
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        read_until(second, "measuring")  # the second's measured part began with the first running beside it
-        first.send_signal(signal.SIGINT)
-        first.wait(timeout=60)  # the first has ended (and is reaped) while the second still measures
-        assert second.poll() is None, "the second bench ended before the first"
-        second.send_signal(signal.SIGINT)  # it ends now, its partial result whole
-        out, err = second.communicate(timeout=60)
-    finally:
-        end(first, second)
-    assert second.returncode == 130, err
-    r = strict_json(out)
-    inter = r["interference"]
-    row = next((t for t in inter["other_tasks"] if t["pid"] == first.pid), None)
-    assert row is not None, (first.pid, inter["other_tasks"], inter["runqueue_wait_share"])
-    assert row["ended"] is True
-    assert 0 < inter["runqueue_wait_share"] <= 1.0  # a share of the measured part, never more than all of it
 
 
 # ------------------------------------------------------------------------------- nonsense, second pass
@@ -560,21 +365,6 @@ def test_a_competitor_that_ends_first_is_still_named():
 )
 def test_more_nonsense_is_refused(args, needles):
     assert_one_line_error(cli(*args), *needles)
-
-
-def test_stress_on_every_cpu_leaves_nothing_to_measure():
-    need("onnxruntime")
-    every = f"0-{os.cpu_count() - 1}"
-    assert_one_line_error(
-        cli("bench", MODEL, "--stress", f"cpu:{every}", "--iterations", "5"), "none is left to measure"
-    )
-
-
-def test_a_bool_array_for_a_float_input(tmp_path):
-    need("onnxruntime")
-    x = tmp_path / "b.npy"
-    np.save(x, np.zeros((1, 8, 8, 1), bool))
-    assert_one_line_error(cli("run", FP32, "--input", x), "expects float32, got bool")
 
 
 def test_labels_must_name_the_model_classes(tmp_path, digits):
@@ -616,27 +406,6 @@ def _profiles(tmp_path: Path) -> Path:
     return d
 
 
-def test_a_stress_tool_that_never_starts_fails_the_run():
-    need("onnxruntime")
-    env = {**os.environ, "EDGE_RUNTIME_STRESS_TOOL": "stress-ng", "PATH": "/nonexistent"}
-    proc = cli("bench", MODEL, "--cpus", "1", "--stress", "cpu:0", "--iterations", "10", env=env)
-    assert_one_line_error(proc, "--stress: the stress-ng co-runner exited at once")
-
-
-def test_the_python_api_never_writes_its_log_over_the_model(tmp_path):
-    need("onnxruntime")
-    from edge_runtime.errors import UserError
-    from edge_runtime.measure.bench import run_bench
-    from edge_runtime.measure.request import BenchRequest
-    from edge_runtime.system import SystemRoot
-
-    model = tmp_path / "m.onnx"
-    shutil.copyfile(MODEL, model)
-    with pytest.raises(UserError, match="is the model"):
-        run_bench(BenchRequest(model=str(model), iterations=10, sandbox=False), SystemRoot("/"), hdr_log=str(model))
-    assert model.read_bytes() == MODEL.read_bytes()
-
-
 def test_a_manifest_name_that_is_a_link_is_refused(tmp_path, digits):
     need("onnxruntime")
     victim = tmp_path / "user.txt"
@@ -653,47 +422,6 @@ def _first(path: Path) -> Path:
     one = path.with_name("one.npy")
     np.save(one, np.load(path)[:1])
     return one
-
-
-def test_a_short_idle_run_waits_little_for_its_cpu():
-    need("onnxruntime")
-    shares = []
-    for _ in range(3):
-        r = strict_json(cli("bench", MODEL, "--iterations", "200", "--cpus", "1", "--json").stdout)
-        share = r["interference"]["runqueue_wait_share"]
-        assert share is not None and 0 <= share <= 1, r["interference"]  # a share of the measured part
-        shares.append(share)
-    # Waits little: a run this short can land on a moment the (shared, loaded) machine is busy, not all three.
-    assert min(shares) < 0.5, shares
-
-
-def test_the_python_api_checks_its_arguments():
-    need("onnxruntime")
-    import edge_runtime
-    from edge_runtime.errors import FeedError, UserError
-
-    for kw, needle in (
-        ({"sandbox_timeout_s": 0}, "sandbox_timeout_s 0"),
-        ({"sandbox_timeout_s": 1e300}, "sandbox_timeout_s 1e+300"),
-        ({"cpus": []}, "cpus (): an empty CPU list"),
-        ({"fallback": "no"}, "fallback 'no'"),
-        ({"sandbox_timeout_s": float("nan")}, "sandbox_timeout_s nan"),
-        ({"threads": 10**9}, "threads 1000000000"),
-        ({"threads": "4"}, "threads '4'"),
-        ({"threads": True}, "threads True"),
-        ({"cpus": "0-1"}, "cpus '0-1'"),
-        ({"options": ["a"]}, "options ['a']"),
-        ({"device": ""}, "device ''"),
-        ({"delegate_options": {"a": "b"}}, "delegate_options without a delegate"),
-    ):
-        with pytest.raises(UserError, match=re.escape(needle)):
-            edge_runtime.load(MODEL, **kw)
-    for bad in (5, None, ""):
-        with pytest.raises(UserError, match="expected a path"):
-            edge_runtime.load(bad)
-    with edge_runtime.load(MODEL, sandbox=False) as s:
-        with pytest.raises(FeedError, match="before any run"):
-            s.results()
 
 
 @pytest.mark.parametrize(
