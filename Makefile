@@ -20,7 +20,7 @@ VENV := .venv
 TFLRT := .venv-tflite-runtime
 BUILD := .venv-build
 # Real KServe v2 servers and the perf_analyzer anchor, each in its own environment (PyTriton needs numpy 1); the tests
-# start them through tests/host/servers.py and skip, saying which target builds them, when one is missing.
+# start them through tests/serverkit.py and skip, saying which target builds them, when one is missing.
 TRITON := .venv-triton
 MLSERVER := .venv-mlserver
 PERF := .venv-perf
@@ -115,7 +115,7 @@ sys-libs:
 test: $(VENV)/.done $(TFLRT)/.done $(TRITON)/.done $(MLSERVER)/.done sys-tools lint
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests --ignore=tests/benchmarks
 	EDGE_RUNTIME_TFLITE_IMPL=tflite-runtime $(TFLRT)/bin/pytest -q -p no:cacheprovider -m tflite_runtime \
-		tests/test_tflite_runtime.py
+		tests/runtime/test_tflite_runtime.py
 
 # dist/wheelhouse-PLATFORM-pyVERSION/ and its .tar.gz (tools/wheelhouse.py; README: deploying to a board).
 wheelhouse: $(VENV)/.done

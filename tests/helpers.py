@@ -1,11 +1,19 @@
-"""Helpers the tests share: the CLI in a child process, the one-line-error contract, a bench run as a dict, and the
-x86 system tree built from the fixtures (tune and audit tests use it)."""
+"""Helpers the tests share: the CLI in a child process, the one-line-error contract, a bench run as a dict, the x86
+system tree built from the fixtures (tune and audit tests use it), and waiting for a child's progress line.
+
+The hostile cases (issue 9's review: "a hostile afternoon") are built from real parts with these helpers: device nodes
+made with mknod under tmp_path, fifos, links, fixture trees, real concurrent processes and signals. Every case: a
+clean exit with one line, or the behaviour its test names; nothing hangs (every child has a deadline), nothing is
+replaced."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import shutil
+import stat
 import subprocess
 import sys
 import threading
@@ -18,16 +26,21 @@ from edge_runtime.measure.bench import run_bench
 from edge_runtime.measure.request import BenchRequest
 
 
-def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """`edge-runtime ARGS` in a child process, from the checkout, with a deadline."""
+def cli(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
+    """`edge-runtime ARGS` in a child with a deadline: a hang fails the test instead of stalling the suite."""
     return subprocess.run(
-        [sys.executable, "-m", "edge_runtime.cli", *args],
+        [sys.executable, "-m", "edge_runtime.cli", *map(str, args)],
         capture_output=True,
         text=True,
         cwd=ROOT,
-        timeout=180,
-        env={**os.environ, **(env or {})},
+        timeout=timeout,
+        **kw,
     )
+
+
+def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`edge-runtime ARGS` in a child process, from the checkout, with a deadline; `env` adds to this environment."""
+    return cli(*args, timeout=180, env={**os.environ, **(env or {})})
 
 
 def sustained_ips(model: str, cpus: str = "1") -> float:
@@ -109,15 +122,18 @@ def x86_tree(tmp: Path) -> Path:
     return t
 
 
-def read_until(proc: subprocess.Popen, needle: str, timeout: float = 60.0) -> list[str]:
-    """proc's stderr lines up to the first that holds `needle`. Fails (and kills proc) if none comes within `timeout`
-    s, or if the stream ends first. The lines after it are left to proc.communicate()."""
+def read_until(proc: subprocess.Popen, needle: str | re.Pattern, timeout: float = 120.0) -> list[str]:
+    """proc's stderr lines up to the first that holds `needle` (a string, or a compiled regex that searches the line).
+    Fails (and kills proc) if none comes within `timeout` s, or if the stream ends first. The lines after it are left to
+    proc.communicate(). The default deadline allows for a server or an agent starting first on a loaded machine."""
     seen: list[str] = []
+    found = needle.search if isinstance(needle, re.Pattern) else (lambda line: needle in line)
+    what = needle.pattern if isinstance(needle, re.Pattern) else needle
 
     def read() -> None:
         for line in proc.stderr:
             seen.append(line)
-            if needle in line:
+            if found(line):
                 return
 
     t = threading.Thread(target=read, daemon=True)
@@ -126,8 +142,8 @@ def read_until(proc: subprocess.Popen, needle: str, timeout: float = 60.0) -> li
     if t.is_alive():
         proc.kill()  # the reader ends with the pipe
         t.join(10)
-        raise AssertionError(f"no {needle!r} line within {timeout:g} s: {''.join(seen)[-2000:]}")
-    assert seen and needle in seen[-1], f"ended (exit {proc.wait(10)}) before a {needle!r} line: {''.join(seen)}"
+        raise AssertionError(f"no {what!r} line within {timeout:g} s: {''.join(seen)[-2000:]}")
+    assert seen and found(seen[-1]), f"ended (exit {proc.wait(10)}) before a {what!r} line: {''.join(seen)}"
     return seen
 
 
@@ -141,3 +157,82 @@ def reaped(proc: subprocess.Popen):
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def end(*procs: subprocess.Popen) -> None:
+    """Kill and reap whichever of `procs` is still running (a test's finally: no child outlives it)."""
+    for p in procs:
+        if p is not None and p.poll() is None:
+            p.kill()
+            p.wait(10)
+
+
+def strict_json(text: str):
+    """json.loads that refuses NaN and Infinity, which are not JSON."""
+
+    def bad(name):
+        raise AssertionError(f"{name} in JSON output")
+
+    return json.loads(text, parse_constant=bad)
+
+
+def mknod_char(path: Path, major: int = 1, minor: int = 3) -> Path:
+    """A character device node (1:3 is /dev/null) under tmp_path: writing to it loses nothing of the test machine."""
+    if os.geteuid() != 0:
+        pytest.skip("mknod needs root")
+    os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+    return path
+
+
+def fifo_reader(path: Path) -> tuple[threading.Thread, list[bytes]]:
+    """Read everything written into the fifo at `path`, in a thread."""
+    got: list[bytes] = []
+
+    def read():
+        with open(path, "rb") as f:
+            got.append(f.read())
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    return t, got
+
+
+def make_fifo(tmp_path: Path, name: str) -> Path:
+    p = tmp_path / name
+    os.mkfifo(p)
+    return p
+
+
+def four_cpu_tree(tmp_path: Path) -> Path:
+    root = tmp_path / "root"
+    (root / "sys/devices/system/cpu").mkdir(parents=True)
+    (root / "sys/devices/system/cpu/online").write_text("0-3\n")
+    return root
+
+
+def tree_with(tmp_path: Path, files: dict[str, str]) -> Path:
+    return write_tree(four_cpu_tree(tmp_path), files)
+
+
+def thermal_tree(tmp_path: Path, temps: dict[str, str], cooling: dict | None = None) -> Path:
+    root = tmp_path / "root"
+    for i, (ztype, raw) in enumerate(temps.items()):
+        z = root / f"sys/class/thermal/thermal_zone{i}"
+        z.mkdir(parents=True)
+        (z / "type").write_text(ztype + "\n")
+        (z / "temp").write_text(raw + "\n")
+        (z / "trip_point_0_temp").write_text("85000\n")
+        (z / "trip_point_0_type").write_text("passive\n")
+    for j, (ctype, (cur, mx)) in enumerate((cooling or {}).items()):
+        c = root / f"sys/class/thermal/thermal_zone0/cdev{j}"
+        c.mkdir(parents=True)
+        (c / "type").write_text(ctype + "\n")
+        (c / "cur_state").write_text(f"{cur}\n")
+        (c / "max_state").write_text(f"{mx}\n")
+    return root
+
+
+def state_key(root: Path) -> str:
+    from edge_runtime.system.tuning import root_key
+
+    return root_key(str(root))

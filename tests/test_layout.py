@@ -369,3 +369,22 @@ def test_subpackages_show_the_layers():
     assert (PACKAGE / "runtime" / "backends" / "base.py").exists()
     top = {"__init__.py", "errors.py", "limits.py", "plugins.py", "results.py"}
     assert {p.name for p in PACKAGE.glob("*.py")} == top
+
+
+def duplicate_test_basenames(tests: Path) -> dict[str, list[str]]:
+    """test_*.py files under `tests` that share a basename, by that name (their paths relative to `tests`)."""
+    found: dict[str, list[str]] = {}
+    for p in sorted(tests.rglob("test_*.py")):
+        found.setdefault(p.name, []).append(str(p.relative_to(tests)))
+    return {name: paths for name, paths in found.items() if len(paths) > 1}
+
+
+def test_test_files_have_unique_basenames(tmp_path):
+    """pytest's prepend import mode imports a test file of a folder without __init__.py by its basename (the folder
+    goes on sys.path): a second tests/<area>/test_x.py would be the first one's module, and fail to collect."""
+    assert duplicate_test_basenames(ROOT / "tests") == {}
+    for area in ("system", "measure"):  # the rule itself: two areas with one basename are found
+        (tmp_path / area).mkdir()
+        (tmp_path / area / "test_x.py").write_text("")
+    (tmp_path / "test_y.py").write_text("")
+    assert duplicate_test_basenames(tmp_path) == {"test_x.py": ["measure/test_x.py", "system/test_x.py"]}

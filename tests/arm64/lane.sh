@@ -140,10 +140,10 @@ check "the tuning scripts under busybox sh (dry run)" \
     "busybox sh system_tuning/isolate_cpus.sh --dry-run --cpus 1 > /dev/null"
 
 # The co-runner tests too: they once waited a fixed second for a bench that takes ten to start under emulation.
-TESTS=${ARM64_TESTS:-tests/test_cpulist.py tests/test_stats.py tests/test_results.py tests/test_models.py \
-tests/test_backend_crash.py tests/test_interrupts.py tests/test_bad_input.py \
-tests/test_bench.py::test_stress_co_runner_runs_and_is_stopped tests/test_bench.py::test_stress_is_stopped_when_the_run_fails \
-tests/test_bench.py::test_stress_is_stopped_on_ctrl_c_and_sigterm}
+TESTS=${ARM64_TESTS:-tests/system/test_cpulist.py tests/measure/test_stats.py tests/test_results.py tests/runtime/test_models.py \
+tests/runtime/test_backend_crash.py tests/measure/test_interference.py tests/cli/test_cli_errors.py \
+tests/measure/test_bench.py::test_stress_co_runner_runs_and_is_stopped tests/measure/test_bench.py::test_stress_is_stopped_when_the_run_fails \
+tests/measure/test_bench.py::test_stress_is_stopped_on_ctrl_c_and_sigterm}
 check "pytest (core)" "python3 -m pytest -q -p no:cacheprovider $TESTS > /tmp/pytest.log 2>&1; \
 rc=\$?; tail -3 /tmp/pytest.log; exit \$rc"
 in_root /bin/sh -c "tail -1 /tmp/pytest.log" 2>/dev/null | sed 's/^/        /' || true

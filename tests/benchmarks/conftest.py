@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import statistics
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/conftest helpers
 
 RATIOS: list[dict] = []
 

@@ -19,12 +19,10 @@ import sys
 import tempfile
 
 import pytest
+import serverkit as servers
 from conftest import MODELS, ROOT, need
 
 from .conftest import report_ratio
-
-sys.path.insert(0, str(ROOT / "tests" / "host"))
-import servers
 
 ROUNDS = 3
 DIGITS = MODELS / "digits_cnn" / "digits_cnn_int8.onnx"

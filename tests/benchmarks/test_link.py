@@ -25,7 +25,6 @@ from conftest import ROOT
 from .conftest import report_ratio
 
 pytest.importorskip("serial")
-sys.path.insert(0, str(ROOT / "tests" / "host"))
 from agentkit import AgentProcess, lost_nothing
 from helpers import request
 

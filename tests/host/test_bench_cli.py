@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 from agentkit import AgentProcess, free_port, lost_nothing
 from conftest import MODELS, ROOT, need
-from helpers import run_cli
+from helpers import read_until, run_cli
 
 from bench.targets.agent import AgentTarget
 
@@ -171,13 +172,8 @@ def test_ctrl_c_stops_the_boards_run_and_keeps_what_it_measured(agent):
         stderr=subprocess.PIPE,
         text=True,
     )
-    lines = []
-    deadline = time.monotonic() + 60
-    for line in proc.stderr:  # progress: upload, starting, then the board's own "measuring ..." lines
-        lines.append(line)
-        if "measur" in line or time.monotonic() > deadline:
-            break
-    time.sleep(1.0)
+    # progress: upload, starting, then the board's own "measuring ..." lines, until one counts what it measured
+    lines = read_until(proc, re.compile(r"measuring: .*[1-9][\d,]* inferences"), timeout=60)
     t0 = time.monotonic()
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)

@@ -11,8 +11,9 @@ import warnings
 import xml.etree.ElementTree as ET
 
 import pytest
-from agentkit import AgentProcess, Cable, read_until
+from agentkit import AgentProcess, Cable
 from conftest import MODELS, ROOT, need
+from helpers import read_until
 
 from bench.campaign import CampaignWarning, load
 from bench.store import Store

@@ -12,10 +12,9 @@ import time
 
 import numpy as np
 import pytest
-import servers
-from agentkit import read_until
+import serverkit as servers
 from conftest import MODELS, ROOT, need
-from helpers import reaped
+from helpers import read_until, reaped
 
 from bench.store import Store
 

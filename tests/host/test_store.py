@@ -160,10 +160,13 @@ def test_the_store_keeps_runs_once_and_survives_a_writer_killed_mid_write(tmp_pa
         "print('ready', flush=True)\n"
         "for i in range(100000):\n"
         "    st.add_run(big, target='t', request_id=f'w{i}')\n"
+        "    print(f'kept {i}', flush=True)\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", writer, str(path)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
-    time.sleep(1.5)
+    deadline = time.monotonic() + 60
+    while proc.stdout.readline().strip() != "kept 2":  # two runs are in; the kill falls in a later transaction
+        assert proc.poll() is None and time.monotonic() < deadline
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     with Store(path) as st:

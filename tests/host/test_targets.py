@@ -14,9 +14,9 @@ import subprocess
 import sys
 
 import pytest
-from agentkit import free_port, read_until
+from agentkit import free_port
 from conftest import MODELS, ROOT
-from helpers import assert_one_line_error, reaped
+from helpers import assert_one_line_error, read_until, reaped
 
 from bench.targets import TargetError, registry
 from bench.transports import parse_endpoint

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import artifact, need
+from helpers import cli, strict_json
 
 from edge_runtime.cli.bench import cyclictest_histogram
 from edge_runtime.measure.platform_latency import parse_cyclictest
@@ -107,3 +109,15 @@ def test_cyclictest_layout_reads_back_with_the_cyclictest_parser():
     parsed = parse_cyclictest(text)
     assert (parsed["min_us"], parsed["max_us"]) == (1, 40)
     assert parsed["histogram"] == [[1, 2], [2, 2], [7, 1]]
+
+
+# ------------------------------------------------------------------------------------ hostile cases (issue 9's reviews)
+MODEL = artifact("digits_cnn", "_int8.onnx")
+
+
+def test_a_one_sample_run_is_not_called_stable():
+    need("onnxruntime")
+    r = strict_json(cli("bench", MODEL, "--iterations", "1", "--json").stdout)
+    assert r["quality"]["unstable"] is None
+    assert any(w.startswith("stability unknown: 1 sample(s)") for w in r["quality"]["warnings"])
+    assert "quality      stability unknown" in cli("bench", MODEL, "--iterations", "1").stdout

@@ -10,13 +10,26 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
+import time
 import warnings
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
-from helpers import fixture, run_cli, x86_tree
+from conftest import ROOT, artifact, need
+from helpers import (
+    assert_one_line_error,
+    cli,
+    fixture,
+    four_cpu_tree,
+    make_fifo,
+    run_cli,
+    state_key,
+    strict_json,
+    x86_tree,
+)
 
 from edge_runtime.system.boards import BoardProfileError, BoardProfileWarning, detect, load_all, load_profile
 from edge_runtime.system.root import SystemRoot
@@ -480,3 +493,262 @@ def test_boot_configuration_with_comments_and_quotes(shell, tmp_path):
     r = sh(shell, "apply_at_boot.sh", "--root", str(t))
     assert r.returncode == 0, r.stderr
     assert (t / "proc/sys/kernel/timer_migration").read_text() == "0\n"
+
+
+# ------------------------------------------------------------------------------------ hostile cases (issue 9's reviews)
+MODEL = artifact("digits_cnn", "_int8.onnx")
+
+
+def tune_apply_command(tree: Path, state: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "edge_runtime.cli",
+        "tune",
+        "apply",
+        "--cpus",
+        "1",
+        "--sysroot",
+        str(tree),
+        "--state-dir",
+        str(state),
+    ]
+
+
+def test_two_tune_applies_at_once_leave_an_exact_restore(tmp_path):
+    t = x86_tree(tmp_path)
+    before = snapshot(t)
+    state = tmp_path / "state"
+    cmd = tune_apply_command(t, state)
+    procs = [subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in "ab"]
+    results = [(p.wait(timeout=120), p.stderr.read()) for p in procs]
+    ok = [r for r in results if r[0] == 0]
+    refused = [r for r in results if r[0] != 0]
+    assert len(ok) == 1 and len(refused) == 1, results
+    code, err = refused[0]
+    assert code == 2 and ("another `edge-runtime tune`" in err or "already applied" in err), err
+    proc = cli("tune", "reset", "--sysroot", t, "--state-dir", state)
+    assert proc.returncode == 0, proc.stderr
+    assert snapshot(t) == before
+    leftovers = [p.name for p in state.iterdir() if not p.name.endswith(".restored") and ".restored" not in p.name]
+    assert leftovers == [], leftovers  # no orphaned save file, no pointer left
+
+
+def test_values_with_newlines_and_tabs_survive_the_save_file(tmp_path):
+    t = x86_tree(tmp_path)
+    odd = {
+        "proc/irq/8/smp_affinity_list": b"0-3\n\n",  # two trailing newlines
+        "proc/irq/9/smp_affinity_list": b"0-1\n2-3\n",  # a newline inside
+        "proc/irq/1/smp_affinity_list": b"0-3\tx",  # a tab, no newline
+        "sys/devices/virtual/workqueue/cpumask": b"f",  # no newline at all
+    }
+    for rel, raw in odd.items():
+        (t / rel).write_bytes(raw)
+    before = snapshot(t)
+    state = tmp_path / "state"
+    assert cli("tune", "apply", "--cpus", "2-3", "--sysroot", t, "--state-dir", state).returncode == 0
+    assert (t / "proc/irq/8/smp_affinity_list").read_bytes() == b"0-1\n"
+    assert cli("tune", "reset", "--sysroot", t, "--state-dir", state).returncode == 0
+    assert snapshot(t) == before
+
+
+def test_a_save_line_that_cannot_be_restored_fails_the_reset_and_names_it(tmp_path):
+    t = x86_tree(tmp_path)
+    state = tmp_path / "state"
+    assert cli("tune", "apply", "--cpus", "2-3", "--sysroot", t, "--state-dir", state).returncode == 0
+    save = next(state.glob("tuning-*.save"))
+    lines = save.read_text().splitlines()
+    lines.insert(3, "frobnicate\t/proc/irq/8/smp_affinity_list\t1\t0-3")
+    lines.insert(5, "value\t/proc/irq/9/smp_affinity_list\tyes\t0-3")
+    save.write_text("\n".join(lines) + "\n")
+    proc = cli("tune", "reset", "--sysroot", t, "--state-dir", state)
+    assert_one_line_error(proc, "could not restore save line(s) 6 4", "unknown kind 'frobnicate'", code=1)
+    assert save.exists()  # kept for another reset once fixed
+    script = subprocess.run(
+        ["sh", str(ROOT / "system_tuning/irq_affinity.sh"), "--restore", str(save), "--root", str(t)],
+        capture_output=True,
+        text=True,
+    )
+    assert script.returncode == 1 and "save line 4: unknown kind 'frobnicate'" in script.stdout
+
+
+def test_tune_show_refuses_cpus_the_tree_lacks(tmp_path):
+    root = four_cpu_tree(tmp_path)
+    proc = cli("tune", "show", "--sysroot", root, "--cpus", "99")
+    assert_one_line_error(proc, "CPU 99 does not exist", "online: 0-3")
+
+
+def test_tune_show_without_scaling_min_freq_is_not_ok(tmp_path):
+    root = four_cpu_tree(tmp_path)
+    for c in range(4):
+        d = root / f"sys/devices/system/cpu/cpu{c}/cpufreq"
+        d.mkdir(parents=True)
+        (d / "scaling_governor").write_text("ondemand\n")
+        (d / "cpuinfo_min_freq").write_text("600000\n")
+        (d / "cpuinfo_max_freq").write_text("1800000\n")
+        (d / "scaling_max_freq").write_text("1800000\n")
+    doc = strict_json(cli("tune", "show", "--sysroot", root, "--cpus", "3", "--json").stdout)
+    rng = next(c for c in doc["checks"] if c["knob"] == "frequency range")
+    assert rng["status"] == "warn" and rng["seen"] == "CPU3 ondemand 600-1800 MHz"
+
+
+@pytest.mark.parametrize("pointer", ["fifo", "zero", "dir", "latin1", "nul", "two-lines"])
+def test_a_garbled_state_pointer_is_one_line(tmp_path, pointer):
+    t = x86_tree(tmp_path)
+    state = tmp_path / "state"
+    state.mkdir()
+    latest = state / f"latest-{state_key(t)}"
+    if pointer == "fifo":
+        os.mkfifo(latest)
+    elif pointer == "zero":
+        latest.symlink_to("/dev/zero")
+    elif pointer == "dir":
+        latest.mkdir()
+    else:
+        latest.write_bytes(
+            {"latin1": b"/tmp/\xe9t\xe9.save\n", "nul": b"/tmp/a\0b\n", "two-lines": b"/a\n/b\n"}[pointer]
+        )
+    for action in ("apply", "reset"):
+        args = ["tune", action, "--sysroot", t, "--state-dir", state] + (["--cpus", "1"] if action == "apply" else [])
+        proc = cli(*args, timeout=30)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
+def test_save_lines_that_leave_the_root_or_make_no_sense_are_named(tmp_path):
+    t = x86_tree(tmp_path)
+    outside = tmp_path / "evil_outside"
+    state = tmp_path / "state"
+    assert cli("tune", "apply", "--cpus", "2-3", "--sysroot", t, "--state-dir", state).returncode == 0
+    save = next(state.glob("tuning-*.save"))
+    lines = save.read_text().splitlines()
+    rel = os.path.relpath(outside, t)
+    lines[1:1] = [
+        f"value\t/{rel}\t1\tpwned",
+        "affinity\tnotapid\tgarbage",
+        "absent\t",
+        "value\t/proc/irq/8/../../../x\t1\ty",
+    ]
+    save.write_text("\n".join(lines) + "\n")
+    proc = cli("tune", "reset", "--sysroot", t, "--state-dir", state)
+    assert proc.returncode == 1, proc.stderr
+    assert "could not restore save line(s) 5 4 3 2" in proc.stderr
+    assert not outside.exists()
+
+
+def test_a_second_apply_through_another_state_dir_is_refused(tmp_path):
+    t = x86_tree(tmp_path)
+    before = snapshot(t)
+    assert cli("tune", "apply", "--cpus", "1", "--sysroot", t, "--state-dir", tmp_path / "st0").returncode == 0
+    proc = cli("tune", "apply", "--cpus", "2", "--sysroot", t, "--state-dir", tmp_path / "st2")
+    assert_one_line_error(proc, "already applied", str(tmp_path / "st0"))
+    proc = cli("tune", "reset", "--sysroot", t, "--state-dir", tmp_path / "st2")
+    assert_one_line_error(proc, f"--state-dir {tmp_path / 'st0'}")
+    link = tmp_path / "alias"
+    link.symlink_to(t)
+    proc = cli("tune", "reset", "--sysroot", f"{link}/.", "--state-dir", tmp_path / "st0")  # another spelling
+    assert proc.returncode == 0, proc.stderr
+    assert snapshot(t) == before
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["show", "--governor", "x"], "--governor does not apply here"),
+        (["show", "--dry-run"], "--dry-run does not apply here"),
+        (["reset", "--cpus", "1"], "--cpus does not apply here"),
+        (["reset", "--governor", "performance"], "--governor does not apply here"),
+        (["apply", "--cpus", "1", "--governor", "perf\nx"], "not a cpufreq governor name"),
+    ],
+)
+def test_tune_flags_that_do_not_apply_are_refused(tmp_path, args, needle):
+    t = x86_tree(tmp_path)
+    assert_one_line_error(cli("tune", *args, "--sysroot", t), needle)
+
+
+def test_a_dry_run_checks_the_state_dir_too(tmp_path):
+    t = x86_tree(tmp_path)
+    fifo = make_fifo(tmp_path, "state")
+    proc = cli("tune", "apply", "--cpus", "1", "--dry-run", "--sysroot", t, "--state-dir", fifo)
+    assert_one_line_error(proc, "--state-dir", "is a fifo")
+
+
+def test_an_empty_tree_is_unknown_not_untuned(tmp_path):
+    need("onnxruntime")
+    root = four_cpu_tree(tmp_path)
+    text = cli("bench", MODEL, "--sysroot", root, "--iterations", "100", "--cpus", "1").stdout
+    assert f"isolation unknown: no /proc/cmdline in {root}" in text and "not isolated" not in text
+    assert f"no thermal sensors in the tree {root}" in text
+    assert (
+        "thermal limit 70 C not checked"
+        in cli("bench", MODEL, "--thermal-limit", "70", "--sysroot", root, "--iterations", "100").stdout
+    )
+
+
+def test_a_failed_or_interrupted_apply_never_leaves_the_tree_stuck(tmp_path):
+    t = x86_tree(tmp_path)
+    before = snapshot(t)
+    state = tmp_path / "state"
+    proc = cli(
+        "tune",
+        "apply",
+        "--cpus",
+        "1",
+        "--sysroot",
+        t,
+        "--state-dir",
+        state,
+        env={**os.environ, "EDGE_RUNTIME_SCRIPTS": str(tmp_path / "no-scripts")},  # not /nonexistent: a HOME made it
+    )
+    assert_one_line_error(proc, f"EDGE_RUNTIME_SCRIPTS '{tmp_path / 'no-scripts'}': no such file")
+    # A script that is slow to start, and a SIGTERM before it changed anything.
+    scripts = tmp_path / "scripts"
+    shutil.copytree(ROOT / "system_tuning", scripts)
+    started = tmp_path / "started"
+    slow_start = f'er_parse "$@"\n: > "{started}"\nsleep 30'
+    body = (scripts / "isolate_cpus.sh").read_text().replace('er_parse "$@"', slow_start)
+    (scripts / "isolate_cpus.sh").write_text(body)
+    slow = subprocess.Popen(
+        tune_apply_command(t, state),
+        cwd=ROOT,
+        env={**os.environ, "EDGE_RUNTIME_SCRIPTS": str(scripts)},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not started.exists():  # the script is running, before it changed anything
+        assert time.monotonic() < deadline and slow.poll() is None, "the tune script never started"
+        time.sleep(0.05)
+    slow.send_signal(signal.SIGTERM)
+    _, err = slow.communicate(timeout=60)
+    assert slow.returncode == 143, err
+    assert snapshot(t) == before
+    proc = cli("tune", "apply", "--cpus", "1", "--sysroot", t, "--state-dir", state)  # not "already applied"
+    assert proc.returncode == 0, proc.stderr
+    assert cli("tune", "reset", "--sysroot", t, "--state-dir", state).returncode == 0
+    assert snapshot(t) == before
+
+
+def test_one_tree_through_a_bind_mount_is_one_root(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to bind-mount")
+    t = x86_tree(tmp_path)
+    alias = tmp_path / "alias"
+    alias.mkdir()
+    if subprocess.run(["mount", "--bind", str(t), str(alias)], capture_output=True).returncode:
+        pytest.skip("cannot bind-mount here")
+    try:
+        assert cli("tune", "apply", "--cpus", "1", "--sysroot", t, "--state-dir", tmp_path / "a").returncode == 0
+        proc = cli("tune", "apply", "--cpus", "1", "--sysroot", alias, "--state-dir", tmp_path / "b")
+        assert_one_line_error(proc, "already applied")
+        assert cli("tune", "reset", "--sysroot", t, "--state-dir", tmp_path / "a").returncode == 0
+    finally:
+        subprocess.run(["umount", str(alias)])
+
+
+def test_tune_show_on_a_tree_with_nothing_to_read_is_not_tuned(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = cli("tune", "show", "--sysroot", empty, "--cpus", "1", "--json")
+    assert proc.returncode == 1 and strict_json(proc.stdout)["tuned"] is None
+    assert "unknown: none of the knobs could be read" in cli("tune", "show", "--sysroot", empty, "--cpus", "1").stdout

@@ -15,7 +15,7 @@ import numpy as np
 import psutil
 import pytest
 from conftest import FIXTURES, ROOT, artifact, need
-from helpers import assert_one_line_error, bench, read_until, reaped, request, run_cli
+from helpers import assert_one_line_error, bench, cli, read_until, reaped, request, run_cli, thermal_tree
 
 from edge_runtime import results
 from edge_runtime.measure.corunners import StressSpec
@@ -413,3 +413,81 @@ def test_output_paths_are_checked_before_the_run(tmp_path):
     for flag in ("--json", "--hdr-log", "--prom"):
         proc = run_cli("bench", str(artifact(*MODEL)), flag, str(artifact(*MODEL)), "--iterations", "5")
         assert_one_line_error(proc, flag, "refusing to overwrite it")
+
+
+# ------------------------------------------------------------------------------------ hostile cases (issue 9's reviews)
+DIGITS_INT8 = artifact("digits_cnn", "_int8.onnx")
+
+
+def _ps(needle: str) -> list[str]:
+    # -ww: whole command lines (ps may cut them at 80 columns; under QEMU they start with the interpreter's path)
+    cmd = ["ps", "-ww", "-eo", "pid,cls,rtprio,args"]
+    out = subprocess.run(cmd, capture_output=True, text=True).stdout.splitlines()
+    return [ln for ln in out if needle in ln and "ps -ww" not in ln]
+
+
+def test_sigkill_takes_the_realtime_cyclictest_with_it():
+    need("onnxruntime")
+    if not shutil.which("cyclictest") or os.geteuid() != 0:
+        pytest.skip("needs cyclictest (apt-get install rt-tests) and root for SCHED_FIFO")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "edge_runtime.cli",
+            "bench",
+            str(DIGITS_INT8),
+            "--platform-latency",
+            "15",
+            "--rt-priority",
+            "50",
+            "--iterations",
+            "10",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not _ps("cyclictest -q") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _ps("cyclictest -q"), "cyclictest never started"
+        proc.kill()
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 5
+        while _ps("cyclictest -q") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _ps("cyclictest -q") == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        subprocess.run(["pkill", "-f", "cyclictest -q -m -p 50"])
+
+
+def test_a_duration_too_short_for_one_inference():
+    need("onnxruntime")
+    assert_one_line_error(cli("bench", DIGITS_INT8, "--warmup", "0", "--duration", "1e-9"), "no inference completed")
+
+
+def test_a_run_that_starts_above_the_limit_is_refused(tmp_path):
+    need("onnxruntime")
+    root = thermal_tree(tmp_path, {"cpu-thermal": "57000"})
+    t0 = time.monotonic()
+    proc = cli("bench", DIGITS_INT8, "--sysroot", root, "--thermal-limit", "50", "--duration", "30")
+    assert_one_line_error(proc, "already above the thermal limit before measuring: 57.0 C > 50 C", code=1)
+    assert time.monotonic() - t0 < 25
+
+
+def test_the_python_api_never_writes_its_log_over_the_model(tmp_path):
+    need("onnxruntime")
+    from edge_runtime.errors import UserError
+    from edge_runtime.measure.bench import run_bench
+    from edge_runtime.measure.request import BenchRequest
+    from edge_runtime.system import SystemRoot
+
+    model = tmp_path / "m.onnx"
+    shutil.copyfile(DIGITS_INT8, model)
+    with pytest.raises(UserError, match="is the model"):
+        run_bench(BenchRequest(model=str(model), iterations=10, sandbox=False), SystemRoot("/"), hdr_log=str(model))
+    assert model.read_bytes() == DIGITS_INT8.read_bytes()

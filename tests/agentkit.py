@@ -1,6 +1,7 @@
 """Real parts for the host-side tests: `edge-runtime agent` as a child process, and the software null-modem cable
-(bench.transports.nullmodem: two pseudo-terminals, pyserial at both ends, faults and pulls on demand); `read_until`
-waits for a child's progress line; `tmpfs` mounts a small real file system (a board's tiny or read-only disk)."""
+(bench.transports.nullmodem: two pseudo-terminals, pyserial at both ends, faults and pulls on demand); `tmpfs` mounts a
+small real file system (a board's tiny or read-only disk); `Host` drives an in-process agent through a link, no socket.
+helpers.read_until waits for a child's progress line."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT
-from helpers import read_until as _read_until
 
 from bench.transports.nullmodem import NullModem
+from edge_runtime.agent.server import Agent
+from edge_runtime.wire import messages as wm
+from edge_runtime.wire.link import Link, Message
 
 BACKLOG = 1 << 20
 
@@ -50,11 +53,6 @@ def tmpfs(path: Path, *options: str, size: str = "64k"):
     finally:
         if subprocess.run(["umount", str(path)], capture_output=True, timeout=30).returncode:
             subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)  # still busy: detach it
-
-
-def read_until(proc: subprocess.Popen, needle: str, timeout: float = 120.0) -> list[str]:
-    """helpers.read_until with the host tests' longer default (a server or an agent starts first)."""
-    return _read_until(proc, needle, timeout)
 
 
 class AgentProcess:
@@ -171,3 +169,35 @@ def comparable(result: dict) -> dict:
         "environment": env,
         "schema": result["schema"],
     }
+
+
+class Host:
+    """A host Link wired straight to an in-process Agent (no sockets: the agent's I/O loop is what is tested)."""
+
+    def __init__(self, agent: Agent, now: float = 0.0):
+        self.agent, self.now, self.link = agent, now, Link(role="host")
+        self.link.connect(now)
+        self.pump()
+
+    def pump(self, steps: int = 5) -> list:
+        events = []
+        for _ in range(steps):
+            self.now += 0.01
+            self.agent.feed(self.link.outgoing(), self.now)
+            self.agent.poll(self.now)
+            self.link.receive(self.agent.outgoing(), self.now)
+            self.link.poll(self.now)
+            events += self.link.events()
+        return events
+
+    def ask(self, op: str, args: dict | None = None, rid: str = "r1", blob: bytes = b"") -> dict:
+        self.link.send(wm.encode(wm.request(rid, op, args, blob)), self.now)
+        deadline = time.monotonic() + 10  # some requests are answered by a worker thread
+        while time.monotonic() < deadline:
+            for ev in self.pump(5):
+                if isinstance(ev, Message):
+                    m = wm.decode(ev.data)
+                    if m.type == "response" and m.get("id") == rid:
+                        return m.fields
+            time.sleep(0.01)
+        raise AssertionError(f"no answer to {op}")

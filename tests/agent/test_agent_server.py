@@ -10,45 +10,14 @@ import time
 import zlib
 
 import pytest
+from agentkit import Host
 
 from edge_runtime.agent.jobs import Job, run_child
 from edge_runtime.agent.server import AUTH_GRACE_S, Agent
 from edge_runtime.agent.state import RequestError, StateDir
 from edge_runtime.wire import messages as wm
 from edge_runtime.wire.frame import Frame, Kind, encode_frame
-from edge_runtime.wire.link import Link, Message, Refused
-
-
-class Host:
-    """A host Link wired straight to an in-process Agent (no sockets: the agent's I/O loop is what is tested)."""
-
-    def __init__(self, agent: Agent, now: float = 0.0):
-        self.agent, self.now, self.link = agent, now, Link(role="host")
-        self.link.connect(now)
-        self.pump()
-
-    def pump(self, steps: int = 5) -> list:
-        events = []
-        for _ in range(steps):
-            self.now += 0.01
-            self.agent.feed(self.link.outgoing(), self.now)
-            self.agent.poll(self.now)
-            self.link.receive(self.agent.outgoing(), self.now)
-            self.link.poll(self.now)
-            events += self.link.events()
-        return events
-
-    def ask(self, op: str, args: dict | None = None, rid: str = "r1", blob: bytes = b"") -> dict:
-        self.link.send(wm.encode(wm.request(rid, op, args, blob)), self.now)
-        deadline = time.monotonic() + 10  # some requests are answered by a worker thread
-        while time.monotonic() < deadline:
-            for ev in self.pump(5):
-                if isinstance(ev, Message):
-                    m = wm.decode(ev.data)
-                    if m.type == "response" and m.get("id") == rid:
-                        return m.fields
-            time.sleep(0.01)
-        raise AssertionError(f"no answer to {op}")
+from edge_runtime.wire.link import Refused
 
 
 @pytest.fixture
@@ -169,7 +138,9 @@ def test_a_job_that_prints_garbage_or_floods_stderr_is_still_answered():
     try:
 
         def cancel_soon():
-            time.sleep(1.0)
+            deadline = time.monotonic() + 60
+            while not any(m.get("text") == "up" for m in sent) and time.monotonic() < deadline:  # the child runs
+                time.sleep(0.01)
             job.cancelled = True
             jobs.cancel(job)
 

@@ -1,10 +1,12 @@
 """The bad-input corpus (tests/badmodels.py) and bad flags: one line on stderr naming the file or value, exit code 2,
-no traceback, and the calling process survives — through the API and through the CLI, on every backend."""
+no traceback, and the calling process survives — through the API and through the CLI, on every backend. Below them,
+the user mistakes issue 9's reviews found: absurd numbers, nonsense flags, closed standard streams, messages."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -12,7 +14,7 @@ import numpy as np
 import pytest
 from badmodels import build_corpus
 from conftest import READERS, ROOT, artifact, backend_installed, need
-from helpers import assert_one_line_error, run_cli
+from helpers import assert_one_line_error, cli, run_cli, strict_json
 
 import edge_runtime
 from edge_runtime import ModelError, UserError
@@ -220,3 +222,143 @@ def test_a_bad_model_does_not_take_down_a_long_running_process(corpus):
     with edge_runtime.load(artifact("digits_cnn", "_int8.tflite")) as s:
         out = s.infer({t.name: np.zeros(t.shape, t.dtype) for t in s.inputs})
         assert out[s.outputs[0].name].shape == (1, 10)
+
+
+# ------------------------------------------------------------------------------------ hostile cases (issue 9's reviews)
+MODEL = artifact("digits_cnn", "_int8.onnx")
+FP32 = artifact("digits_cnn", "_fp32.onnx")
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["bench", MODEL, "--iterations", str(10**12)], ["--iterations 1000000000000", "fit in this machine's memory"]),
+        (["bench", MODEL, "--duration", "1e300"], ["--duration 1e300", "at most 604800"]),
+        (["bench", MODEL, "--warmup-time", "1e300"], ["--warmup-time 1e300", "at most 3600"]),
+        (["bench", MODEL, "--warmup", str(10**12)], ["--warmup", "at most 50,000,000"]),
+        (["run", MODEL, "--seed", "-1"], ["--seed -1", "at least 0"]),
+        (["run", MODEL, "--seed", str(2**64)], ["--seed", "at most"]),
+        (["bench", MODEL, "--threads", "100000"], ["--threads 100000", "at most 1,024"]),
+        (["bench", MODEL, "--sample-interval", "nan"], ["--sample-interval nan", "finite"]),
+        (["bench", MODEL, "--cooldown-timeout", "-1"], ["--cooldown-timeout -1"]),
+        (["run", MODEL, "--top", "-1"], ["--top -1", "at least 0"]),
+    ],
+)
+def test_absurd_numbers_are_user_errors(args, needles):
+    assert_one_line_error(cli(*args), *needles)
+
+
+def test_a_300_character_file_name(tmp_path):
+    need("onnxruntime")
+    long = tmp_path / ("x" * 300 + ".onnx")
+    assert_one_line_error(cli("run", long), "file name too long")
+    assert_one_line_error(cli("run", MODEL, "--json", tmp_path / ("y" * 300 + ".json")), "file name too long")
+
+
+def test_bench_with_stdout_closed():
+    need("onnxruntime")
+    args = [sys.executable, "-m", "edge_runtime.cli", "bench", str(MODEL), "--iterations", "20"]
+    proc = subprocess.run(
+        args, cwd=ROOT, stderr=subprocess.PIPE, text=True, timeout=120, stdout=None, preexec_fn=lambda: os.close(1)
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "edge-runtime: error: standard output is closed: the result would be lost (give --json FILE, or open stdout)"
+    )
+
+
+def test_bench_with_stdout_closed_writes_its_json_file(tmp_path):
+    need("onnxruntime")
+    out = tmp_path / "r.json"
+    args = [sys.executable, "-m", "edge_runtime.cli", "bench", str(MODEL), "--iterations", "20", "--json", str(out)]
+    proc = subprocess.run(
+        args, cwd=ROOT, stderr=subprocess.PIPE, text=True, timeout=120, preexec_fn=lambda: os.close(1)
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert strict_json(out.read_text())["latency_us"]["count"] == 20
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["bench", MODEL, "--platform-latency", "-1"], ["--platform-latency -1", ">= 1"]),
+        (["bench", MODEL, "--platform-latency", "nan"], ["--platform-latency nan", "finite"]),
+        (["run", MODEL, "--json", ""], ["--json ''", "empty path"]),
+        (["bench", MODEL, "--prom", ""], ["--prom ''", "empty path"]),
+        (["thermal", "--watch", "1", "--count", "0"], ["--count 0", "at least 1"]),
+        (["thermal", "--count", "3"], ["--count goes with --watch"]),
+        (["thermal", "--watch", "1e300"], ["--watch 1e300", "at most 86400"]),
+        (
+            ["quantize", FP32, "--calibration", "c.npy", "--out", "q.onnx", "--max-accuracy-drop", "nan"],
+            ["--max-accuracy-drop nan", "finite"],
+        ),
+        (["run", artifact("digits_cnn", "_int8.tflite"), "--option", "xnnpack=2"], ["xnnpack='2'", "not one of 1"]),
+    ],
+)
+def test_nonsense_is_refused(args, needles):
+    if "xnnpack=2" in args:
+        need("tflite")
+    assert_one_line_error(cli(*args), *needles)
+
+
+def test_messages_point_the_right_way(tmp_path):
+    need("onnxruntime")
+    loop = tmp_path / "loop.onnx"
+    loop.symlink_to(tmp_path / "loop2.onnx")
+    (tmp_path / "loop2.onnx").symlink_to(loop)
+    assert_one_line_error(cli("run", loop), "symbolic link loop")
+    rnd = tmp_path / "random.npy"
+    rnd.write_bytes(np.random.default_rng(0).bytes(4096))
+    proc = cli("run", MODEL, "--input", rnd)
+    assert_one_line_error(proc, "not a .npy array (no NUMPY header)")
+    assert "pickle" not in proc.stderr
+    obj = tmp_path / "obj.npy"
+    np.save(obj, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    assert_one_line_error(cli("run", MODEL, "--input", obj), "holds Python objects (pickled data)")
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["run", MODEL, "--device", ""], ["--device ''", "not a name"]),
+        (["run", MODEL, "--backend", ""], ["--backend ''", "not a name"]),
+        (["thermal", "--watch", "1e-300"], ["--watch 1e-300", ">= 0.1"]),
+        (["bench", MODEL, "--platform-latency", "0.5"], ["--platform-latency 0.5", ">= 1"]),
+        (["bench", MODEL, "--stress", "cpu:0", "--stress", "cpu:0-1", "--cpus", "1"], ["CPU 0 is already loaded"]),
+        (["run", MODEL, "--cpus", "-1"], ["--cpus '-1'", "is not a CPU number"]),
+        (["run", MODEL, "--cpus", "0x3"], ["--cpus '0x3'", "is not a CPU number"]),
+    ],
+)
+def test_more_nonsense_is_refused(args, needles):
+    assert_one_line_error(cli(*args), *needles)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--delegate-option", "a=b"], "--delegate-option without --delegate"),
+        (["--option", "session.x=1", "--option", "session.X=2"], "is already given; one value per key"),
+        (["--option", "session.=1"], "not a session config key"),
+        (["--cpus", "1", "--option", "session.intra_op_thread_affinities=1"], "--cpus sets the workers' affinities"),
+    ],
+)
+def test_options_that_would_be_ignored_or_clash(args, needle):
+    need("onnxruntime")
+    assert_one_line_error(cli("run", MODEL, *args), needle)
+
+
+def test_messages_name_the_real_mistake(tmp_path):
+    need("onnxruntime")
+    import numpy as np
+
+    arr = np.zeros((1, 1, 28, 28), np.float32)
+    np.save(tmp_path / "x.npy", arr)
+    np.savez(tmp_path / "x.npz", input=arr)
+    # An input name the model lacks, before a file that exists: the name is the mistake, not a missing file.
+    proc = run_cli("run", str(MODEL), "--input", f"bogus={tmp_path / 'x.npy'}")
+    assert_one_line_error(proc, "the model has no input 'bogus'", f"write input={tmp_path / 'x.npy'}")
+    assert_one_line_error(run_cli("run", str(MODEL), "--input", str(tmp_path / "x.npz")), "a .npz archive")
+    # A flag error names the subcommand once, after the program's own prefix.
+    proc = run_cli("bench", str(MODEL), "--iterations", "x")
+    assert_one_line_error(proc, "edge-runtime: error: bench: --iterations 'x' is not a whole number")
+    assert proc.stderr.count("edge-runtime") == 2  # the prefix and the --help pointer, not "edge-runtime bench:"

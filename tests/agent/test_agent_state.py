@@ -15,10 +15,9 @@ import zlib
 from pathlib import Path
 
 import pytest
-from agentkit import AgentProcess, tmpfs
+from agentkit import AgentProcess, Host, tmpfs
 from conftest import MODELS, need
 from helpers import request
-from test_agent_hostile import Host
 
 from bench.targets import TargetOptions
 from bench.targets.agent import AgentTarget, TargetError

@@ -4,10 +4,13 @@ FP32 agreement across backends, and INT8 accuracy on the digits split against FP
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 
 import numpy as np
 import pytest
 from conftest import ARTIFACTS, MANIFEST, MODELS, READERS, artifact, need
+from helpers import assert_one_line_error, cli, make_fifo
 
 import edge_runtime
 from edge_runtime.runtime.accuracy import classify
@@ -202,3 +205,38 @@ def test_speedups_recorded_where_the_models_were_built():
         assert m["committed"] == "u8s8"
         for k in ("onnxruntime_u8s8_speedup", "onnxruntime_s8s8_speedup", "openvino_u8s8_speedup"):
             assert 0 < m[k] < 100, (m["name"], k)
+
+
+# ------------------------------------------------------------------------------------ hostile cases (issue 9's reviews)
+def test_a_fifo_as_the_model_is_refused_at_once(tmp_path):
+    fifo = make_fifo(tmp_path, "m.onnx")
+    for args in (
+        ["run", fifo],
+        ["bench", fifo, "--iterations", "5"],
+        ["quantize", fifo, "--calibration", fifo, "--out", tmp_path / "q.onnx"],
+    ):
+        assert_one_line_error(cli(*args, timeout=60), str(fifo), "is a fifo, not a regular file")
+
+
+def test_a_weights_file_that_is_a_fifo_a_device_link_or_a_directory(tmp_path):
+    need("openvino")
+    xml = artifact("digits_cnn", "_int8.xml")
+    for kind, needle in (("fifo", "is a fifo"), ("zero", "is a character device"), ("dir", "is a directory")):
+        d = tmp_path / kind
+        d.mkdir()
+        shutil.copyfile(xml, d / "m.xml")
+        weights = d / "m.bin"
+        if kind == "fifo":
+            os.mkfifo(weights)
+        elif kind == "zero":
+            weights.symlink_to("/dev/zero")
+        else:
+            weights.mkdir()
+        proc = cli("run", d / "m.xml", timeout=60)
+        assert_one_line_error(proc, "weights file", needle)
+
+
+def test_a_model_that_links_to_dev_zero(tmp_path):
+    link = tmp_path / "zero.tflite"
+    link.symlink_to("/dev/zero")
+    assert_one_line_error(cli("run", link, timeout=60), "is a character device, not a regular file")

@@ -441,7 +441,10 @@ def test_a_model_that_fails_or_a_job_that_crashes_is_an_answer_not_the_end(tmp_p
         assert e.value.kind == "user-error" and "broken_int8.onnx" in str(e.value)
         # A job killed by a signal (as a crashing delegate kills it) is answered as crashed.
         box: dict = {}
-        th = threading.Thread(target=lambda: box.update(r=_catch(t.bench, request(DIGITS, duration_s=20.0))))
+        seen: list[str] = []
+        th = threading.Thread(
+            target=lambda: box.update(r=_catch(lambda: t.bench(request(DIGITS, duration_s=20.0), progress=seen.append)))
+        )
         th.start()
         deadline = time.monotonic() + 60
         while True:
@@ -451,7 +454,9 @@ def test_a_model_that_fails_or_a_job_that_crashes_is_an_answer_not_the_end(tmp_p
                 break
             assert time.monotonic() < deadline
             time.sleep(0.1)
-        time.sleep(1.0)
+        while not any("measuring" in p for p in seen):  # the job has its session and is in its measured part
+            assert time.monotonic() < deadline and th.is_alive(), seen
+            time.sleep(0.05)
         kids[0].send_signal(signal.SIGSEGV)
         th.join(timeout=60)
         assert isinstance(box["r"], TargetError) and box["r"].kind == "crashed", box

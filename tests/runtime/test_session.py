@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -11,6 +12,7 @@ import textwrap
 import numpy as np
 import pytest
 from conftest import ROOT, artifact, backend_installed, need
+from helpers import assert_one_line_error, cli
 
 import edge_runtime
 from edge_runtime import FeedError, InferenceError, SessionClosedError
@@ -301,3 +303,54 @@ raise SystemExit("no error")
 """
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-500:]
+
+
+# ------------------------------------------------------------------------------------ hostile cases (issue 9's reviews)
+MODEL = artifact("digits_cnn", "_int8.onnx")
+FP32 = artifact("digits_cnn", "_fp32.onnx")
+
+
+def test_more_threads_than_cpus_is_said(tmp_path):
+    need("onnxruntime")
+    proc = cli("run", MODEL, "--threads", "2", "--cpus", "1")
+    assert proc.returncode == 0
+    assert proc.stderr.strip().splitlines() == [
+        "edge-runtime: warning: 2 threads on 1 CPU(s) (1): oversubscribed, the threads take turns on the same cores "
+        "(latency goes up, not down)"
+    ]
+
+
+def test_a_bool_array_for_a_float_input(tmp_path):
+    need("onnxruntime")
+    x = tmp_path / "b.npy"
+    np.save(x, np.zeros((1, 8, 8, 1), bool))
+    assert_one_line_error(cli("run", FP32, "--input", x), "expects float32, got bool")
+
+
+def test_the_python_api_checks_its_arguments():
+    need("onnxruntime")
+    import edge_runtime
+    from edge_runtime.errors import FeedError, UserError
+
+    for kw, needle in (
+        ({"sandbox_timeout_s": 0}, "sandbox_timeout_s 0"),
+        ({"sandbox_timeout_s": 1e300}, "sandbox_timeout_s 1e+300"),
+        ({"cpus": []}, "cpus (): an empty CPU list"),
+        ({"fallback": "no"}, "fallback 'no'"),
+        ({"sandbox_timeout_s": float("nan")}, "sandbox_timeout_s nan"),
+        ({"threads": 10**9}, "threads 1000000000"),
+        ({"threads": "4"}, "threads '4'"),
+        ({"threads": True}, "threads True"),
+        ({"cpus": "0-1"}, "cpus '0-1'"),
+        ({"options": ["a"]}, "options ['a']"),
+        ({"device": ""}, "device ''"),
+        ({"delegate_options": {"a": "b"}}, "delegate_options without a delegate"),
+    ):
+        with pytest.raises(UserError, match=re.escape(needle)):
+            edge_runtime.load(MODEL, **kw)
+    for bad in (5, None, ""):
+        with pytest.raises(UserError, match="expected a path"):
+            edge_runtime.load(bad)
+    with edge_runtime.load(MODEL, sandbox=False) as s:
+        with pytest.raises(FeedError, match="before any run"):
+            s.results()

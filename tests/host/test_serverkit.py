@@ -1,4 +1,4 @@
-"""The real KServe v2 servers the host tests drive (tests/host/servers.py), checked with plain urllib (no client
+"""The real KServe v2 servers the host tests drive (tests/serverkit.py), checked with plain urllib (no client
 library): they serve the ONNX file's own inputs and outputs, answer what ONNX Runtime answers here, guard (Triton) or
 lack (MLServer) the statistics endpoint, listen on loopback only, and leave no process behind when stopped."""
 
@@ -12,7 +12,7 @@ import urllib.request
 import numpy as np
 import psutil
 import pytest
-import servers
+import serverkit as servers
 from conftest import MODELS, need
 
 DIGITS = MODELS / "digits_cnn" / "digits_cnn_int8.onnx"

@@ -169,3 +169,19 @@ def test_openvino_reports_f32_precision_by_default():
     need("openvino")
     with edge_runtime.load(artifact("digits_cnn", "_fp32.onnx"), backend="openvino", sandbox=False) as s:
         assert s.backend.details["inference_precision"] == "f32"
+
+
+# ------------------------------------------------------------------------------------ hostile cases (issue 9's reviews)
+def test_litert_messages_keep_their_separators():
+    need("tflite")
+    from edge_runtime.runtime.backends.tflite_backend import _impl, _short
+
+    _, mod = _impl()
+    interp = mod.Interpreter(model_path=str(artifact("digits_cnn", "_int8.tflite")))
+    interp.resize_tensor_input(interp.get_input_details()[0]["index"], [1, 64])
+    with pytest.raises(RuntimeError) as err:
+        interp.allocate_tensors()
+    raw = str(err.value)
+    assert ")Node number" in raw  # LiteRT's own text runs together
+    text = _short(err.value)
+    assert "); Node number 0 (CONV_2D) failed to prepare." in text and ")Node" not in text

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import MODELS, ROOT, need
@@ -111,8 +112,10 @@ def test_native_noise_on_stderr_is_dropped_and_the_rest_kept(capfd):
 def _hanging(tmp_path, library: str) -> dict:
     pkg = tmp_path / "hang" / library
     pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("import time\nprint('importing', flush=True)\ntime.sleep(600)\n")
-    return {**os.environ, "PYTHONPATH": str(tmp_path / "hang")}
+    (pkg / "__init__.py").write_text(
+        "import os, time\nprint('importing', flush=True)\nopen(os.environ['HANG_MARK'], 'w').close()\ntime.sleep(600)\n"
+    )  # the mark, not the print: a forked child points its fd 1 at its error pipe
+    return {**os.environ, "PYTHONPATH": str(tmp_path / "hang"), "HANG_MARK": str(tmp_path / "importing")}
 
 
 def test_a_one_shot_runs_child_goes_with_it_on_sigterm_and_on_sigkill(tmp_path):
@@ -140,7 +143,11 @@ def test_a_one_shot_runs_child_goes_with_it_on_sigterm_and_on_sigkill(tmp_path):
             # Forked (the same command line) where the command has one thread; exec'd where it has more (under QEMU
             # user-mode the emulator's own threads are the process's): the child must go with it either way.
             child = kids[0]
-            time.sleep(1.0)
+            mark = Path(env["HANG_MARK"])
+            while not mark.exists():  # the child is inside the hanging import
+                assert time.monotonic() < deadline and proc.poll() is None, "the child never imported the library"
+                time.sleep(0.05)
+            mark.unlink()
             proc.send_signal(sig)
             _, err = proc.communicate(timeout=60)
             assert proc.returncode == code, err

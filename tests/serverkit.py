@@ -2,7 +2,7 @@
 own environment (`make test` builds .venv-triton and .venv-mlserver), and the perf_analyzer anchor (`make bench`
 builds .venv-perf).
 
-    with servers.triton(MODELS / "digits_cnn" / "digits_cnn_int8.onnx", "digits") as srv:
+    with serverkit.triton(MODELS / "digits_cnn" / "digits_cnn_int8.onnx", "digits") as srv:
         ...  # srv.http == "127.0.0.1:PORT", srv.grpc, srv.metrics, srv.token, srv.name, srv.pid
 
 Every server listens on 127.0.0.1 only, on ports picked free here, and runs in its own process group (its own session):

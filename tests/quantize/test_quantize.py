@@ -3,12 +3,13 @@ and bad input. Real ONNX Runtime quantization, real NNCF, real backends."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import MANIFEST, MODELS, artifact, need, tomllib
-from helpers import assert_one_line_error, run_cli
+from helpers import assert_one_line_error, cli, run_cli, strict_json
 
 from edge_runtime.quantize import QuantizeConfig, choose_activations, run
 from edge_runtime.quantize.ort_path import choose_flavour
@@ -356,3 +357,160 @@ def test_one_hot_labels_are_accepted_and_garbage_labels_refused(tmp_path):
     )
     assert_one_line_error(proc, "expected one class index per sample")
     assert not (tmp_path / "r.onnx").exists()
+
+
+# ------------------------------------------------------------------------------------ hostile cases (issue 9's reviews)
+MODEL = artifact("digits_cnn", "_int8.onnx")
+FP32 = artifact("digits_cnn", "_fp32.onnx")
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
+@pytest.mark.parametrize("poison", ["all-nan", "one-minus-inf"])
+def test_non_finite_calibration_or_validation_data_is_a_user_error(tmp_path, digits, backend, poison):
+    need(backend)
+    pytest.importorskip("nncf" if backend == "openvino" else "onnx")
+    x = digits[0][:50].copy()
+    if poison == "all-nan":
+        x[:] = np.nan
+    else:
+        x[7, 0, 3, 0] = -np.inf
+    bad = tmp_path / "bad.npy"
+    np.save(bad, x)
+    good = tmp_path / "good.npz"
+    np.savez(good, x=digits[0][:50], y=digits[1][:50])
+    out = tmp_path / ("q.onnx" if backend == "onnxruntime" else "q.xml")
+    proc = cli("quantize", FP32, "--backend", backend, "--calibration", bad, "--out", out)
+    sample = "0" if poison == "all-nan" else "7"
+    assert_one_line_error(proc, str(bad), "input 'input'", "NaN or infinite", f"first in sample {sample}")
+    proc = cli("quantize", FP32, "--backend", backend, "--calibration", good, "--validation", bad, "--out", out)
+    assert_one_line_error(proc, "validation data", "NaN or infinite")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "bitflips"])
+def test_a_broken_onnx_given_to_quantize(tmp_path, digits, damage):
+    need("onnxruntime")
+    from badmodels import flip_bytes
+
+    data = FP32.read_bytes()
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(data[: len(data) // 2] if damage == "truncated" else flip_bytes(data, seed=3, count=40))
+    calib = tmp_path / "c.npy"
+    np.save(calib, digits[0][:20])
+    proc = cli("quantize", bad, "--calibration", calib, "--out", tmp_path / "q.onnx")
+    assert_one_line_error(proc, str(bad))
+
+
+def test_quantize_on_openvino_sends_nothing_and_exits(tmp_path, digits):
+    need("openvino")
+    pytest.importorskip("nncf")
+    home = tmp_path / "home"
+    home.mkdir()
+    calib = tmp_path / "c.npy"
+    np.save(calib, digits[0][:40])
+    env = {**os.environ, "HOME": str(home)}
+    env.pop("ORT_DISABLE_TELEMETRY", None)
+    for i in range(2):  # the telemetry sender used to hang the exit about every other run
+        proc = cli(
+            "quantize",
+            FP32,
+            "--backend",
+            "openvino",
+            "--calibration",
+            calib,
+            "--out",
+            tmp_path / f"q{i}.xml",
+            timeout=120,
+            env=env,
+        )
+        assert proc.returncode == 0, proc.stderr
+    proc = cli("run", MODEL, timeout=60, env=env)  # ONNX Runtime: no device ID, no upload
+    assert proc.returncode == 0, proc.stderr
+    # OpenVINO itself (not only NNCF) writes ~/intel when imported with its telemetry package there: a run on it,
+    # and info (which imports every backend in a child), must not either.
+    for args in (("run", tmp_path / "q0.xml"), ("info",)):
+        proc = cli(*args, timeout=60, env=env)
+        assert proc.returncode == 0, proc.stderr
+    assert list(home.iterdir()) == []  # no ~/intel, no ~/.cache/Microsoft
+
+
+def test_quantize_with_a_300_character_data_path(tmp_path, digits):
+    need("onnxruntime")
+    long = "a" * 300
+    good = tmp_path / "c.npz"
+    np.savez(good, x=digits[0][:20], y=digits[1][:20])
+    for extra in (
+        ["--calibration", long],
+        ["--calibration", good, "--validation", long],
+        ["--calibration", good, "--validation", good, "--labels", long],
+    ):
+        proc = cli("quantize", FP32, *extra, "--out", tmp_path / "q.onnx")
+        assert_one_line_error(proc, "file name too long")
+
+
+def test_labels_must_name_the_model_classes(tmp_path, digits):
+    need("onnxruntime")
+    x, y = digits
+    calib = tmp_path / "c.npy"
+    np.save(calib, x[:40])
+    for name, labels, needle in (
+        ("minus", y[:40] - 100, "labels run from -100"),
+        ("big", y[:40] + 1000, "but the model has 10 classes"),
+        ("float", y[:40] + 0.5, "not whole numbers"),
+    ):
+        f = tmp_path / f"{name}.npy"
+        np.save(f, labels)
+        proc = cli(
+            "quantize", FP32, "--calibration", calib, "--validation", calib, "--labels", f, "--out", tmp_path / "q.onnx"
+        )
+        assert_one_line_error(proc, f"--labels '{f}'", needle)
+
+
+def test_hidden_and_other_files_in_a_calibration_folder_are_named(tmp_path, digits):
+    need("onnxruntime")
+    folder = tmp_path / "calib"
+    folder.mkdir()
+    np.save(folder / "a.npy", digits[0][:60])
+    np.save(folder / ".hidden.npy", np.full((60, 8, 8, 1), np.nan, np.float32))  # would poison it if used
+    (folder / "notes.txt").write_text("x")
+    proc = cli("quantize", FP32, "--calibration", folder, "--out", tmp_path / "q.onnx", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert strict_json(proc.stdout)["calibration_samples"] == 60
+    assert "2 entries not used (.hidden.npy, notes.txt)" in proc.stderr
+
+
+def test_a_manifest_name_that_is_a_link_is_refused(tmp_path, digits):
+    need("onnxruntime")
+    victim = tmp_path / "user.txt"
+    victim.write_text("mine")
+    (tmp_path / "q.onnx.manifest.toml").symlink_to(victim)
+    calib = tmp_path / "c.npy"
+    np.save(calib, digits[0][:20])
+    proc = cli("quantize", FP32, "--calibration", calib, "--out", tmp_path / "q.onnx")
+    assert_one_line_error(proc, "--out (its manifest)", "refusing to write through a link")
+    assert victim.read_text() == "mine"
+
+
+def test_quantize_refuses_a_model_with_nothing_to_quantize_and_reads_n_samples(tmp_path):
+    need("onnxruntime")
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
+    relu = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y]))
+    relu.opset_import[0].version = 17
+    relu.ir_version = 8
+    onnx.save(relu, tmp_path / "relu.onnx")
+    calib = tmp_path / "c.npy"
+    np.save(calib, np.random.default_rng(0).random((20, 1, 4), dtype=np.float32))  # (N, *input shape)
+    proc = cli("quantize", tmp_path / "relu.onnx", "--calibration", calib, "--out", tmp_path / "q.onnx")
+    assert_one_line_error(proc, "no Conv, Gemm, MatMul or ConvTranspose layer to quantize")
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4, 4], np.eye(4, dtype=np.float32).ravel().tolist())
+    mm = helper.make_model(helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g", [x], [y], [w]))
+    mm.opset_import[0].version = 17
+    mm.ir_version = 8
+    onnx.save(mm, tmp_path / "mm.onnx")
+    proc = cli("quantize", tmp_path / "mm.onnx", "--calibration", calib, "--out", tmp_path / "q.onnx", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert strict_json(proc.stdout)["calibration_samples"] == 20

@@ -14,7 +14,21 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, artifact, need
-from helpers import assert_one_line_error, bench, fixture, read_until, reaped, request, run_cli
+from helpers import (
+    assert_one_line_error,
+    bench,
+    cli,
+    end,
+    fixture,
+    read_until,
+    reaped,
+    request,
+    run_cli,
+    strict_json,
+    thermal_tree,
+    tree_with,
+    write_tree,
+)
 
 from edge_runtime import results
 from edge_runtime.system.firmware import decode_throttled, parse_tegrastats, parse_throttled
@@ -442,3 +456,174 @@ def test_a_sensor_that_appears_mid_run_and_a_sampler_with_no_housekeeping_cpu(tm
     from edge_runtime.program.bench_text import format_report
 
     assert "thermal      start ?, max 55.0 C, end 55.0 C" in format_report(r)
+
+
+# ------------------------------------------------------------------------------------ hostile cases (issue 9's reviews)
+MODEL = artifact("digits_cnn", "_int8.onnx")
+
+
+@pytest.mark.parametrize("raw", [str(10**24), "2147483647", "-274000", "-300000", "nan", "4e9"])
+def test_readings_no_silicon_can_report_are_skipped_and_counted(tmp_path, raw):
+    from edge_runtime.system.root import SystemRoot
+    from edge_runtime.system.thermal import read_snapshot
+
+    root = thermal_tree(tmp_path, {"cpu-thermal": "51000", "garbled": raw})
+    snap = read_snapshot(SystemRoot(root))
+    assert snap.max_c() == 51.0 and snap.skipped == 1
+    doc = strict_json(cli("thermal", "--sysroot", root, "--json").stdout)
+    assert doc["max_c"] == 51.0 and doc["headroom_c"] == 34.0 and doc["sensors_skipped"] == 1
+
+
+def test_a_garbled_reading_does_not_abort_a_bench(tmp_path):
+    need("onnxruntime")
+    root = thermal_tree(tmp_path, {"cpu-thermal": "2147483647"})
+    proc = cli("bench", MODEL, "--sysroot", root, "--iterations", "200", "--thermal-limit", "60", "--json")
+    assert proc.returncode == 0, proc.stderr
+    r = strict_json(proc.stdout)
+    assert "aborted" not in r and r["thermal"]["max_c"] is None and r["thermal"]["sensors_skipped"] == 1
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e21", "-300"])
+@pytest.mark.parametrize("command", ["thermal", "bench"])
+def test_thermal_limits_must_be_temperatures(value, command):
+    args = ["thermal"] if command == "thermal" else ["bench", MODEL]
+    assert_one_line_error(cli(*args, f"--thermal-limit={value}"), "--thermal-limit", value)
+
+
+@pytest.mark.parametrize(
+    ("ctype", "throttles"),
+    [
+        ("thermal-cpufreq-0", True),
+        ("thermal-devfreq-1", True),
+        ("thermal-idle-0", True),
+        ("cpufreq-cpu0", True),
+        ("Processor", True),
+        ("intel_powerclamp", True),
+        ("pwm-fan", False),
+        ("gpio-fan", False),
+        ("TFN1", False),
+        ("Fan", False),
+    ],
+)
+def test_cooling_devices_that_slow_the_chip(ctype, throttles):
+    from edge_runtime.system.thermal import throttles_compute
+
+    assert throttles_compute(ctype) is throttles
+
+
+def test_a_zone_bound_to_thermal_cpufreq_is_reported_as_throttling(tmp_path):
+    root = thermal_tree(tmp_path, {"cpu-thermal": "80000"}, {"thermal-cpufreq-0": (2, 3), "pwm-fan": (4, 4)})
+    doc = strict_json(cli("thermal", "--sysroot", root, "--json").stdout)
+    assert doc["throttled"] == ["cpu-thermal: cooling thermal-cpufreq-0 at state 2/3"]
+    text = cli("thermal", "--sysroot", root).stdout
+    assert "THROTTLED: cpu-thermal: cooling thermal-cpufreq-0 at state 2/3" in text
+
+
+def test_cooling_devices_not_bound_to_a_zone(tmp_path):
+    root = tree_with(
+        tmp_path,
+        {
+            "sys/class/thermal/cooling_device0/type": "thermal-cpufreq-0\n",
+            "sys/class/thermal/cooling_device0/cur_state": "2\n",
+            "sys/class/thermal/cooling_device0/max_state": "5\n",
+            "sys/class/thermal/cooling_device1/type": "Processor\n",
+            "sys/class/thermal/cooling_device1/cur_state": "9\n",  # above its maximum: garbled
+            "sys/class/thermal/cooling_device1/max_state": "3\n",
+        },
+    )
+    doc = strict_json(cli("thermal", "--sysroot", root, "--json").stdout)
+    assert doc["throttled"] == ["cooling device thermal-cpufreq-0 (cooling_device0) at state 2/5"]
+    assert doc["sensors_skipped"] == 1
+
+
+def test_a_rail_with_a_negative_voltage_is_garbled(tmp_path):
+    root = tree_with(
+        tmp_path,
+        {
+            "sys/class/hwmon/hwmon0/name": "ina3221\n",
+            "sys/class/hwmon/hwmon0/in1_label": "VDD_IN\n",
+            "sys/class/hwmon/hwmon0/in1_input": "-12000\n",
+            "sys/class/hwmon/hwmon0/curr1_input": "400\n",
+        },
+    )
+    doc = strict_json(cli("thermal", "--sysroot", root, "--json").stdout)
+    assert doc["power"] is None and doc["sensors_skipped"] == 1
+
+
+def test_a_sensor_that_vanishes_is_not_a_cool_board(tmp_path):
+    need("onnxruntime")
+    root = thermal_tree(tmp_path, {"cpu-thermal": "90000"})
+    temp = root / "sys/class/thermal/thermal_zone0/temp"
+    args = ["--sysroot", root, "--cooldown-to", "50", "--cooldown-timeout", "3", "--iterations", "10"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edge_runtime.cli", "bench", str(MODEL), *map(str, args), "--thermal-limit", "100"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        seen = read_until(proc, "cooling down:")  # the wait has begun (with a reading): now the sensor goes
+        temp.write_text("garbage\n")
+        _, err = proc.communicate(timeout=60)
+    finally:
+        end(proc)
+    stderr = "".join(seen) + err
+    lines = stderr.strip().splitlines()  # progress while it waits, then the verdict
+    assert proc.returncode == 1 and "cooling down: no temperature reading" in stderr, stderr
+    assert lines[-1].startswith("edge-runtime: error: --cooldown-to 50: no temperature reading (the sensors went")
+
+
+def test_impossible_clocks_and_a_tcc_offset(tmp_path):
+    root = tree_with(
+        tmp_path,
+        {
+            "sys/devices/system/cpu/cpu1/cpufreq/scaling_cur_freq": "-5\n",
+            "sys/devices/system/cpu/cpu1/cpufreq/cpuinfo_max_freq": "1800000\n",
+            "sys/devices/system/cpu/cpu1/cpufreq/scaling_max_freq": "-1\n",
+            "sys/class/thermal/cooling_device0/type": "TCC Offset\n",
+            "sys/class/thermal/cooling_device0/cur_state": "20\n",
+            "sys/class/thermal/cooling_device0/max_state": "63\n",
+        },
+    )
+    doc = strict_json(cli("thermal", "--sysroot", root, "--json").stdout)
+    assert doc["throttled"] == ["cooling device TCC Offset (cooling_device0) at state 20/63"]
+    assert doc["sensors_skipped"] == 2
+
+
+def test_a_placeholder_trip_point_or_crit_is_not_a_limit(tmp_path):
+    zone = "sys/class/thermal/thermal_zone0"
+    root = write_tree(
+        tmp_path,
+        {
+            f"{zone}/type": "cpu-thermal\n",
+            f"{zone}/temp": "45000\n",
+            f"{zone}/trip_point_0_temp": "1\n",  # 1 m°C: a placeholder some DTS carry
+            f"{zone}/trip_point_0_type": "passive\n",
+            "sys/class/hwmon/hwmon0/name": "odd\n",
+            "sys/class/hwmon/hwmon0/temp1_input": "40000\n",
+            "sys/class/hwmon/hwmon0/temp1_crit": "-40000\n",
+        },
+    )
+    snap = read_snapshot(SystemRoot(root))
+    assert thermal_limit(None, None, snap) == (None, "none known")  # a limit of 0 C or -40 C would refuse every run
+    write_tree(root, {f"{zone}/trip_point_1_temp": "85000\n", f"{zone}/trip_point_1_type": "critical\n"})
+    assert thermal_limit(None, None, read_snapshot(SystemRoot(root))) == (85.0, "lowest passive/critical trip point")
+
+
+@pytest.mark.parametrize(("driver", "reported"), [("cpufreq-dt", True), ("intel_pstate", False), (None, True)])
+def test_a_clock_below_its_minimum_is_throttling_where_the_reading_is_the_clock(tmp_path, driver, reported):
+    d = "sys/devices/system/cpu/cpu0/cpufreq"
+    files = {
+        "sys/devices/system/cpu/online": "0\n",
+        f"{d}/cpuinfo_max_freq": "1800000\n",
+        f"{d}/scaling_max_freq": "1800000\n",  # not capped: the governor allows the full clock
+        f"{d}/scaling_min_freq": "1500000\n",
+        f"{d}/scaling_cur_freq": "600000\n",
+    }
+    if driver:
+        files[f"{d}/scaling_driver"] = driver + "\n"
+    snap = read_snapshot(SystemRoot(write_tree(tmp_path, files)))
+    expected = ["CPU0 at 600 MHz, below its minimum of 1500 MHz (held down by hardware or firmware)"]
+    # intel_pstate reports an average over the last tick, which an idle CPU drags below any minimum.
+    assert throttle_reasons(snap) == (expected if reported else [])
