@@ -15,21 +15,15 @@ from types import SimpleNamespace
 import numpy as np
 
 from bench.scenarios.engine import NOT_SENT
-from edge_runtime.measure.scenario import asked_keys, load_keys, saturation_text
+from edge_runtime.measure.scenario import saturation_text, scenario_figures
 from edge_runtime.measure.stats import (
     PERCENTILE_METHOD,
     histogram_us,
     jitter,
     latency_timeline,
-    percentile_us,
     stability,
     summarize,
 )
-
-LATENCY_FROM = {
-    True: "intended send time (open loop; no coordinated omission)",
-    False: "each query's own send (closed loop)",
-}
 
 
 def host_result(
@@ -159,29 +153,14 @@ def host_result(
 
 
 def _scenario(request, run, kind: str, warnings: list[str]) -> dict:
-    """The record's scenario section: what was asked and, for an open loop, how the schedule was kept (the keys a board
-    writes, its end the run's unless stopped: rates, not sent, saturated, send error) and latency from the actual send.
-    A saturated run adds its warning."""
-    n = len(run.errors)
-    scenario = {"kind": kind, "queries": n, "samples_per_query": request.samples_per_query or 1,
-                "concurrency": run.concurrency, "latency_from": LATENCY_FROM[run.from_intended],
-                **asked_keys(kind, request)}  # fmt: skip
+    """The record's scenario section, from the board's function (`scenario_figures`, over the queries sent; its end
+    the run's unless stopped). A saturated run adds its warning."""
     sent = run.started_ns >= 0
-    if not run.from_intended:
-        starts = np.sort(run.started_ns[sent])
-        span = (starts[-1] - starts[0]) / 1e9 if len(starts) > 1 else 0.0
-        scenario["achieved_qps"] = round((len(starts) - 1) / span, 2) if span > 0 else 0.0
-        return scenario
-    end_s = None if run.stopped else request.duration_s
-    done = run.finished_ns[sent] if run.concurrency == 1 else None  # the issuer's own error: one at a time
-    scenario.update(load_keys(run.intended_ns[sent], run.started_ns[sent], end_s, scheduled=n, finished_ns=done))
-    if run.concurrency > 1:
-        scenario["send_error_note"] = (
-            "with several connections the send lag includes waiting for a free one: a saturated server shows "
-            "here too, not only the issuer's error"
-        )
-    service = (run.finished_ns - run.started_ns)[run.ok]
-    scenario["service_us"] = {"p50": percentile_us(service, 50), "p99": percentile_us(service, 99)}
+    scenario = scenario_figures(kind, request, run.intended_ns[sent], run.started_ns[sent], run.finished_ns[sent],
+                                from_intended=run.from_intended, wall_s=run.wall_s,
+                                end_s=None if run.stopped else request.duration_s, scheduled=len(run.errors),
+                                samples_per_query=request.samples_per_query or 1, ok=run.ok[sent],
+                                concurrency=run.concurrency)  # fmt: skip
     saturated = saturation_text(scenario)
     if saturated:
         warnings.append(saturated)
