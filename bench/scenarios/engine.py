@@ -303,3 +303,44 @@ def _wait(threads, stop, queries, t0, rows, should_stop, progress) -> bool:
         if progress is not None and el - last >= 1.0:
             last = el
             progress(len(rows), queries, el)
+
+
+def run_request(
+    request,
+    make_sender: Callable[[], Sender],
+    *,
+    workers: int,
+    should_stop: Callable[[], bool] | None = None,
+    say: Callable[[str], None] | None = None,
+    on_start: Callable[[], None] | None = None,
+) -> HostRun:
+    """A BenchRequest run on `workers` connections, each with its own sender from `make_sender()`: a warm-up by time
+    first when the request has one (on one more sender; then one query per connection), else its warm-up queries
+    shared among the connections in their own threads; then a closed loop (single-stream; offline, N in flight, each
+    the moment one returns) or the request's open-loop schedule (`plan_for`). `say` hears the progress, `on_start`
+    runs after the warm-up, just before the first timed query. The run carries its warm-up count and samples per
+    query."""
+    from edge_runtime.measure.schedule import plan_for
+
+    say = say or (lambda _text: None)
+    kind = request.scenario or "single-stream"
+    iterations, duration_s = request.length
+    senders = [make_sender() for _ in range(workers)]
+    warm = 0
+    if request.warmup_s:  # a warm-up by time first (the server's), then one query per connection
+        say(f"warming up ({request.warmup_s:g} s)")
+        warm = warm_up(make_sender(), 0, request.warmup_s, should_stop)
+    each = 1 if request.warmup_s else max(1, -(-request.warmup // workers))  # in each worker's own thread
+    warm += each * workers
+
+    def tick(done: int, total: int | None, elapsed: float) -> None:
+        say(f"measuring: {done:,}" + (f"/{total:,}" if total else "") + f" queries, {elapsed:.1f} s")
+
+    loop = dict(should_stop=should_stop, progress=tick, warmup_each=each, on_start=on_start)
+    if kind in ("single-stream", "offline"):
+        run = closed_loop(senders, queries=iterations, duration_s=duration_s, **loop)
+    else:
+        plan = plan_for(request, iterations, duration_s)
+        run = open_loop(senders, plan.intended_ns, until_s=plan.end_s, **loop)
+    run.warmup, run.samples_per_query = warm, request.samples_per_query or 1
+    return run
