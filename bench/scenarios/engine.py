@@ -270,8 +270,7 @@ def _dispatch(jobs: queue.Queue, schedule_ns: np.ndarray, t0: int, cut: int | No
         due = t0 + int(schedule_ns[i])
         if cut is not None and max(due, clock.now_ns()) >= cut:
             return False  # the run's time is over (or the dispatcher itself fell behind it): the rest are not sent
-        wait_until(due, clock, should_stop, poll_s=0.05)
-        if should_stop is not None and should_stop():
+        if wait_until(due, clock, should_stop, poll_s=0.05) is None or (should_stop is not None and should_stop()):
             return True
         jobs.put(i)
         el = (clock.now_ns() - t0) / 1e9

@@ -208,21 +208,28 @@ class OpenLoopRun:
 
 def wait_until(
     due_ns: int, clock: Clock = SYSTEM, should_stop: Callable[[], bool] | None = None, poll_s: float | None = None
-) -> bool:
+) -> int | None:
     """Return at `due_ns` on `clock` (its now_ns()): sleep until its spin_ns (clock.SPIN_NS) before it, in slices of
     `poll_s` when given, then spin. With `should_stop` (a dispatcher that shares the interpreter with its workers) it
-    is asked between slices and the spin yields (a sleep of 0); False when it said stop before the time came."""
+    is asked between slices and the spin yields (a sleep of 0). Returns the clock's reading at or past `due_ns` (what a
+    send time is: no second read), or None when `should_stop` said stop before the time came."""
+    now, spin_ns = clock.now_ns, clock.spin_ns
     while True:
-        left = due_ns - clock.now_ns()
+        t = now()
+        left = due_ns - t
         if left <= 0:
-            return True
+            return t
         if should_stop is not None and should_stop():
-            return False
-        if left > clock.spin_ns:
-            wait = (left - clock.spin_ns) / 1e9
+            return None
+        if left > spin_ns:
+            wait = (left - spin_ns) / 1e9
             clock.sleep(min(wait, poll_s) if poll_s else wait)
         elif should_stop is not None:
             clock.sleep(0)
+        else:  # the board's spin: nothing else in the loop, so the send leaves within a clock read of its time
+            while (t := now()) < due_ns:
+                pass
+            return t
 
 
 def run_open_loop(
@@ -242,8 +249,7 @@ def run_open_loop(
     cut = None if deadline_ns is None else t0 + deadline_ns
     sent = n
     for i in range(n):
-        wait_until(t0 + int(schedule_ns[i]), clock)
-        s = clock.now_ns()
+        s = wait_until(t0 + int(schedule_ns[i]), clock)
         if cut is not None and s >= cut:
             sent = i
             break

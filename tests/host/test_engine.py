@@ -252,3 +252,26 @@ def test_a_warm_up_by_time_stops_at_its_time_on_the_clock_it_is_given():
     assert warm_up(send, 0, 10.0, lambda: next(stops), check_every=1, clock=clock)[0] == 2  # asked after each
     run = run_request(BenchRequest("m.onnx", iterations=5, warmup_s=0.1), lambda: send, workers=2, clock=clock)
     assert run.warmup == 4 + 2 and len(run.errors) == 5 and run.failed == 0 and run.wall_s == 0.09  # 3 rounds of 30 ms
+
+
+def test_the_pacing_sleeps_in_slices_that_ask_for_a_stop_and_returns_the_send_time():
+    """schedule.wait_until, the one pacing of board and host: a wait of 1 s in slices of 50 ms is 20 sleeps, each
+    followed by a stop check, and it returns the clock's reading at the due time; a stop says None at the slice it
+    came in."""
+    from clock import FakeClock
+
+    from edge_runtime.measure.schedule import wait_until
+
+    clock = FakeClock()
+    due = clock.now_ns() + 1_000_000_000
+    asked = []
+
+    def never() -> bool:
+        asked.append(clock.now_ns())
+        return False
+
+    assert wait_until(due, clock, never, poll_s=0.05) == due
+    assert clock.sleeps == 20 and len(asked) == 20 and clock.now_ns() == due
+    stop_at = due + 300_000_000
+    assert wait_until(due + 10**9, clock, lambda: clock.now_ns() >= stop_at, poll_s=0.05) is None
+    assert clock.now_ns() == stop_at and wait_until(due, clock) == stop_at  # past due: now, no sleep
