@@ -195,6 +195,9 @@ class ModelInfo(Record):
     sha256: str = ""
     format: str = ""
     precision: str = "unknown"  # int8 | fp32 | fp16 | mixed | unknown
+    # A server's run (the host's record): the model's name and versions on the server.
+    server_name: str | None = field(default=None, metadata=OMIT_NONE)
+    server_versions: tuple[str, ...] | None = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,7 @@ def test_a_host_record_reads_back_exactly_with_its_client_sections_typed():
     assert isinstance(r.errors, results.Errors) and isinstance(r.server, results.ServerSection)
     assert r.errors.failed == r.failed_queries == raw["errors"]["failed"] == 1 and r.errors.kinds == {"http 500": 1}
     assert r.server.statistics == raw["server"]["statistics"] and r.scenario["kind"] == "server"
-    assert r.model.extra == {"server_name": "digits", "server_versions": ["1"]}
+    assert r.model.server_name == "digits" and r.model.server_versions == ("1",) and not r.model.extra
     back = r.to_dict()
     assert back == raw and list(back) == list(raw)  # key for key, in order
     assert results.load(back) == r

@@ -30,6 +30,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from edge_runtime.measure.clock import SYSTEM, Clock
+from edge_runtime.measure.loop import warm_up
+from edge_runtime.measure.schedule import wait_until
+
 Sender = Callable[[], str | None]
 MAX_WORKERS = 256
 JOIN_GRACE_S = 60.0  # after the schedule: how long in-flight queries may still take before the run gives up on them
@@ -74,28 +78,14 @@ class HostRun:
         return int(len(self.errors) - self.ok.sum())
 
 
-def _now() -> int:
-    return time.perf_counter_ns()
-
-
-def warm_up(send: Sender, warmup: int, warmup_s: float | None, should_stop) -> int:
-    """Untimed queries before the run (the server's first queries load, compile, fill caches)."""
-    done, t_end = 0, (time.monotonic() + warmup_s) if warmup_s else None
-    while (done < warmup) if t_end is None else (time.monotonic() < t_end):
-        if should_stop is not None and should_stop():
-            break
-        send()
-        done += 1
-    return done
-
-
 class _Start:
     """Each worker warms up in its own thread (its connection is made there, not in the timed part), then all start
     together: the clock's zero is read once every worker is ready."""
 
-    def __init__(self, n: int, warmup_each: int, duration_s: float | None = None):
+    def __init__(self, n: int, warmup_each: int, duration_s: float | None = None, clock: Clock = SYSTEM):
         self.warmup_each = warmup_each
         self.duration_s = duration_s
+        self.clock = clock
         self.ready = threading.Barrier(n + 1)
         self.go = threading.Event()
         self.t0 = 0
@@ -105,14 +95,16 @@ class _Start:
         for _ in range(self.warmup_each):
             if _call(send) is not None:
                 break  # a server that fails now fails the run's queries too: counted there, not waited for here
-        self.ready.wait()
-        self.go.wait()
+        with self.clock.parked():
+            self.ready.wait()
+            self.go.wait()
 
     def start(self, on_start: Callable[[], None] | None = None) -> int:
-        self.ready.wait()
+        with self.clock.parked():
+            self.ready.wait()
         if on_start is not None:  # e.g. the server's statistics, read after the warm-up and before the first query
             on_start()
-        self.t0 = _now()
+        self.t0 = self.clock.now_ns()
         if self.duration_s is not None:
             self.deadline = self.t0 + int(self.duration_s * 1e9)
         self.go.set()
@@ -128,6 +120,7 @@ def closed_loop(
     progress: Callable[[int, int | None, float], None] | None = None,
     warmup_each: int = 0,
     on_start: Callable[[], None] | None = None,
+    clock: Clock = SYSTEM,
 ) -> HostRun:
     """len(senders) workers, each sending its next query when its last completes, until `queries` were sent or
     `duration_s` passed; each first sends `warmup_each` untimed queries in its own thread."""
@@ -135,7 +128,7 @@ def closed_loop(
     lock = threading.Lock()
     rows: list[tuple[int, int, str | None]] = []
     issued = [0]
-    gate = _Start(n, warmup_each, duration_s)
+    gate = _Start(n, warmup_each, duration_s, clock)
     stop = threading.Event()
 
     def worker(send: Sender) -> None:
@@ -146,14 +139,14 @@ def closed_loop(
                 if queries is not None and issued[0] >= queries:
                     return
                 issued[0] += 1
-            s = _now()
+            s = clock.now_ns()
             if gate.deadline is not None and s >= gate.deadline:
                 return
             with lock:
                 row = [s - t0, -1, "no answer"]  # in flight: a query the run gives up on stays counted
                 rows.append(row)
             err = _call(send)
-            e = _now()
+            e = clock.now_ns()
             with lock:
                 row[1], row[2] = e - t0, err
 
@@ -163,12 +156,12 @@ def closed_loop(
     t0 = gate.start(on_start)
     interrupted = None
     try:
-        stopped = _wait(threads, stop, queries, t0, rows, should_stop, progress)
+        stopped = _wait(threads, stop, queries, t0, rows, should_stop, progress, clock)
     except KeyboardInterrupt as err:  # Ctrl-C, SIGTERM: the queries in flight finish, what came back is kept
         stop.set()
-        _join_all(threads)
+        _join_all(threads, clock=clock)
         stopped, interrupted = True, getattr(err, "signum", None) or 2
-    wall = (_now() - t0) / 1e9
+    wall = (clock.now_ns() - t0) / 1e9
     with lock:  # a straggler past the grace cannot change what is returned
         done = sorted(tuple(r) for r in rows)
     started = np.array([r[0] for r in done], np.int64)
@@ -177,11 +170,15 @@ def closed_loop(
                    kinds=Counter(r[2] for r in done if r[2]), interrupted=interrupted)  # fmt: skip
 
 
-def _join_all(threads, grace_s: float | None = None) -> None:
-    """Join every thread against one deadline (a hung server costs the grace once, not once per worker)."""
+def _join_all(threads, grace_s: float | None = None, clock: Clock = SYSTEM) -> None:
+    """Join every thread against one deadline (a hung server costs the grace once, not once per worker). The grace is
+    real seconds whatever the clock: a safety net against a hung server, not the run's time. An open loop's grace is
+    the run's time left on its clock, taken at face value, plus END_GRACE_S (with a fake clock: virtual seconds left
+    counted as real ones, plus END_GRACE_S real ones)."""
     end = time.monotonic() + (JOIN_GRACE_S if grace_s is None else grace_s)
-    for t in threads:
-        t.join(max(0.0, end - time.monotonic()))
+    with clock.parked():  # the workers may be asleep on the clock: time moves while this thread waits for them
+        for t in threads:
+            t.join(max(0.0, end - time.monotonic()))
 
 
 def open_loop(
@@ -194,6 +191,7 @@ def open_loop(
     progress: Callable[[int, int | None, float], None] | None = None,
     warmup_each: int = 0,
     on_start: Callable[[], None] | None = None,
+    clock: Clock = SYSTEM,
 ) -> HostRun:
     """Each query handed to the pool of len(senders) workers at its intended time (all at once when behind); with
     `from_intended` False (offline) latency is timed from each query's own start. `until_s` ends the run at its time:
@@ -205,7 +203,7 @@ def open_loop(
     errors: list[str | None] = [NOT_SENT] * n_q
     jobs: queue.Queue = queue.Queue()
     abandon = threading.Event()
-    gate = _Start(len(senders), warmup_each, until_s)
+    gate = _Start(len(senders), warmup_each, until_s, clock)
     done = [0]
     lock = threading.Lock()
 
@@ -213,17 +211,18 @@ def open_loop(
         gate.worker_ready(send)
         t0, cut = gate.t0, gate.deadline
         while True:
-            i = jobs.get()
+            with clock.parked():
+                i = jobs.get()
             if i is None:
                 return
             if abandon.is_set():
                 return  # the run is over: what is still queued is not sent
-            s = _now()
+            s = clock.now_ns()
             if cut is not None and s >= cut:
                 return  # the run's time is over: this query and the rest of the queue are not sent
             started[i] = s - t0  # before the send: a query in flight at the end is "no answer", not "not sent"
             err = _call(send)
-            e = _now()
+            e = clock.now_ns()
             finished[i], errors[i] = e - t0, err
             with lock:
                 done[0] += 1
@@ -234,27 +233,9 @@ def open_loop(
     t0 = gate.start(on_start)
     cut = gate.deadline
     stopped, interrupted = False, None
-    last_report = 0.0
     try:
-        for i in range(n_q):
-            due = t0 + int(schedule_ns[i])
-            if cut is not None and max(due, _now()) >= cut:
-                break  # the run's time is over (or the dispatcher itself fell behind it): the rest are not sent
-            while True:
-                now = _now()
-                if now >= due:
-                    break
-                time.sleep(min((due - now) / 1e9, 0.05) if due - now > 200_000 else 0)
-                if should_stop is not None and should_stop():
-                    break
-            if should_stop is not None and should_stop():
-                stopped = True
-                break
-            jobs.put(i)
-            el = (_now() - t0) / 1e9
-            if progress is not None and el - last_report >= 1.0:
-                last_report = el
-                progress(done[0], n_q, el)
+        report = (lambda el: progress(done[0], n_q, el)) if progress is not None else (lambda _el: None)
+        stopped = _dispatch(jobs, schedule_ns, t0, cut, clock, should_stop, report)
     except KeyboardInterrupt as err:  # Ctrl-C, SIGTERM: nothing more is sent; what was sent is waited for and kept
         stopped, interrupted = True, getattr(err, "signum", None) or 2
     if stopped:  # the queries queued but not started are not sent
@@ -265,9 +246,9 @@ def open_loop(
                 break
     for _ in threads:
         jobs.put(None)
-    _join_all(threads, None if cut is None else max(0.0, (cut - _now()) / 1e9) + END_GRACE_S)
+    _join_all(threads, None if cut is None else max(0.0, (cut - clock.now_ns()) / 1e9) + END_GRACE_S, clock)
     abandon.set()  # workers still busy past the grace send nothing more once their query returns
-    wall = (_now() - t0) / 1e9
+    wall = (clock.now_ns() - t0) / 1e9
     started, finished, errors = started.copy(), finished.copy(), list(errors)  # what stragglers write is not ours
     sent = started >= 0
     # queries never sent are not queries of this run when it was stopped, nor of an offline one cut by time;
@@ -280,6 +261,25 @@ def open_loop(
                    len(senders), stopped, kinds=Counter(e for e in errs if e), interrupted=interrupted)  # fmt: skip
 
 
+def _dispatch(jobs: queue.Queue, schedule_ns: np.ndarray, t0: int, cut: int | None, clock: Clock,
+              should_stop: Callable[[], bool] | None, report: Callable[[float], None]) -> bool:  # fmt: skip
+    """Hand each query to the workers at its intended time (`wait_until`: slept in slices of 50 ms with stop checks,
+    the last SPIN_NS spun), until the run's `cut`; progress each second. True when stopped."""
+    last_report = 0.0
+    for i in range(len(schedule_ns)):
+        due = t0 + int(schedule_ns[i])
+        if cut is not None and max(due, clock.now_ns()) >= cut:
+            return False  # the run's time is over (or the dispatcher itself fell behind it): the rest are not sent
+        if wait_until(due, clock, should_stop, poll_s=0.05) is None or (should_stop is not None and should_stop()):
+            return True
+        jobs.put(i)
+        el = (clock.now_ns() - t0) / 1e9
+        if el - last_report >= 1.0:
+            last_report = el
+            report(el)
+    return False
+
+
 def _call(send: Sender) -> str | None:
     try:
         return send()
@@ -287,19 +287,62 @@ def _call(send: Sender) -> str | None:
         return type(err).__name__
 
 
-def _wait(threads, stop, queries, t0, rows, should_stop, progress) -> bool:
+def _wait(threads, stop, queries, t0, rows, should_stop, progress, clock: Clock = SYSTEM) -> bool:
     """Wait for the workers of a closed loop, with progress and stop checks; True when stopped early."""
     last = 0.0
     while True:
         alive = [t for t in threads if t.is_alive()]
         if not alive:
             return False
-        alive[0].join(0.1)  # a live one: never a spin on one that has already ended
-        el = (_now() - t0) / 1e9
+        with clock.parked():
+            alive[0].join(0.1)  # a live one: never a spin on one that has already ended
+        el = (clock.now_ns() - t0) / 1e9
         if should_stop is not None and should_stop():
             stop.set()
-            _join_all(threads)
+            _join_all(threads, clock=clock)
             return True
         if progress is not None and el - last >= 1.0:
             last = el
             progress(len(rows), queries, el)
+
+
+def run_request(
+    request,
+    make_sender: Callable[[], Sender],
+    *,
+    workers: int,
+    should_stop: Callable[[], bool] | None = None,
+    say: Callable[[str], None] | None = None,
+    on_start: Callable[[], None] | None = None,
+    clock: Clock = SYSTEM,
+) -> HostRun:
+    """A BenchRequest run on `workers` connections, each with its own sender from `make_sender()`: a warm-up by time
+    first when the request has one (on one more sender, checked for a stop after each query; then one query per
+    connection), else its warm-up queries shared among the connections in their own threads; then a closed loop
+    (single-stream; offline, N in flight, each the moment one returns) or the request's open-loop schedule
+    (`plan_for`). `say` hears the progress, `on_start` runs after the warm-up, just before the first timed query. The
+    run carries its warm-up count and samples per query."""
+    from edge_runtime.measure.schedule import plan_for
+
+    say = say or (lambda _text: None)
+    kind = request.scenario or "single-stream"
+    iterations, duration_s = request.length
+    senders = [make_sender() for _ in range(workers)]
+    warm = 0
+    if request.warmup_s:  # a warm-up by time first (the server's), then one query per connection
+        say(f"warming up ({request.warmup_s:g} s)")
+        warm, _ = warm_up(make_sender(), 0, request.warmup_s, should_stop, check_every=1, clock=clock)
+    each = 1 if request.warmup_s else max(1, -(-request.warmup // workers))  # in each worker's own thread
+    warm += each * workers
+
+    def tick(done: int, total: int | None, elapsed: float) -> None:
+        say(f"measuring: {done:,}" + (f"/{total:,}" if total else "") + f" queries, {elapsed:.1f} s")
+
+    loop = dict(should_stop=should_stop, progress=tick, warmup_each=each, on_start=on_start, clock=clock)
+    if kind in ("single-stream", "offline"):
+        run = closed_loop(senders, queries=iterations, duration_s=duration_s, **loop)
+    else:
+        plan = plan_for(request, iterations, duration_s)
+        run = open_loop(senders, plan.intended_ns, until_s=plan.end_s, **loop)
+    run.warmup, run.samples_per_query = warm, request.samples_per_query or 1
+    return run

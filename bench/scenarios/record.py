@@ -1,8 +1,11 @@
 """A host-side run (bench/scenarios/engine.py) as a result record of the same schema a board writes
-(`edge-runtime/bench/1`): the same statistics, histogram and timeline code, so a server's numbers and a board's sit in
-one store, one comparison and one report. What only a client run has goes in its own sections: `errors` (failed
-queries by kind, and their share of the queries sent), `failed_queries` (what the SLO's error budget counts), `server`
-(the server's own time split and its metrics)."""
+(`edge-runtime/bench/1`), built as the same typed record (`edge_runtime.results.BenchResult`) from the same statistics,
+histogram, timeline and scenario code, so a server's numbers and a board's sit in one store, one comparison and one
+report. What only a client run has goes in its own sections: `errors` (failed queries by kind, and their share of the
+queries sent), `failed_queries` (what the SLO's error budget counts), `server` (the server's own time split, its
+metrics, the network). The sections only a board measures say so: thermal and power `available: false`, no pinning.
+
+What the target supplies (its model, its backend, where it runs, the call it times) comes in a `HostRunContext`."""
 
 from __future__ import annotations
 
@@ -10,178 +13,180 @@ import signal
 import socket
 import time
 from collections import Counter
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 import numpy as np
 
-from bench.scenarios.engine import NOT_SENT
-from edge_runtime.measure.scenario import asked_keys, load_keys, saturation_text
+from bench.scenarios.engine import NOT_SENT, HostRun
+from edge_runtime.measure.scenario import saturation_text, scenario_figures
 from edge_runtime.measure.stats import (
     PERCENTILE_METHOD,
     histogram_us,
     jitter,
     latency_timeline,
-    percentile_us,
     stability,
     summarize,
 )
+from edge_runtime.results import (
+    Aborted,
+    BackendSection,
+    BenchResult,
+    Config,
+    Environment,
+    Errors,
+    Jitter,
+    Latency,
+    ModelInfo,
+    Quality,
+    ServerSection,
+)
 
-LATENCY_FROM = {
-    True: "intended send time (open loop; no coordinated omission)",
-    False: "each query's own send (closed loop)",
-}
+
+@dataclass(frozen=True)
+class HostRunContext:
+    """What a server target says about a run it timed from the client: the model it serves, its backend section,
+    the board's name in the record (the server, its version and address), the call timed, and the client packages
+    whose versions the record lists."""
+
+    model: ModelInfo
+    backend: BackendSection
+    board: str
+    timed_call: str
+    packages: tuple[str, ...] = ()
+
+
+def served_model(url: str, request_model: str | None, served: str, name: str, versions) -> ModelInfo:
+    """The record's model section of a server's run: the target's URL, and the sha256 of the campaign's model file when
+    the request names one other than the served name (hashed as a board hashes it: an IR's .xml and .bin, so the
+    run pairs with a board run of that file); the server's name and versions for it."""
+    sha = None
+    if request_model and request_model != served:
+        from edge_runtime.errors import UserError
+        from edge_runtime.runtime.model import model_sha256
+
+        try:
+            sha = model_sha256(request_model)
+        except (OSError, UserError):
+            sha = None
+    # precision null: a server does not say it. A server that lists no versions says [] (the record said null before).
+    return ModelInfo(url, sha, "kserve", None, server_name=name, server_versions=tuple(versions or ()))  # type: ignore[arg-type]
 
 
 def host_result(
-    target, request, run, kind: str, started_at: float, tensors: str, split: dict, metrics: dict, network: dict
-) -> dict:
-    from edge_runtime import __version__
-    from edge_runtime.results import BENCH_SCHEMA
-    from edge_runtime.system import SystemRoot
-    from edge_runtime.system.environment import environment, packages
-
+    request,
+    run: HostRun,
+    context: HostRunContext,
+    *,
+    started_at: float | None = None,
+    server: ServerSection | None = None,
+) -> BenchResult:
+    """The typed record of a host-timed run (`started_at`, seconds since the epoch: when its first query went out;
+    default now)."""
+    kind = request.scenario or "single-stream"
+    latency, jitter_us, unstable, warnings = _latency(run)
+    errors = _errors(run)
+    warnings += _warnings(run, errors)
+    scenario = _scenario(request, run, kind, warnings)
+    answered = int(run.ok.sum())
     lat_ns = run.latency_ns
-    warnings: list[str] = []
-    # A query the run's time was over for did not fail: it is the scenario's `not_sent`, beside `saturated`, and the
-    # error budget charges only the queries sent (a target that cannot keep up shows in their latency).
+    return BenchResult(
+        model=context.model,
+        backend=context.backend,
+        config=_config(request, run, context),
+        latency_us=latency,
+        jitter_us=jitter_us,
+        throughput_ips=round(answered * (request.samples_per_query or 1) / run.wall_s, 2) if run.wall_s > 0 else None,
+        quality=Quality(None, PERCENTILE_METHOD, unstable, tuple(warnings)),
+        environment=_environment(context),
+        started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() if started_at is None else started_at)),
+        wall_s=run.wall_s,
+        aborted=_aborted(run),
+        scenario=scenario,
+        timeline_us=_timeline(run),
+        errors=errors,
+        failed_queries=errors.failed,
+        server=server if server is not None else ServerSection({}, {}, {}),
+        histogram_us=tuple(map(tuple, histogram_us(lat_ns))) if len(lat_ns) else (),
+    )
+
+
+def _latency(run: HostRun) -> tuple[Latency, Jitter, bool | None, list[str]]:
+    """The answered queries' latency, its jitter, whether it was stable, and the warnings that says."""
+    lat_ns = run.latency_ns
+    if not len(lat_ns):
+        return Latency(count=0), Jitter(), None, ["no query was answered: no latency to report"]
+    lat = summarize(lat_ns)
+    unstable, why = stability(lat_ns, lat)
+    return Latency(**lat), Jitter(**jitter(lat)), unstable, list(why)
+
+
+def _errors(run: HostRun) -> Errors:
+    """The failed queries by kind: a query the run's time was over for did not fail (it is the scenario's `not_sent`,
+    beside `saturated`), and the error budget charges only the queries sent."""
     not_sent = run.kinds.get(NOT_SENT, 0)
     kinds = Counter({k: v for k, v in run.kinds.items() if k != NOT_SENT})
     n, failed = len(run.errors), run.failed - not_sent
-    if len(lat_ns):
-        lat = summarize(lat_ns)
-        unstable, why = stability(lat_ns, lat)
-        warnings += why
-    else:
-        lat, unstable = {"count": 0}, None
-        warnings.append("no query was answered: no latency to report")
-    if failed:
-        said = ", ".join(f"{k} x{v}" for k, v in kinds.most_common(4))
-        warnings.append(f"{failed:,} of {n - not_sent:,} queries sent failed ({said})")
+    return Errors(failed, round(failed / (n - not_sent), 6) if n > not_sent else 0.0, dict(kinds), dict(run.examples))
+
+
+def _warnings(run: HostRun, errors: Errors) -> list[str]:
+    out = []
+    if errors.failed:
+        said = ", ".join(f"{k} x{v}" for k, v in Counter(errors.kinds).most_common(4))
+        sent = len(run.errors) - run.kinds.get(NOT_SENT, 0)
+        out.append(f"{errors.failed:,} of {sent:,} queries sent failed ({said})")
     if run.stopped:
-        warnings.append(f"interrupted: partial result of {n:,} queries")
-    spq = request.samples_per_query or 1
+        out.append(f"interrupted: partial result of {len(run.errors):,} queries")
+    return out
+
+
+def _timeline(run: HostRun) -> tuple:
+    """The latency timeline of the answered queries, in up to 50 chunks by the time they came back."""
     answered = int(run.ok.sum())
     order = np.argsort(run.finished_ns[run.ok], kind="stable")
     done_at = (run.finished_ns[run.ok][order] / 1e9) if answered else np.empty(0)
     steps = np.linspace(0, answered, min(answered, 50) + 1).astype(int)[1:] if answered else []
-    m = SimpleNamespace(samples_ns=lat_ns, wall_s=run.wall_s,
+    m = SimpleNamespace(samples_ns=run.latency_ns, wall_s=run.wall_s,
                         chunks=[(0, 0.0)] + [(int(i), float(done_at[i - 1])) for i in steps])  # fmt: skip
-    scenario = _scenario(request, run, kind, warnings)
-    env = environment(SystemRoot("/"), None, {"edge-runtime": __version__, "numpy": np.__version__,
-                                               **packages(["tritonclient", "grpcio", "geventhttpclient"])})  # fmt: skip
-    server = (target.meta or {}).get("server") or {}
-    env["board"] = f"{server.get('name') or 'kserve'} {server.get('version') or ''} at {target.opts['address']}".strip()
-    env["measured_on"] = {"client": socket.gethostname(), "note": "latency as the client sees it, network included"}
-    model = (target.meta or {}).get("model") or {}
-    sha = None
-    if request.model and request.model != target.opts["model"]:
-        from edge_runtime.errors import UserError
-        from edge_runtime.runtime.model import model_sha256
+    return tuple(latency_timeline(m) or ())
 
-        try:  # the campaign's model file, hashed as a board hashes it (an IR's .xml and .bin): the pair of a board run
-            sha = model_sha256(request.model)
-        except (OSError, UserError):
-            sha = None
-    model_section = {
-        "path": target.url,
-        "sha256": sha,
-        "format": "kserve",
-        "precision": None,
-        "server_name": model.get("name", target.opts["model"]),
-        "server_versions": model.get("versions"),
-    }
-    details = {
-        "server": server.get("name"),
-        "protocol": target.opts["protocol"],
-        "tensors": tensors,
-        "address": target.opts["address"],
-        "extensions": server.get("extensions"),
-    }
-    backend = {
-        "name": "kserve",
-        "version": server.get("version"),
-        "device": f"server ({server.get('name')})",
-        "delegate": None,
-        "fallback": False,
-        "fallback_reason": None,
-        "details": details,
-    }
-    config = {
-        "threads": run.concurrency,
-        "cpus": None,
-        "rt_priority": None,
-        "mlock": False,
-        "warmup": run.warmup,
-        "iterations": request.iterations,
-        "duration_s": request.duration_s,
-        "stress": [],
-        "timed_call": "tritonclient infer() of seeded random inputs, from the client",
-    }
-    quality = {
-        "timer_overhead_ns": None,
-        "percentile_method": PERCENTILE_METHOD,
-        "unstable": unstable,
-        "warnings": warnings,
-    }
+
+def _aborted(run: HostRun) -> Aborted | None:
+    if not run.stopped:
+        return None
     sig = signal.Signals(run.interrupted).name if run.interrupted else None
-    aborted = {
-        "kind": "interrupted",
-        "reason": f"interrupted by {sig}" if sig else "stopped",
-        "signal": sig,
-        "at_s": round(run.wall_s, 3),
-        "partial": True,
-    }
-    return {
-        "schema": BENCH_SCHEMA,
-        "model": model_section,
-        "backend": backend,
-        "config": config,
-        "latency_us": lat,
-        "jitter_us": jitter(lat) if len(lat_ns) else {"p99_minus_p50": None, "max_minus_min": None},
-        "throughput_ips": round(answered * spq / run.wall_s, 2) if run.wall_s > 0 else None,
-        "quality": quality,
-        "environment": env,
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started_at)),
-        "wall_s": run.wall_s,
-        **({"aborted": aborted} if run.stopped else {}),
-        "scenario": scenario,
-        "timeline_us": list(latency_timeline(m) or []),
-        "errors": {
-            "failed": failed,
-            "share": round(failed / (n - not_sent), 6) if n > not_sent else 0.0,
-            "kinds": dict(kinds),
-            "examples": dict(run.examples),
-        },
-        "failed_queries": failed,
-        "server": {"statistics": split, "metrics": metrics, "network": network},
-        "histogram_us": [list(x) for x in histogram_us(lat_ns)] if len(lat_ns) else [],
-    }
+    return Aborted("interrupted", f"interrupted by {sig}" if sig else "stopped", sig, round(run.wall_s, 3), True)
 
 
-def _scenario(request, run, kind: str, warnings: list[str]) -> dict:
-    """The record's scenario section: what was asked and, for an open loop, how the schedule was kept (the keys a board
-    writes, its end the run's unless stopped: rates, not sent, saturated, send error) and latency from the actual send.
-    A saturated run adds its warning."""
-    n = len(run.errors)
-    scenario = {"kind": kind, "queries": n, "samples_per_query": request.samples_per_query or 1,
-                "concurrency": run.concurrency, "latency_from": LATENCY_FROM[run.from_intended],
-                **asked_keys(kind, request)}  # fmt: skip
+def _environment(context: HostRunContext) -> Environment:
+    """This client's environment, the server named as the board, and where the latency was measured."""
+    from edge_runtime import __version__
+    from edge_runtime.system import SystemRoot
+    from edge_runtime.system.environment import environment, packages
+
+    env = environment(SystemRoot("/"), None, {"edge-runtime": __version__, "numpy": np.__version__,
+                                               **packages(list(context.packages))})  # fmt: skip
+    env["board"] = context.board
+    env["measured_on"] = {"client": socket.gethostname(), "note": "latency as the client sees it, network included"}
+    return Environment.from_dict(env)
+
+
+def _config(request, run: HostRun, context: HostRunContext) -> Config:
+    return Config(threads=run.concurrency, cpus=None, rt_priority=None, mlock=False, warmup=run.warmup,
+                  iterations=request.iterations, duration_s=request.duration_s, stress=(),
+                  timed_call=context.timed_call)  # fmt: skip
+
+
+def _scenario(request, run: HostRun, kind: str, warnings: list[str]) -> dict:
+    """The record's scenario section, from the board's function (`scenario_figures`, over the queries sent; its end
+    the run's unless stopped). A saturated run adds its warning."""
     sent = run.started_ns >= 0
-    if not run.from_intended:
-        starts = np.sort(run.started_ns[sent])
-        span = (starts[-1] - starts[0]) / 1e9 if len(starts) > 1 else 0.0
-        scenario["achieved_qps"] = round((len(starts) - 1) / span, 2) if span > 0 else 0.0
-        return scenario
-    end_s = None if run.stopped else request.duration_s
-    done = run.finished_ns[sent] if run.concurrency == 1 else None  # the issuer's own error: one at a time
-    scenario.update(load_keys(run.intended_ns[sent], run.started_ns[sent], end_s, scheduled=n, finished_ns=done))
-    if run.concurrency > 1:
-        scenario["send_error_note"] = (
-            "with several connections the send lag includes waiting for a free one: a saturated server shows "
-            "here too, not only the issuer's error"
-        )
-    service = (run.finished_ns - run.started_ns)[run.ok]
-    scenario["service_us"] = {"p50": percentile_us(service, 50), "p99": percentile_us(service, 99)}
+    scenario = scenario_figures(kind, request, run.intended_ns[sent], run.started_ns[sent], run.finished_ns[sent],
+                                from_intended=run.from_intended, wall_s=run.wall_s,
+                                end_s=None if run.stopped else request.duration_s, scheduled=len(run.errors),
+                                samples_per_query=request.samples_per_query or 1, ok=run.ok[sent],
+                                concurrency=run.concurrency)  # fmt: skip
     saturated = saturation_text(scenario)
     if saturated:
         warnings.append(saturated)

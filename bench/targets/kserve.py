@@ -285,52 +285,20 @@ class KServeTarget(Target):
     def bench(self, request, *, progress=None, rid: str | None = None, sink=None) -> TargetResult:
         from bench.metrics.kserve_stats import StatsReader
         from bench.metrics.prometheus import MetricsSampler
-        from bench.scenarios.engine import closed_loop, open_loop, warm_up
+        from bench.scenarios.engine import run_request
         from bench.scenarios.record import host_result
         from bench.transports.connection import new_request_id
-        from edge_runtime.measure.schedule import plan_for
+        from edge_runtime.results import ServerSection
 
         rid = rid or new_request_id("kserve-")
         if self.meta is None:
             self.connect()
-        say = progress or (lambda _m: None)
         feeds = self.feeds(request.seed)
         probe = self.client()
         binary, tensors = self.choose_tensors(probe, feeds)
         kind = request.scenario or "single-stream"
-        iterations, duration_s = request.length
         conc = request.concurrency or (OPEN_LOOP_WORKERS if kind not in ("single-stream", "offline") else 1)
-        spq = request.samples_per_query or 1
-
         examples: dict[str, str] = {}
-
-        def make_sender() -> Callable[[], str | None]:
-            """One worker's sender. Its client is made in the thread that first uses it, and a thread that uses it
-            later gets its own: tritonclient's HTTP client runs on gevent, whose hub belongs to one thread ("Cannot
-            switch to a different thread")."""
-            local = threading.local()
-            inputs, outputs = self._inputs(feeds, binary), self._outputs(binary)
-            kw = {"headers": self.headers, "model_version": self.opts["version"], "outputs": outputs}
-            if self.opts["protocol"] == "grpc":
-                kw["client_timeout"] = self.opts["timeout"]
-            name = self.opts["model"]
-
-            def send() -> str | None:
-                c = getattr(local, "client", None)
-                if c is None:
-                    c = local.client = self.client()
-                for _ in range(spq):
-                    try:
-                        c.infer(name, inputs, **kw)
-                    except Exception as err:  # noqa: BLE001 - counted by kind, never fatal
-                        kind = _kind(err)
-                        examples.setdefault(kind, _why(err))  # the first message of each kind, for the record
-                        return kind
-                return None
-
-            return send
-
-        senders = [make_sender() for _ in range(conc)]
         name, version = self.opts["model"], self.opts["version"]
         stats = StatsReader(lambda: _plain(probe.get_inference_statistics(name, version, headers=self.headers,
                                                                            **self.limit)), _why)  # fmt: skip
@@ -340,47 +308,76 @@ class KServeTarget(Target):
         metrics = MetricsSampler(self.opts["metrics"], self.headers if same_host else {})
         self._stop.clear()
         self._running = rid
-        warm = 0
-        if request.warmup_s:  # a warm-up by time first (the server's), then one query per connection
-            say(f"warming up ({request.warmup_s:g} s)")
-            warm = warm_up(make_sender(), 0, request.warmup_s, self._stop.is_set)
-        each = 1 if request.warmup_s else max(1, -(-request.warmup // conc))  # in each worker's own thread
-        warm += each * conc
-        network = self.round_trip(probe)
         marks: dict = {}
 
         def on_start() -> None:  # after every worker's warm-up, just before the first timed query
+            marks["network"] = self.round_trip(probe)  # after a warm-up by time, as before run_request
             marks["before"] = stats.read()
             marks["at"] = time.time()
             metrics.start()
 
-        def tick(done: int, total: int | None, elapsed: float) -> None:
-            say(f"measuring: {done:,}" + (f"/{total:,}" if total else "") + f" queries, {elapsed:.1f} s")
-
         try:
-            if kind in ("single-stream", "offline"):  # offline: N in flight, each the moment one returns
-                run = closed_loop(senders, queries=iterations, duration_s=duration_s, should_stop=self._stop.is_set,
-                                  progress=tick, warmup_each=each, on_start=on_start)  # fmt: skip
-            else:
-                plan = plan_for(request, iterations, duration_s)
-                run = open_loop(senders, plan.intended_ns, until_s=plan.end_s, should_stop=self._stop.is_set,
-                                progress=tick, warmup_each=each, on_start=on_start)  # fmt: skip
+            run = run_request(request, lambda: self._sender(feeds, binary, request.samples_per_query or 1, examples),
+                              workers=conc, should_stop=self._stop.is_set, say=progress, on_start=on_start)  # fmt: skip
         except KeyboardInterrupt:
             self._stop.set()
             raise
         finally:
             metrics.stop()
             self._running = None
-        after = stats.read()
-        run.warmup, run.samples_per_query = warm, spq
-        split = stats.split(marks.get("before"), after, run)
         run.examples = examples
-        at = marks.get("at", time.time())
-        doc = host_result(self, request, run, kind, at, tensors, split, metrics.summary(), network)
-        got = TargetResult(rid, doc, warnings=list(doc["quality"]["warnings"]), stopped_by=run.interrupted)
+        split = stats.split(marks.get("before"), stats.read(), run)
+        server = ServerSection(split, metrics.summary(), marks.get("network") or self.round_trip(probe))
+        record = host_result(request, run, self._context(request, tensors), started_at=marks.get("at"), server=server)
+        doc = record.to_dict()
+        got = TargetResult(rid, doc, warnings=list(record.quality.warnings), stopped_by=run.interrupted)
         if sink is not None:
             sink(got)
         return got
+
+    def _sender(self, feeds, binary: bool, spq: int, examples: dict[str, str]) -> Callable[[], str | None]:
+        """One worker's sender: `spq` requests a query, a failure counted by its kind (its first message kept in
+        `examples`). Its client is made in the thread that first uses it, and a thread that uses it later gets its
+        own: tritonclient's HTTP client runs on gevent, whose hub belongs to one thread ("Cannot switch to a
+        different thread")."""
+        local = threading.local()
+        inputs, outputs = self._inputs(feeds, binary), self._outputs(binary)
+        kw = {"headers": self.headers, "model_version": self.opts["version"], "outputs": outputs}
+        if self.opts["protocol"] == "grpc":
+            kw["client_timeout"] = self.opts["timeout"]
+        name = self.opts["model"]
+
+        def send() -> str | None:
+            c = getattr(local, "client", None)
+            if c is None:
+                c = local.client = self.client()
+            for _ in range(spq):
+                try:
+                    c.infer(name, inputs, **kw)
+                except Exception as err:  # noqa: BLE001 - counted by kind, never fatal
+                    kind = _kind(err)
+                    examples.setdefault(kind, _why(err))  # the first message of each kind, for the record
+                    return kind
+            return None
+
+        return send
+
+    def _context(self, request, tensors: str):
+        """What the record says of this server and its model (bench/scenarios/record.py: HostRunContext)."""
+        from bench.scenarios.record import HostRunContext, served_model
+        from edge_runtime.results import BackendSection
+
+        server = (self.meta or {}).get("server") or {}
+        model = (self.meta or {}).get("model") or {}
+        details = {"server": server.get("name"), "protocol": self.opts["protocol"], "tensors": tensors,
+                   "address": self.opts["address"], "extensions": server.get("extensions")}  # fmt: skip
+        backend = BackendSection("kserve", server.get("version"), f"server ({server.get('name')})", None, False, None,
+                                 details)  # fmt: skip
+        board = f"{server.get('name') or 'kserve'} {server.get('version') or ''} at {self.opts['address']}".strip()
+        served = served_model(self.url, request.model, self.opts["model"], model.get("name", self.opts["model"]),
+                              model.get("versions"))  # fmt: skip
+        return HostRunContext(served, backend, board, "tritonclient infer() of seeded random inputs, from the client",
+                              ("tritonclient", "grpcio", "geventhttpclient"))  # fmt: skip
 
     def round_trip(self, c, probes: int = 20) -> dict:
         """The network's round trip to the server, as the median of health requests before the run (it includes

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edge_runtime.measure.clock import SYSTEM, Clock
+
 MAX_SAMPLES = 50_000_000  # 400 MB of int64: the ceiling for any run
 CHUNK_S = 0.5
 
@@ -101,19 +103,26 @@ def timer_overhead_ns(n: int = 20_000) -> int:
 
 
 def warm_up(
-    fn: Callable[[], object], warmup: int, warmup_s: float | None, should_stop: Callable[[], bool] | None
+    fn: Callable[[], object],
+    warmup: int,
+    warmup_s: float | None,
+    should_stop: Callable[[], bool] | None,
+    *,
+    check_every: int = 64,
+    clock: Clock = SYSTEM,
 ) -> tuple[int, int]:
-    """Untimed calls before a measured part: `warmup` of them, or for `warmup_s` seconds; stops early when
-    `should_stop()` says so (checked every 64 calls). Returns (calls made, ns per call; 0 when none)."""
+    """Untimed calls before a measured part: `warmup` of them, or for `warmup_s` seconds of `clock`; stops early when
+    `should_stop()` says so (checked every `check_every` calls: the board's inferences are short, a server's query
+    is not). Returns (calls made, ns per call; 0 when none)."""
     calls = 0
-    t_end = time.perf_counter_ns() + int(warmup_s * 1e9) if warmup_s else None
-    t0 = time.perf_counter_ns()
-    while (calls < warmup) if t_end is None else (time.perf_counter_ns() < t_end):
+    t0 = clock.now_ns()
+    t_end = t0 + int(warmup_s * 1e9) if warmup_s else None
+    while (calls < warmup) if t_end is None else (clock.now_ns() < t_end):
         fn()
         calls += 1
-        if should_stop is not None and calls % 64 == 0 and should_stop():
+        if should_stop is not None and calls % check_every == 0 and should_stop():
             break
-    return calls, (time.perf_counter_ns() - t0) // calls if calls else 0
+    return calls, (clock.now_ns() - t0) // calls if calls else 0
 
 
 def measure(

@@ -31,9 +31,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from edge_runtime.measure.clock import SYSTEM, Clock
+
 MAX_QUERIES = 50_000_000
 MAX_REPLAY = 1_000_000  # arrivals in one replay file
-SPIN_NS = 200_000  # the last 0.2 ms before a send are spun, not slept (sleep wakes late by ~50-100 us)
 CHUNK_QUERIES = 256  # at most this many queries between progress and stop checks (offline sends them all at once)
 OPEN_LOOP = ("server", "burst", "multi-stream", "replay", "offline")
 KINDS = ("single-stream", *OPEN_LOOP)
@@ -205,10 +206,36 @@ class OpenLoopRun:
         return (self.started_ns - self.intended_ns)[idle]
 
 
+def wait_until(
+    due_ns: int, clock: Clock = SYSTEM, should_stop: Callable[[], bool] | None = None, poll_s: float | None = None
+) -> int | None:
+    """Return at `due_ns` on `clock` (its now_ns()): sleep until its spin_ns (clock.SPIN_NS) before it, in slices of
+    `poll_s` when given, then spin. With `should_stop` (a dispatcher that shares the interpreter with its workers) it
+    is asked between slices and the spin yields (a sleep of 0). Returns the clock's reading at or past `due_ns` (what a
+    send time is: no second read), or None when `should_stop` said stop before the time came."""
+    now, spin_ns = clock.now_ns, clock.spin_ns
+    while True:
+        t = now()
+        left = due_ns - t
+        if left <= 0:
+            return t
+        if should_stop is not None and should_stop():
+            return None
+        if left > spin_ns:
+            wait = (left - spin_ns) / 1e9
+            clock.sleep(min(wait, poll_s) if poll_s else wait)
+        elif should_stop is not None:
+            clock.sleep(0)
+        else:  # the board's spin: nothing else in the loop, so the send leaves within a clock read of its time
+            while (t := now()) < due_ns:
+                pass
+            return t
+
+
 def run_open_loop(
     call: Callable[[], object],
     schedule_ns: np.ndarray,
-    clock=time.perf_counter_ns,
+    clock: Clock = SYSTEM,
     t0: int | None = None,
     deadline_ns: int | None = None,
 ) -> OpenLoopRun:
@@ -218,23 +245,16 @@ def run_open_loop(
     n = len(schedule_ns)
     started = np.empty(n, np.int64)
     finished = np.empty(n, np.int64)
-    t0 = clock() if t0 is None else t0
+    t0 = clock.now_ns() if t0 is None else t0
     cut = None if deadline_ns is None else t0 + deadline_ns
     sent = n
     for i in range(n):
-        due = t0 + int(schedule_ns[i])
-        now = clock()
-        if now < due:
-            if due - now > SPIN_NS:
-                time.sleep((due - now - SPIN_NS) / 1e9)
-            while clock() < due:
-                pass
-        s = clock()
+        s = wait_until(t0 + int(schedule_ns[i]), clock)
         if cut is not None and s >= cut:
             sent = i
             break
         call()
-        e = clock()
+        e = clock.now_ns()
         started[i] = s - t0
         finished[i] = e - t0
     intended = np.asarray(schedule_ns, np.int64)[:sent]

@@ -158,3 +158,120 @@ def test_each_model_and_scenario_gets_its_own_edge_versus_server_comparison():
     assert comps[0]["crossover_rtt_ms"]["p50"] < 0 and comps[1]["crossover_rtt_ms"]["p50"] > 0
     # eight samples a query: eight round trips to the server, eight inferences on the board
     assert comps[2]["crossover_rtt_ms"]["p50"] == pytest.approx((800 - (2000 - 8 * 100)) / 8 / 1000, abs=1e-4)
+
+
+# ------------------------------------------------------------------------------------- on virtual time (FakeClock)
+class VirtualStalling:
+    """Stalling on a FakeClock: 20 ms per query, except 200 ms at the start of every (virtual) second, one query at a
+    time. Exact: no sleep wakes late."""
+
+    def __init__(self, clock):
+        self.clock, self.t0 = clock, clock.now_ns()
+        self.lock = threading.Lock()
+        self.stalled_in = -1
+
+    def __call__(self):
+        with self.clock.parked():  # waiting for the instance is waiting on another thread
+            self.lock.acquire()
+        try:
+            now = (self.clock.now_ns() - self.t0) / 1e9
+            if int(now) != self.stalled_in and now % 1.0 < 0.2:
+                self.stalled_in = int(now)
+                self.clock.sleep(0.2 - now % 1.0)
+            self.clock.sleep(0.02)
+        finally:
+            self.lock.release()
+
+
+def test_on_an_idle_virtual_clock_each_query_is_sent_at_its_time_exactly():
+    """The dispatcher's pacing (schedule.wait_until) on a clock whose sleeps are exact: the send error is 0 for every
+    query, each latency is the service time, and the run's wall time is the last answer's."""
+    from clock import FakeClock
+
+    clock = FakeClock()
+    sched = np.arange(20, dtype=np.int64) * 10_000_000 + 3_000_000
+
+    def send():
+        clock.sleep(0.001)
+
+    run = open_loop([send, send], sched, clock=clock)
+    assert run.failed == 0 and np.array_equal(run.started_ns, sched) and np.array_equal(run.intended_ns, sched)
+    assert np.array_equal(run.latency_ns, np.full(20, 1_000_000)) and run.wall_s == (sched[-1] + 1_000_000) / 1e9
+
+
+def test_on_virtual_time_an_open_loop_carries_the_stall_and_a_closed_loop_hides_it():
+    """The stall test, exact: a closed loop's slow queries are the three stalls themselves (every other query takes
+    its 20 ms to the ns), while the open loop's queue behind each stall makes a tenth of its queries slow."""
+    from clock import FakeClock
+
+    clock = FakeClock()
+    sched = poisson_schedule(25, 2.2, seed=5)
+    run = open_loop([VirtualStalling(clock)] * 4, sched, clock=clock)
+    assert run.failed == 0 and len(run.errors) == len(sched)
+    lat_ms = run.latency_ns / 1e6
+    assert np.percentile(lat_ms, 99) > 100 and np.mean(lat_ms > 40) > 0.1
+    assert np.all(run.finished_ns - run.started_ns >= 20_000_000)
+    clock = FakeClock()
+    closed = closed_loop([VirtualStalling(clock)], duration_s=2.2, clock=clock)
+    lat = closed.latency_ns
+    assert np.sum(lat > 40_000_000) == 3 and np.sum(lat == 20_000_000) == len(lat) - 3, np.unique(lat)
+
+
+def test_on_virtual_time_a_stop_ends_the_open_loop_and_keeps_what_was_sent():
+    """A stop at virtual 0.3 s: the 30 queries due before it were sent and answered, none after."""
+    from clock import FakeClock
+
+    clock = FakeClock()
+    start = clock.now_ns()
+
+    def send():
+        clock.sleep(0.001)
+
+    sched = np.arange(100, dtype=np.int64) * 10_000_000
+    run = open_loop([send] * 2, sched, should_stop=lambda: clock.now_ns() - start >= 300_000_000, clock=clock)
+    assert run.stopped and len(run.errors) == 30 and run.failed == 0
+    assert np.array_equal(run.started_ns, sched[:30])
+
+
+def test_a_warm_up_by_time_stops_at_its_time_on_the_clock_it_is_given():
+    """One warm-up for board and host (loop.warm_up, checked after each query for a server): by time, it ends at
+    `warmup_s` of the clock's time; the host's run_request counts it with one query per connection after it."""
+    from clock import FakeClock
+
+    from bench.scenarios.engine import run_request
+    from edge_runtime.measure.loop import warm_up
+    from edge_runtime.measure.request import BenchRequest
+
+    clock = FakeClock()
+
+    def send():
+        clock.sleep(0.03)
+
+    assert warm_up(send, 0, 0.1, None, check_every=1, clock=clock) == (4, 30_000_000)  # at 0, 30, 60, 90 ms
+    stops = iter([False, True])
+    assert warm_up(send, 0, 10.0, lambda: next(stops), check_every=1, clock=clock)[0] == 2  # asked after each
+    run = run_request(BenchRequest("m.onnx", iterations=5, warmup_s=0.1), lambda: send, workers=2, clock=clock)
+    assert run.warmup == 4 + 2 and len(run.errors) == 5 and run.failed == 0 and run.wall_s == 0.09  # 3 rounds of 30 ms
+
+
+def test_the_pacing_sleeps_in_slices_that_ask_for_a_stop_and_returns_the_send_time():
+    """schedule.wait_until, the one pacing of board and host: a wait of 1 s in slices of 50 ms is 20 sleeps, each
+    followed by a stop check, and it returns the clock's reading at the due time; a stop says None at the slice it
+    came in."""
+    from clock import FakeClock
+
+    from edge_runtime.measure.schedule import wait_until
+
+    clock = FakeClock()
+    due = clock.now_ns() + 1_000_000_000
+    asked = []
+
+    def never() -> bool:
+        asked.append(clock.now_ns())
+        return False
+
+    assert wait_until(due, clock, never, poll_s=0.05) == due
+    assert clock.sleeps == 20 and len(asked) == 20 and clock.now_ns() == due
+    stop_at = due + 300_000_000
+    assert wait_until(due + 10**9, clock, lambda: clock.now_ns() >= stop_at, poll_s=0.05) is None
+    assert clock.now_ns() == stop_at and wait_until(due, clock) == stop_at  # past due: now, no sleep

@@ -354,3 +354,40 @@ def test_saturation_is_the_rate_achieved_against_the_rate_scheduled_over_the_sam
     # the issuer's own error is over the queries that found the target idle, and says how many
     one_at_a_time = load_keys(every_10ms, every_10ms * 2, None, finished_ns=every_10ms * 2 + 30 * ms)
     assert one_at_a_time["issuer_error_us"]["queries"] == 1
+
+
+@pytest.mark.parametrize("kind", ["server", "multi-stream", "offline"])
+def test_a_board_run_and_a_server_run_of_the_same_queries_write_the_same_scenario_figures(kind):
+    """Issue 23, step 17: one function writes the scenario section of both sides. The same queries, one at a time,
+    give the same keys and values from the board's `scenario_section` and the host's record, but the concurrency the
+    host adds: `queries` counts the queries sent (not the schedule's), offline's rate is its queries over the wall
+    time and its latency is timed from each query's own start in the board's words, on both."""
+    from collections import Counter
+
+    from bench.scenarios.engine import NOT_SENT, HostRun
+    from bench.scenarios.record import _scenario
+    from edge_runtime.measure.schedule import OpenLoopRun
+
+    fields = {"server": {"rate_qps": 100.0}, "multi-stream": {"interval_ms": 10.0, "samples_per_query": 2},
+              "offline": {}}[kind]  # fmt: skip
+    req = BenchRequest("m.onnx", scenario=kind, duration_s=0.4, **fields)
+    plan = plan_for(req, None, 0.4)
+    n = 30
+    intended = np.zeros(n, np.int64) if kind == "offline" else np.arange(n, dtype=np.int64) * 10_000_000
+    started = (np.arange(n, dtype=np.int64) * 7_000_000) if kind == "offline" else intended + 40_000
+    finished = started + 6_000_000 + (np.arange(n) % 5) * 3_000_000  # some multi-stream queries over their 10 ms
+    board = scenario_section(req, plan, OpenLoopRun(intended, started, finished, not_sent=2), 0.25)
+    rows = n + 2  # the host's run holds its two queries not sent
+    errors: list[str | None] = [None] * n + [NOT_SENT] * 2
+    pad = np.full(2, -1, np.int64)
+    run = HostRun(np.concatenate([intended, [n * 10_000_000, (n + 1) * 10_000_000]]), np.concatenate([started, pad]),
+                  np.concatenate([finished, pad]), errors, wall_s=0.25, from_intended=plan.from_intended,
+                  concurrency=1, kinds=Counter({NOT_SENT: 2}))  # fmt: skip
+    host = _scenario(req, run, kind, [])
+    assert host.pop("concurrency") == 1 and host == board and host["queries"] == n and len(run.errors) == rows
+    if kind == "offline":
+        assert host["achieved_qps"] == round(n / 0.25, 2) and host["latency_from"].startswith("each query's own start")
+    else:
+        assert host["scheduled"] == n + 2 and host["not_sent"] == 2
+    if kind == "multi-stream":
+        assert 0 < host["queries_over_interval"] < n

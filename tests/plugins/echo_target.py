@@ -56,46 +56,37 @@ class EchoTarget(Target):
         return self.identity
 
     def bench(self, request, *, progress=None, rid=None, sink=None) -> TargetResult:
-        from bench.scenarios.engine import closed_loop, open_loop
-        from bench.scenarios.record import host_result
-        from edge_runtime.measure.schedule import plan_for
+        from bench.scenarios.engine import run_request
+        from bench.scenarios.record import HostRunContext, host_result, served_model
+        from edge_runtime.results import BackendSection, ServerSection
 
-        say = progress or (lambda _text: None)
-        kind = request.scenario or "single-stream"
-        iterations, duration_s = request.length
-        count = itertools.count(1)  # next() of a count is atomic: the workers share it
+        count = [itertools.count(1)]  # next() of a count is atomic: the workers share it
 
         def send() -> str | None:
-            n = next(count)
+            n = next(count[0])
             time.sleep(self.latency_us / 1e6)
             return "status 503" if self.fail_every and n % self.fail_every == 0 else None
 
-        def tick(done: int, total: int | None, elapsed: float) -> None:
-            say(f"measuring: {done:,} queries, {elapsed:.1f} s")
+        def on_start() -> None:  # every K-th query of the timed run fails, whatever the warm-up sent
+            count[0] = itertools.count(1)
+            marks["at"] = time.time()
 
-        senders = [send] * (request.concurrency or 1)
-        rid = rid or f"echo-{time.time_ns():x}"
+        rid, marks = rid or f"echo-{time.time_ns():x}", {}
         self._stop.clear()
-        self._running, started_at = rid, time.time()
+        self._running = rid
         try:
-            if kind in ("single-stream", "offline"):
-                run = closed_loop(senders, queries=iterations, duration_s=duration_s, should_stop=self._stop.is_set,
-                                  progress=tick)  # fmt: skip
-            else:
-                plan = plan_for(request, iterations, duration_s)
-                run = open_loop(senders, plan.intended_ns, until_s=plan.end_s, should_stop=self._stop.is_set,
-                                progress=tick)  # fmt: skip
+            run = run_request(request, lambda: send, workers=request.concurrency or 1, should_stop=self._stop.is_set,
+                              say=progress, on_start=on_start)  # fmt: skip
         finally:
             self._running = None
-        run.samples_per_query = request.samples_per_query or 1
-        doc = host_result(self, request, run, kind, started_at, "none (an echo reads no tensors)",
-                          {"available": False, "reason": "an echo keeps no statistics"},
-                          {"available": False, "reason": "an echo has no metrics endpoint"},
-                          {"rtt_ms": None, "reason": "an echo answers in this process"})  # fmt: skip
-        # host_result describes a KServe server; an echo says what it is
-        doc["backend"] = {**doc["backend"], "name": "echo", "device": "this host"}
-        doc["config"] = {**doc["config"], "timed_call": f"a sleep of {self.latency_us:g} us"}
-        got = TargetResult(rid, doc, warnings=list(doc["quality"]["warnings"]), stopped_by=run.interrupted)
+        backend = BackendSection("echo", "0.1", "this host", None, False, None, {"server": "echo"})
+        context = HostRunContext(served_model(self.url, request.model, self.name, self.name, None), backend,
+                                 f"echo {self.name}", f"a sleep of {self.latency_us:g} us")  # fmt: skip
+        server = ServerSection({"available": False, "reason": "an echo keeps no statistics"},
+                               {"available": False, "reason": "an echo has no metrics endpoint"},
+                               {"rtt_ms": None, "reason": "an echo answers in this process"})  # fmt: skip
+        record = host_result(request, run, context, started_at=marks.get("at"), server=server)
+        got = TargetResult(rid, record.to_dict(), warnings=list(record.quality.warnings), stopped_by=run.interrupted)
         if sink is not None:
             sink(got)
         return got
