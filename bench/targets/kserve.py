@@ -18,64 +18,18 @@ URL options: `version=V` (the model version), `metrics=PORT|HOST:PORT`, `timeout
 
 from __future__ import annotations
 
-import re
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable
 
 import numpy as np
 
 from bench.targets.base import Target, TargetError, TargetInfo, TargetOptions, TargetResult, expand_headers
+from bench.targets.kserve_protocol import DTYPES, SCHEMES, failure_kind, parse_url, plain, why_failed
 from edge_runtime.errors import UserError
 
-SCHEMES = ("kserve+http", "kserve+grpc")
-OPTIONS = {"version", "metrics", "timeout", "tensors"}
-DTYPES = {"BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64", "INT8": "int8",
-          "INT16": "int16", "INT32": "int32", "INT64": "int64", "FP16": "float16", "FP32": "float32",
-          "FP64": "float64"}  # fmt: skip
 GRPC_TOKEN = "triton-grpc-protocol-triton-access-token"
 OPEN_LOOP_WORKERS = 16  # the client's connections in an open loop unless a concurrency is given
-
-
-def parse_url(url: str) -> dict:
-    """kserve+http://HOST:PORT/MODEL[?options] -> its parts; a one-line UserError for anything else."""
-    u = urllib.parse.urlsplit(url)
-    protocol = u.scheme.partition("+")[2]
-    if u.scheme not in SCHEMES:
-        raise UserError(f"target {url!r}: a KServe v2 URL is kserve+http://HOST:PORT/MODEL or kserve+grpc://...")
-    try:
-        port = u.port
-    except ValueError:
-        port = -1
-    if not u.hostname or port is None or not 0 < port < 65536:
-        raise UserError(f"target {url!r}: HOST:PORT is needed (kserve+{protocol}://127.0.0.1:8000/MODEL)")
-    model = urllib.parse.unquote(u.path.strip("/"))
-    if not model or "/" in model:
-        raise UserError(f"target {url!r}: the path names the model: kserve+{protocol}://HOST:PORT/MODEL")
-    opts: dict = {}
-    for key, values in urllib.parse.parse_qs(u.query, keep_blank_values=True).items():
-        if key not in OPTIONS:
-            raise UserError(f"target {url!r}: unknown option {key!r} (known: {', '.join(sorted(OPTIONS))})")
-        opts[key] = values[-1]
-    timeout = opts.get("timeout", "30")
-    try:
-        t = float(timeout)
-    except ValueError:
-        t = float("nan")
-    if not 0.001 <= t <= 3600:  # under a millisecond no request can be answered: every query would fail
-        raise UserError(f"target {url!r}: timeout {timeout!r}: seconds from 0.001 to 3600")
-    if opts.get("tensors", "binary") not in ("binary", "json"):
-        raise UserError(f"target {url!r}: tensors {opts['tensors']!r}: binary or json")
-    metrics = opts.get("metrics")
-    if metrics is not None:
-        bracketed = f"[{u.hostname}]" if ":" in u.hostname else u.hostname
-        metrics = metrics if (":" in metrics and not metrics.isdigit()) else f"{bracketed}:{metrics}"
-        if not re.fullmatch(r"[A-Za-z0-9.\-\[\]:]+:\d{1,5}", metrics) or not 0 < int(metrics.rsplit(":", 1)[1]) < 65536:
-            raise UserError(f"target {url!r}: metrics {opts['metrics']!r}: PORT or HOST:PORT (a port from 1 to 65535)")
-    host = f"[{u.hostname}]" if ":" in u.hostname else u.hostname
-    return {"protocol": protocol, "address": f"{host}:{port}", "model": model, "version": opts.get("version", ""),
-            "metrics": metrics, "timeout": t, "tensors": opts.get("tensors")}  # fmt: skip
 
 
 class KServeTarget(Target):
@@ -135,7 +89,7 @@ class KServeTarget(Target):
         return tc
 
     def _fail(self, what: str, err: Exception, kind: str = "user-error") -> TargetError:
-        return TargetError(f"{self.url}: {what}: {_why(err)}", kind)
+        return TargetError(f"{self.url}: {what}: {why_failed(err)}", kind)
 
     # ----------------------------------------------------------------------------------------------- describe
     def connect(self) -> dict:
@@ -149,15 +103,15 @@ class KServeTarget(Target):
         if not live:
             raise TargetError(f"{self.url}: the server at {self.opts['address']} is not live", "user-error")
         try:
-            server = _plain(c.get_server_metadata(headers=h, **self.limit))
+            server = plain(c.get_server_metadata(headers=h, **self.limit))
         except Exception as err:  # noqa: BLE001 - live, but it will not say what it is (a restricted API?)
             raise self._fail(f"the server at {self.opts['address']} refused its metadata", err) from None
         try:
-            meta = _plain(c.get_model_metadata(name, version, headers=h, **self.limit))
+            meta = plain(c.get_model_metadata(name, version, headers=h, **self.limit))
         except Exception as err:  # noqa: BLE001
             known = self._models(c)
             raise TargetError(f"{self.url}: no model {name!r} on the server" + (f" (it has: {known})" if known else "")
-                              + f" ({_why(err)})", "user-error") from None  # fmt: skip
+                              + f" ({why_failed(err)})", "user-error") from None  # fmt: skip
         try:
             ready = c.is_model_ready(name, version, headers=h, **self.limit)
         except Exception:  # noqa: BLE001
@@ -165,7 +119,7 @@ class KServeTarget(Target):
         if not ready:
             raise TargetError(f"{self.url}: model {name!r} is not ready on the server", "user-error")
         try:
-            config = _plain(c.get_model_config(name, version, headers=h, **self.limit))
+            config = plain(c.get_model_config(name, version, headers=h, **self.limit))
             config = config.get("config", config)
         except Exception:  # noqa: BLE001 - a server without the model configuration extension (MLServer)
             config = {}
@@ -178,7 +132,7 @@ class KServeTarget(Target):
 
     def _models(self, c) -> str:
         try:
-            index = _plain(c.get_model_repository_index(headers=self.headers, **self.limit))
+            index = plain(c.get_model_repository_index(headers=self.headers, **self.limit))
         except Exception:  # noqa: BLE001 - not every server has the repository extension
             return ""
         items = index if isinstance(index, list) else index.get("models", [])
@@ -255,7 +209,7 @@ class KServeTarget(Target):
             self._infer(c, feeds, True)
             return True, "binary (the binary tensor extension)"
         except Exception as err:  # noqa: BLE001
-            why = _why(err)
+            why = why_failed(err)
         try:
             self._infer(c, feeds, False)
         except Exception as err:  # noqa: BLE001
@@ -300,8 +254,8 @@ class KServeTarget(Target):
         conc = request.concurrency or (OPEN_LOOP_WORKERS if kind not in ("single-stream", "offline") else 1)
         examples: dict[str, str] = {}
         name, version = self.opts["model"], self.opts["version"]
-        stats = StatsReader(lambda: _plain(probe.get_inference_statistics(name, version, headers=self.headers,
-                                                                           **self.limit)), _why)  # fmt: skip
+        stats = StatsReader(lambda: plain(probe.get_inference_statistics(name, version, headers=self.headers,
+                                                                           **self.limit)), why_failed)  # fmt: skip
         # The server's headers (its access token) go to its own host's metrics port only, never to another host.
         host_of = lambda address: (address or "").rsplit(":", 1)[0]  # noqa: E731
         same_host = host_of(self.opts["metrics"]) == host_of(self.opts["address"])
@@ -355,8 +309,8 @@ class KServeTarget(Target):
                 try:
                     c.infer(name, inputs, **kw)
                 except Exception as err:  # noqa: BLE001 - counted by kind, never fatal
-                    kind = _kind(err)
-                    examples.setdefault(kind, _why(err))  # the first message of each kind, for the record
+                    kind = failure_kind(err)
+                    examples.setdefault(kind, why_failed(err))  # the first message of each kind, for the record
                     return kind
             return None
 
@@ -400,47 +354,3 @@ class KServeTarget(Target):
             return False
         self._stop.set()
         return True
-
-
-# ---------------------------------------------------------------------------------------------------- helpers
-def _plain(obj):
-    """tritonclient answers dicts over HTTP and protobuf messages over gRPC: both as plain JSON-able data."""
-    if isinstance(obj, (dict, list)):
-        return obj
-    try:
-        from google.protobuf.json_format import MessageToDict
-
-        return MessageToDict(obj, preserving_proto_field_name=True)
-    except Exception:  # noqa: BLE001
-        return {}
-
-
-def _why(err: Exception) -> str:
-    text = str(getattr(err, "message", lambda: None)() if callable(getattr(err, "message", None)) else err)
-    text = " ".join((text or type(err).__name__).split())
-    status = _status(err)
-    return (f"{status}: " if status and status not in text else "") + text[:200]
-
-
-def _status(err: Exception) -> str | None:
-    status = getattr(err, "status", None)
-    s = status() if callable(status) else status
-    return str(s) if s else None
-
-
-def _kind(err: Exception) -> str:
-    """A failed request's kind, for counting: a timeout, a server that cannot be reached, a connection lost in the
-    middle of a request, or the HTTP or gRPC status the server answered."""
-    text = f"{type(err).__name__} {err}".lower()
-    status = _status(err)
-    if "timed out" in text or "timeout" in text or "deadline" in text:
-        return "timeout"
-    if any(w in text for w in ("connection refused", "failed to connect", "connect call failed", "unavailable",
-                               "name or service not known", "no route to host")):  # fmt: skip
-        return "unreachable"
-    if any(w in text for w in ("connectionclosed", "connection closed", "reset by peer", "connectionreset",
-                               "broken pipe", "remote end closed", "connection aborted", "eof")):  # fmt: skip
-        return "connection lost"
-    if status:
-        return f"status {status}"
-    return type(err).__name__

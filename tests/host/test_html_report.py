@@ -17,7 +17,7 @@ import pytest
 from conftest import MODELS, ROOT, need
 from helpers import fixture
 
-from bench.report.html import NO_SENSORS, NO_TIMELINE
+from bench.report.plots import NO_SENSORS, NO_TIMELINE
 from bench.store import Store
 
 pytest.importorskip("matplotlib", reason="--html needs matplotlib: pip install 'edge-runtime[host]' (make test does)")
@@ -236,7 +236,7 @@ def test_a_report_of_100_runs_keeps_its_legends_beside_the_plots_and_stderr_quie
     legends sit outside the axes and inside the figure, name at most MAX_LEGEND entries (the last "+K more"), and no
     matplotlib warning reaches stderr (it said "constrained_layout not applied" twice, and a missing glyph per
     character a font lacks)."""
-    from bench.report.html import LEGEND_CHARS, MAX_LEGEND
+    from bench.report.plots import LEGEND_CHARS, MAX_LEGEND
 
     *_, results = runs
     names = ["rack-7 " * 30, "板子-中文 🚀"] + [f"board-{i:03d}" for i in range(98)]
