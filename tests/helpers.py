@@ -38,6 +38,13 @@ def cli(*args: str, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
     )
 
 
+def cli_child(*args: str, stdout=subprocess.PIPE, text: bool = True) -> subprocess.Popen:
+    """`edge-runtime ARGS` started in a child (stderr piped, for read_until), for a test that signals it, races it or
+    reads its progress: end it with `end` or `reaped`."""
+    return subprocess.Popen([sys.executable, "-m", "edge_runtime.cli", *args], cwd=ROOT, stdout=stdout,
+                            stderr=subprocess.PIPE, text=text)  # fmt: skip
+
+
 def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """`edge-runtime ARGS` in a child process, from the checkout, with a deadline; `env` adds to this environment."""
     return cli(*args, timeout=180, env={**os.environ, **(env or {})})

@@ -9,7 +9,7 @@ import time
 
 import pytest
 from conftest import ROOT, artifact, need
-from helpers import read_until, strict_json
+from helpers import cli_child, read_until, strict_json
 
 MODEL = artifact("digits_cnn", "_int8.onnx")
 
@@ -18,13 +18,7 @@ MODEL = artifact("digits_cnn", "_int8.onnx")
 def test_an_interrupted_run_writes_its_partial_result(tmp_path, sig, code):
     need("onnxruntime")
     out = tmp_path / "r.json"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "edge_runtime.cli", "bench", str(MODEL), "--duration", "60", "--json", str(out)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = cli_child("bench", str(MODEL), "--duration", "60", "--json", str(out))
     try:
         deadline = time.monotonic() + 60
         line = ""

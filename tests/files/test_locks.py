@@ -6,12 +6,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-from conftest import ROOT, artifact, need
-from helpers import assert_one_line_error, cli, run_cli, state_key, x86_tree
+from conftest import artifact, need
+from helpers import assert_one_line_error, cli, cli_child, run_cli, state_key, x86_tree
 
 MODEL = artifact("digits_cnn", "_int8.onnx")
 
@@ -68,12 +67,8 @@ def test_lock_files_do_not_pile_up_and_still_exclude(tmp_path):
     assert _locks() == before
     # While one bench holds its output, a second one writing the same file is refused.
     same = tmp_path / "same.prom"
-    slow = subprocess.Popen(
-        [sys.executable, "-m", "edge_runtime.cli", "bench", str(MODEL), "--duration", "30", "--prom", str(same)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    slow = cli_child("bench", str(MODEL), "--duration", "30", "--prom", str(same), stdout=subprocess.DEVNULL,
+                     text=False)  # fmt: skip
     try:
         deadline = time.monotonic() + 30
         while len(_locks() - before) < 1 and time.monotonic() < deadline:

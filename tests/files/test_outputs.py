@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import FIXTURES, ROOT, artifact, need
-from helpers import assert_one_line_error, cli, fifo_reader, mknod_char, run_cli, strict_json, x86_tree
+from helpers import assert_one_line_error, cli, cli_child, fifo_reader, mknod_char, run_cli, strict_json, x86_tree
 
 MODEL = artifact("digits_cnn", "_int8.onnx")
 FP32 = artifact("digits_cnn", "_fp32.onnx")
@@ -263,13 +263,7 @@ def test_a_hard_linked_result_is_replaced_whole(tmp_path):
 def test_two_commands_never_write_one_result_file_at_once(tmp_path):
     need("onnxruntime")
     f = tmp_path / "r.json"
-    first = subprocess.Popen(
-        [sys.executable, "-m", "edge_runtime.cli", "bench", str(MODEL), "--duration", "4", "--json", str(f)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    first = cli_child("bench", str(MODEL), "--duration", "4", "--json", str(f), stdout=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
         while "measuring" not in (line := first.stderr.readline()) and time.monotonic() < deadline:

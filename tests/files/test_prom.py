@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 
-from conftest import ROOT, artifact, need
-from helpers import cli, end, read_until
+from conftest import artifact, need
+from helpers import cli, cli_child, end, read_until
 
 MODEL = artifact("digits_cnn", "_int8.onnx")
 
@@ -15,13 +14,7 @@ MODEL = artifact("digits_cnn", "_int8.onnx")
 def test_a_partial_run_is_marked_in_the_prometheus_file(tmp_path):
     need("onnxruntime")
     prom = tmp_path / "r.prom"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "edge_runtime.cli", "bench", str(MODEL), "--duration", "30", "--prom", str(prom)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = cli_child("bench", str(MODEL), "--duration", "30", "--prom", str(prom), stdout=subprocess.DEVNULL)
     try:
         read_until(proc, "measuring")
         proc.send_signal(signal.SIGINT)
