@@ -88,7 +88,8 @@ def compare(a: dict, b: dict, threshold_pct: float = 5.0, seed: int = 0, resampl
         change = point_b[k] / point_a[k] - 1.0
         significant = bool(lo > 0 or hi < 0)
         needed = needed_samples(pct)
-        if min(da.n, db.n) < needed:
+        gated = min(da.n, db.n) >= needed
+        if not gated:
             verdict = f"not gated (needs {needed:,} samples a run)"
         elif not significant:
             verdict = "not significant"
@@ -104,6 +105,7 @@ def compare(a: dict, b: dict, threshold_pct: float = 5.0, seed: int = 0, resampl
             "change_pct": round(100 * change, 2),
             "interval_pct": [round(100 * float(lo), 2), round(100 * float(hi), 2)],
             "significant": significant,
+            "gated": gated,  # for a machine: whether this metric's verdict counts (the words say why not)
             "verdict": verdict,
         }
     metrics["throughput"] = _throughput(a, b, metrics.pop("mean"))
@@ -143,12 +145,12 @@ def _throughput(a: dict, b: dict, mean: dict) -> dict:
     out = {"a": round(float(ta), 1), "b": round(float(tb), 1), "change_pct": round(100 * (tb / ta - 1), 2)}
     if _kind(a) in CLOSED and _kind(b) in CLOSED:
         out["interval_pct"] = [round(100 * (1 / (1 + x / 100) - 1), 2) for x in reversed(mean["interval_pct"])]
-        out["significant"], out["verdict"] = mean["significant"], mean["verdict"]
+        out["significant"], out["verdict"], out["gated"] = mean["significant"], mean["verdict"], mean["gated"]
         if out["verdict"] in ("regression", "improvement"):  # the direction is throughput's own
             out["verdict"] = "regression" if out["change_pct"] < 0 else "improvement"
     else:
         why = "not tested (an open loop's throughput is its schedule's)"
-        out.update(interval_pct=None, significant=None, verdict=why)
+        out.update(interval_pct=None, significant=None, gated=False, verdict=why)
     return out
 
 

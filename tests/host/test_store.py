@@ -154,6 +154,7 @@ def test_a_tail_percentile_gates_only_when_each_run_holds_enough_samples_beyond_
     doc = compare(run(3000, 0), run(3000, 6), threshold_pct=50)
     assert doc["metrics"]["p999"]["verdict"] == "not gated (needs 10,000 samples a run)"
     assert doc["metrics"]["p999"]["change_pct"] > 50 and doc["verdict"] != "regression"
+    assert doc["metrics"]["p999"]["gated"] is False and doc["metrics"]["p99"]["gated"] is True
     doc = compare(run(20000, 0), run(20000, 60), threshold_pct=50)
     assert doc["metrics"]["p999"]["verdict"] == "regression" and doc["verdict"] == "regression"
 
