@@ -22,6 +22,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -275,3 +276,15 @@ def perf_analyzer_path() -> Path:
     if problem:
         pytest.skip(problem)
     return PERF_ANALYZER
+
+
+@contextlib.contextmanager
+def fast(name: str = "fast", processes: int = 2, delay_ms: float = 0.0) -> Iterator[Server]:
+    """tests/servers/fast_server.py: a KServe v2 HTTP server with precomputed replies that answers at once (or
+    `delay_ms` late), on `processes` processes sharing its port; run by this interpreter (it needs only the standard
+    library). No gRPC, no metrics, no token."""
+    (http,) = free_ports(1)
+    argv = [sys.executable, str(SERVERS / "fast_server.py"), "--http-port", str(http), "--name", name,
+            "--processes", str(processes), "--delay-ms", str(delay_ms)]  # fmt: skip
+    with _serve("fast", argv, name=name, token=None, http=f"{HOST}:{http}", grpc="", metrics=None) as server:
+        yield server

@@ -239,8 +239,9 @@ class KServeTarget(Target):
     def bench(self, request, *, progress=None, rid: str | None = None, sink=None) -> TargetResult:
         from bench.metrics.kserve_stats import StatsReader
         from bench.metrics.prometheus import MetricsSampler
-        from bench.scenarios.engine import run_request
+        from bench.scenarios.client import client_section, run_load
         from bench.scenarios.record import host_result
+        from bench.targets.kserve_fast import choose_engine
         from bench.transports.connection import new_request_id
         from edge_runtime.results import ServerSection
 
@@ -270,18 +271,20 @@ class KServeTarget(Target):
             marks["at"] = time.time()
             metrics.start()
 
-        try:
-            run = run_request(request, lambda: self._sender(feeds, binary, request.samples_per_query or 1, examples),
-                              workers=conc, should_stop=self._stop.is_set, say=progress, on_start=on_start)  # fmt: skip
+        spec, processes, engine = choose_engine(self, feeds, binary, request.samples_per_query or 1, conc)
+        try:  # the load: this process, or client processes (bench/scenarios/procs.py), each with its own clients
+            run = run_load(request, spec, workers=conc, processes=processes, should_stop=self._stop.is_set,
+                           say=progress, on_start=on_start)  # fmt: skip
         except KeyboardInterrupt:
             self._stop.set()
             raise
         finally:
             metrics.stop()
             self._running = None
-        run.examples = examples
+        run.examples = {**examples, **run.examples}
         split = stats.split(marks.get("before"), stats.read(), run)
-        server = ServerSection(split, metrics.summary(), marks.get("network") or self.round_trip(probe))
+        client, _ = client_section(run, spec.engine, engine)
+        server = ServerSection(split, metrics.summary(), marks.get("network") or self.round_trip(probe), client)
         record = host_result(request, run, self._context(request, tensors), started_at=marks.get("at"), server=server)
         doc = record.to_dict()
         got = TargetResult(rid, doc, warnings=list(record.quality.warnings), stopped_by=run.interrupted)
