@@ -45,7 +45,7 @@ def _machine_busy() -> tuple[float, float] | None:
 
 
 def run_load(request, spec, *, workers: int, processes: int, should_stop=None, say=None, on_start=None):
-    """The run (a HostRun) and the client's CPU as measured: (run, cpu_per_process_s list, machine busy share)."""
+    """(the run, a HostRun; what client_section reads: processes, CPU seconds per process, the machine's busy share)."""
     from bench.scenarios.engine import run_request
 
     machine: dict = {}
@@ -73,8 +73,7 @@ def run_load(request, spec, *, workers: int, processes: int, should_stop=None, s
 
             plan = plan_for(request, *request.length)
         jobs = procs.split_jobs(request, workers, processes, closed, plan)
-        run = procs.run_processes(request, spec, jobs, should_stop=should_stop, say=say, on_start=started)
-        cpu = getattr(run, "client_cpu", [])
+        run, cpu = procs.run_processes(request, spec, jobs, should_stop=should_stop, say=say, on_start=started)
         kept_processes = len(jobs)
     after = _machine_busy()
     busy = None
@@ -82,13 +81,11 @@ def run_load(request, spec, *, workers: int, processes: int, should_stop=None, s
         idle = after[0] - machine["before"][0]
         total = after[1] - machine["before"][1]
         busy = round(1 - idle / total, 3) if total > 0 else None
-    run.client = {"processes": kept_processes, "cpu_per_process_s": cpu, "machine_busy_share": busy}
-    return run
+    return run, {"processes": kept_processes, "cpu_per_process_s": cpu, "machine_busy_share": busy}
 
 
-def client_section(run, engine: str, why: str = "") -> tuple[dict, list[str]]:
-    """The record's `server.client` section and the warnings it implies (`warnings_of`)."""
-    info = getattr(run, "client", None) or {}
+def client_section(run, info: dict, engine: str, why: str = "") -> tuple[dict, list[str]]:
+    """The record's `server.client` section from run_load's `info`, and the warnings it implies (`warnings_of`)."""
     cpu = [c for c in info.get("cpu_per_process_s") or [] if c is not None]
     processes = info.get("processes", 1)
     wall = run.wall_s or 0.0

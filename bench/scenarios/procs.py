@@ -42,11 +42,16 @@ from multiprocessing.connection import Connection, wait
 import numpy as np
 
 from bench.scenarios.engine import JOIN_GRACE_S, HostRun
+from edge_runtime.errors import EdgeRuntimeError
 
 CHILD_START_TIMEOUT_S = 60.0  # a client process ready: a fresh interpreter's imports, its connections, its warm-up
 RESULT_GRACE_S = 15.0  # after the run's end (or its stop) and the engine's own grace: then a child is killed
 LEAD_NS = 30_000_000  # the common start is this long after "go" is sent (every child has it before it comes)
 CHILD_DIED = "client process died"
+
+
+class ClientProcessError(EdgeRuntimeError):
+    """A client process could not start its share of the run (exit 3: the harness's own failure)."""
 
 
 def usable_cpus() -> int:
@@ -161,9 +166,9 @@ def _cpu_s() -> float:
 
 
 # ---------------------------------------------------------------------------------------------------- the parent
-def run_processes(request, spec, jobs: list[Job], *, should_stop=None, say=None, on_start=None) -> HostRun:
-    """Run `jobs` in child processes and merge them. The returned run carries `client_cpu` (per process, seconds
-    over the timed part, the parent's last) for client.py."""
+def run_processes(request, spec, jobs: list[Job], *, should_stop=None, say=None, on_start=None):
+    """Run `jobs` in child processes and merge them: (the run, each process's CPU seconds over the timed part with
+    the parent's last; None for a child that sent nothing)."""
     say = say or (lambda _t: None)
     spawned = spawn(spec, jobs)
     try:
@@ -199,8 +204,6 @@ def _pump(spawned: Spawned, timeout: float) -> None:
 
 
 def _drive(spawned: Spawned, request, should_stop, say, on_start) -> HostRun:
-    from bench.targets.base import TargetError
-
     children = spawned.children
     deadline = time.monotonic() + CHILD_START_TIMEOUT_S + (request.warmup_s or 0)
     say(f"starting {len(children)} client processes")
@@ -208,9 +211,9 @@ def _drive(spawned: Spawned, request, should_stop, say, on_start) -> HostRun:
         bad = next((c for c in children if c.error or c.closed), None)
         if bad is not None:
             why = bad.error or f"exited {bad.proc.poll()}"
-            raise TargetError(f"client process {bad.job.index} failed before the run: {why}", "internal")
+            raise ClientProcessError(f"client process {bad.job.index} failed before the run: {why}")
         if time.monotonic() > deadline:
-            raise TargetError(f"client processes not ready within {CHILD_START_TIMEOUT_S:g} s", "internal")
+            raise ClientProcessError(f"client processes not ready within {CHILD_START_TIMEOUT_S:g} s")
         if should_stop is not None and should_stop():
             raise KeyboardInterrupt
         _pump(spawned, 0.1)
@@ -246,8 +249,7 @@ def _drive(spawned: Spawned, request, should_stop, say, on_start) -> HostRun:
     run = merge(children, request)
     run.interrupted = interrupted or run.interrupted
     run.stopped = run.stopped or stopped
-    run.client_cpu = [c.done["cpu_s"] if c.done else None for c in children] + [parent_cpu]
-    return run
+    return run, [c.done["cpu_s"] if c.done else None for c in children] + [parent_cpu]
 
 
 def merge(children: list[Child], request) -> HostRun:

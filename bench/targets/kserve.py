@@ -40,6 +40,9 @@ class KServeTarget(Target):
         takes=frozenset({"headers", "concurrency"}),
     )
 
+    # answer_check(header: dict, body_len: int) -> str | None: each reply's check in the fast sender (kserve_fast.py)
+    answer_check = None
+
     def __init__(self, url: str, options: TargetOptions | None = None):
         super().__init__(url, options)
         self.opts = parse_url(url)
@@ -273,7 +276,7 @@ class KServeTarget(Target):
 
         spec, processes, engine = choose_engine(self, feeds, binary, request.samples_per_query or 1, conc)
         try:  # the load: this process, or client processes (bench/scenarios/procs.py), each with its own clients
-            run = run_load(request, spec, workers=conc, processes=processes, should_stop=self._stop.is_set,
+            run, load = run_load(request, spec, workers=conc, processes=processes, should_stop=self._stop.is_set,
                            say=progress, on_start=on_start)  # fmt: skip
         except KeyboardInterrupt:
             self._stop.set()
@@ -283,7 +286,7 @@ class KServeTarget(Target):
             self._running = None
         run.examples = {**examples, **run.examples}
         split = stats.split(marks.get("before"), stats.read(), run)
-        client, _ = client_section(run, spec.engine, engine)
+        client, _ = client_section(run, load, spec.engine, engine)
         server = ServerSection(split, metrics.summary(), marks.get("network") or self.round_trip(probe), client)
         record = host_result(request, run, self._context(request, tensors), started_at=marks.get("at"), server=server)
         doc = record.to_dict()

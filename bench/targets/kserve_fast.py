@@ -209,6 +209,7 @@ def load_options(url: str) -> tuple[str, int | None]:
 class KServeSenders:
     """What a client process needs to make the target's senders (picklable: sent to each child)."""
 
+    target: type  # the target's class (KServeTarget), by reference
     url: str
     headers: dict | None  # as the caller gave them (expanded again in the child, from the same environment)
     meta: dict
@@ -219,9 +220,8 @@ class KServeSenders:
 
     def factory(self):
         from bench.targets.base import TargetOptions
-        from bench.targets.kserve import KServeTarget
 
-        target = KServeTarget(self.url, TargetOptions(headers=self.headers))
+        target = self.target(self.url, TargetOptions(headers=self.headers))
         target.meta = self.meta
         examples: dict[str, str] = {}
         return (lambda: make_sender(target, self.feeds, self.binary, self.spq, examples, self.engine)), examples
@@ -234,7 +234,7 @@ def make_sender(target, feeds, binary: bool, spq: int, examples: dict, engine: s
     opts = target.opts
     req = request_bytes(opts["address"], opts["model"], opts["version"], target._inputs(feeds, True),
                         target._outputs(True), target.headers)  # fmt: skip
-    one = FastSender(opts["address"], req, opts["timeout"], getattr(target, "answer_check", None), examples)
+    one = FastSender(opts["address"], req, opts["timeout"], target.answer_check, examples)
     if spq == 1:
         return one.send
 
@@ -265,7 +265,7 @@ def choose_engine(target, feeds, binary: bool, spq: int, workers: int) -> tuple[
         opts = target.opts
         req = request_bytes(opts["address"], opts["model"], opts["version"], target._inputs(feeds, True),
                             target._outputs(True), target.headers)  # fmt: skip
-        probe = FastSender(opts["address"], req, opts["timeout"], getattr(target, "answer_check", None))
+        probe = FastSender(opts["address"], req, opts["timeout"], target.answer_check)
         try:
             probe.reply()
             engine, why = "fast", "fast (precomputed binary request bytes over a raw keep-alive socket)"
@@ -275,5 +275,6 @@ def choose_engine(target, feeds, binary: bool, spq: int, workers: int) -> tuple[
             why = f"tritonclient (the fast sender's probe failed: {err})"
         finally:
             probe.close()
-    spec = KServeSenders(target.url, dict(target.options.headers or {}), target.meta, feeds, binary, spq, engine)
+    headers = dict(target.options.headers or {})
+    spec = KServeSenders(type(target), target.url, headers, target.meta, feeds, binary, spq, engine)
     return spec, processes, why
