@@ -38,6 +38,14 @@ class ReplyError(Exception):
         self.kind = kind
 
 
+class _Status(Exception):
+    """A reply's HTTP status and words, as kserve_protocol.failure_kind reads a tritonclient error."""
+
+    def __init__(self, status: int, text: str):
+        super().__init__(text)
+        self.status = str(status)
+
+
 def request_bytes(address: str, model: str, version: str, inputs, outputs, headers: dict[str, str]) -> bytes:
     """The whole HTTP/1.1 request of one inference, as tritonclient would encode its body."""
     import tritonclient.http as tc
@@ -139,9 +147,13 @@ class FastSender:
         if fields.get(b"connection", b"").lower() == b"close":
             self.close()
         body_len = total - end - 4
-        if status != 200:
-            text = bytes(self.buf[end + 4 : min(total, end + 4 + 300)]).decode(errors="replace")
-            raise ReplyError(f"status {status}", f"{status}: {' '.join(_error_text(text).split())[:200]}")
+        if status != 200:  # counted by the kind tritonclient's same failure would get (kserve_protocol.failure_kind)
+            from bench.targets.kserve_protocol import failure_kind
+
+            text = " ".join(
+                _error_text(bytes(self.buf[end + 4 : min(total, end + 4 + 4096)]).decode(errors="replace")).split()
+            )
+            raise ReplyError(failure_kind(_Status(status, text)), f"{status}: {text[:200]}")
         if self.check is None and not keep:
             return None
         size = fields.get(b"inference-header-content-length")
