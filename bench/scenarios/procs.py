@@ -183,6 +183,9 @@ def _receive(c: Child) -> None:
     except (EOFError, OSError):
         c.closed = True
         return
+    except Exception as err:  # noqa: BLE001 - a message cut by a signal mid-read: this child's rows are lost
+        c.error, c.closed = f"unreadable message ({type(err).__name__})", True
+        return
     if msg[0] == "ready":
         c.ready = True
     elif msg[0] == "progress":
@@ -228,23 +231,23 @@ def _drive(spawned: Spawned, request, should_stop, say, on_start) -> HostRun:
     end = None if duration_s is None else time.monotonic() + LEAD_NS / 1e9 + duration_s + JOIN_GRACE_S + RESULT_GRACE_S
     last_say = time.monotonic()
     while any(c.done is None and not c.closed for c in children):
-        try:
+        try:  # all of it: a Ctrl-C may land anywhere here (in the progress line just printed, as often as not)
             _pump(spawned, 0.1)
             stopped = stopped or (should_stop is not None and should_stop())
+            if stopped and not told:
+                spawned.send_all(("stop",))
+                told = True
+                late = time.monotonic() + JOIN_GRACE_S + RESULT_GRACE_S
+                end = late if end is None else min(end, late)
+            if end is not None and time.monotonic() > end:
+                break
+            if time.monotonic() - last_say >= 1.0:
+                last_say = time.monotonic()
+                total = sum(c.progress for c in children)
+                say(f"measuring: {total:,}" + (f"/{iterations:,}" if iterations else "") + " queries, "
+                    f"{(time.perf_counter_ns() - t0) / 1e9:.1f} s, {len(children)} client processes")  # fmt: skip
         except KeyboardInterrupt as err:  # Ctrl-C, SIGTERM: every child stops, what they measured is kept
             interrupted, stopped = getattr(err, "signum", None) or 2, True
-        if stopped and not told:
-            told = True
-            spawned.send_all(("stop",))
-            late = time.monotonic() + JOIN_GRACE_S + RESULT_GRACE_S
-            end = late if end is None else min(end, late)
-        if end is not None and time.monotonic() > end:
-            break
-        if time.monotonic() - last_say >= 1.0:
-            last_say = time.monotonic()
-            total = sum(c.progress for c in children)
-            say(f"measuring: {total:,}" + (f"/{iterations:,}" if iterations else "") + " queries, "
-                f"{(time.perf_counter_ns() - t0) / 1e9:.1f} s, {len(children)} client processes")  # fmt: skip
     parent_cpu = _cpu_s() - cpu0
     run = merge(children, request)
     run.interrupted = interrupted or run.interrupted

@@ -31,6 +31,7 @@ class StartAt(SystemClock):
     def now_ns(self) -> int:  # type: ignore[override]
         if self.pin is not None:
             t, self.pin = self.pin, None
+            self.now_ns = time.perf_counter_ns  # from now on the plain clock, read as fast as SYSTEM's
             return t
         return time.perf_counter_ns()
 

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 AnswerCheck = Callable[[dict, int], "str | None"]
 MAX_REPLY = 256 * 1024 * 1024  # a declared Content-Length above this is refused, never allocated
 WRONG_ANSWER = "wrong answer"
+FIELDS = tuple((name, b"\r\n" + name + b":") for name in (b"content-length", b"connection", b"transfer-encoding",
+                                                           b"inference-header-content-length"))  # fmt: skip
 
 
 class ReplyError(Exception):
@@ -104,6 +106,11 @@ class FastSender:
                 self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.sock.settimeout(max(1e-4, deadline - time.monotonic()))
             self.sock.sendall(self.request)
+            left = deadline - time.monotonic()
+            if left < self.timeout_s - 1e-3:  # the send itself waited (a server slow to read): the rest is less
+                if left <= 0:
+                    raise TimeoutError
+                self.sock.settimeout(left)
             return self._read(deadline, keep)
         except TimeoutError:
             raise ReplyError("timeout", f"no whole reply within {self.timeout_s:g} s") from None
@@ -112,11 +119,12 @@ class FastSender:
         except OSError as err:
             raise ReplyError("connection lost", f"{type(err).__name__}: {err.strerror or err}") from None
 
-    def _recv(self, into: memoryview, deadline: float) -> int:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError
-        self.sock.settimeout(left)
+    def _recv(self, into: memoryview, deadline: float, first: bool = False) -> int:
+        if not first:  # the first read keeps the bound set around the send (_exchange)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            self.sock.settimeout(left)
         n = self.sock.recv_into(into)
         if n == 0:
             raise ReplyError("connection lost", "the server closed the connection before the whole reply")
@@ -125,7 +133,7 @@ class FastSender:
     def _read(self, deadline: float, keep: bool):
         got = 0
         while True:
-            got += self._recv(self.view[got:], deadline)
+            got += self._recv(self.view[got:], deadline, got == 0)
             end = self.buf.find(b"\r\n\r\n", 0, got)
             if end >= 0:
                 break
@@ -172,14 +180,18 @@ class FastSender:
 
 
 def _head(raw: bytes) -> tuple[int, dict[bytes, bytes]]:
-    lines = raw.split(b"\r\n")
-    parts = lines[0].split(b" ", 2)
+    """The status and the few header fields this sender reads (lower-cased), found rather than parsed line by line:
+    this runs once a query."""
+    eol = raw.find(b"\r\n")
+    parts = raw[: eol if eol >= 0 else len(raw)].split(b" ", 2)
     if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
-        raise ReplyError("bad reply", f"not an HTTP/1.x status line: {lines[0][:60]!r}")
-    fields = {}
-    for line in lines[1:]:
-        k, _, v = line.partition(b":")
-        fields[k.strip().lower()] = v.strip()
+        raise ReplyError("bad reply", f"not an HTTP/1.x status line: {raw[:60]!r}")
+    low, fields = raw.lower(), {}
+    for name, needle in FIELDS:
+        i = low.find(needle)
+        if i >= 0:
+            j = low.find(b"\r\n", i + 2)
+            fields[name] = low[i + len(needle) : j if j >= 0 else len(low)].strip()
     if fields.get(b"transfer-encoding", b"identity").lower() != b"identity":
         raise ReplyError("bad reply", "a chunked reply (this sender reads replies by Content-Length)")
     return int(parts[1]), fields
