@@ -155,8 +155,12 @@ def spawn(spec, jobs: list[Job]) -> Spawned:
                                 stdin=subprocess.DEVNULL, close_fds=True)  # fmt: skip
         theirs.close()
         conn = Connection(mine.detach())
-        out.children.append(Child(job, proc, conn))
-        conn.send((spec, job))
+        child = Child(job, proc, conn)
+        out.children.append(child)
+        try:
+            conn.send((spec, job))
+        except OSError as err:  # it died at once (a broken interpreter?): said when the run starts
+            child.error, child.closed = f"could not be given its share: {err}", True
     return out
 
 

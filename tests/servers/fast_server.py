@@ -315,8 +315,15 @@ def main(argv: list[str] | None = None) -> int:
                 pass
         deadline = time.monotonic() + 5
         for pid in children:
-            while time.monotonic() < deadline and os.waitpid(pid, os.WNOHANG) == (0, 0):
-                time.sleep(0.02)
+            try:
+                while os.waitpid(pid, os.WNOHANG) == (0, 0):
+                    if time.monotonic() > deadline:
+                        os.kill(pid, signal.SIGKILL)
+                        os.waitpid(pid, 0)
+                        break
+                    time.sleep(0.02)
+            except ChildProcessError:
+                pass
     return 0
 
 
