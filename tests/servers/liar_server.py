@@ -18,7 +18,11 @@ models/digits_cnn/digits_cnn_int8.onnx (input 'input' FP32 [1,8,8,1], output 'lo
     slow            answers honestly after SLOW_S seconds (longer than a test's ?timeout=1)
     wrong-input     its metadata says the input is INT8 (the file says FP32): a --model run must be refused
 
-    python tests/servers/liar_server.py [--port 0]      # prints `ready http=127.0.0.1:PORT`, serves until SIGTERM
+    python tests/servers/liar_server.py [--port 0] [--grpc-port 0]   # prints `ready http=H:P [grpc=H:P]`
+
+With --grpc-port, the same models over gRPC too (tritonclient's own service stubs, grpcio's server in threads),
+lying the same ways where the gRPC protocol can: wrong shape, dtype and name, a raw content shorter than the shape
+(`short`), a shape of 2**62 (`huge`), and the honest and wrong-input models; the others answer honestly there.
 
 asyncio streams, one task per connection, keep-alive; TCP_NODELAY on every connection (an answer in two writes
 must not wait for the client's delayed ACK). Listens on 127.0.0.1 only; no statistics or config endpoint (404, as
@@ -161,21 +165,83 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
         writer.close()
 
 
-async def serve(port: int) -> None:
+def grpc_server(port: int):
+    """The gRPC liar (started, with its port), built on tritonclient's service stubs."""
+    from concurrent import futures
+
+    import grpc
+    from tritonclient.grpc import service_pb2 as pb
+    from tritonclient.grpc import service_pb2_grpc as stubs
+
+    class Liar(stubs.GRPCInferenceServiceServicer):
+        def ServerLive(self, request, context):
+            return pb.ServerLiveResponse(live=True)
+
+        def ServerReady(self, request, context):
+            return pb.ServerReadyResponse(ready=True)
+
+        def ModelReady(self, request, context):
+            return pb.ModelReadyResponse(ready=request.name in MODES)
+
+        def ServerMetadata(self, request, context):
+            return pb.ServerMetadataResponse(name="liar", version="0.1", extensions=["binary_tensor_data"])
+
+        def ModelMetadata(self, request, context):
+            if request.name not in MODES:
+                context.abort(grpc.StatusCode.NOT_FOUND, f"no model {request.name!r}")
+            m = metadata(request.name)
+            tensor = pb.ModelMetadataResponse.TensorMetadata
+            return pb.ModelMetadataResponse(name=m["name"], versions=m["versions"], platform=m["platform"],
+                                            inputs=[tensor(**t) for t in m["inputs"]],
+                                            outputs=[tensor(**t) for t in m["outputs"]])  # fmt: skip
+
+        def ModelInfer(self, request, context):
+            model = request.model_name
+            name, dtype, shape, n = "logits", "FP32", [1, 10], 10
+            if model == "wrong-shape":
+                shape, n = [1, 11], 11
+            elif model == "wrong-dtype":
+                dtype = "FP64"
+            elif model == "renamed":
+                name = "scores"
+            elif model == "huge":
+                shape = [1, 2**62]
+            raw = struct.pack(f"<{n}{'d' if dtype == 'FP64' else 'f'}", *[float(i) for i in range(n)])
+            out = pb.ModelInferResponse.InferOutputTensor(name=name, datatype=dtype, shape=shape)
+            return pb.ModelInferResponse(model_name=model, outputs=[out],
+                                         raw_output_contents=[raw[:20] if model == "short" else raw])  # fmt: skip
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    stubs.add_GRPCInferenceServiceServicer_to_server(Liar(), server)
+    bound = server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    return server, bound
+
+
+async def serve(port: int, grpc_port: int | None) -> None:
     server = await asyncio.start_server(handle, "127.0.0.1", port)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    print(f"ready http=127.0.0.1:{server.sockets[0].getsockname()[1]}", flush=True)
+    said = f"ready http=127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    rpc = None
+    if grpc_port is not None:
+        rpc, bound = grpc_server(grpc_port)
+        said += f" grpc=127.0.0.1:{bound}"
+    print(said, flush=True)
     async with server:
         await stop.wait()
+    if rpc is not None:
+        rpc.stop(grace=1.0).wait(5.0)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--port", type=int, default=0, help="the port on 127.0.0.1 (0: any free one, said on stdout)")
-    asyncio.run(serve(p.parse_args().port))
+    p.add_argument("--port", type=int, default=0, help="the HTTP port on 127.0.0.1 (0: any free one, said on stdout)")
+    p.add_argument("--grpc-port", type=int, default=None, help="serve gRPC too, on this port (0: any free one)")
+    args = p.parse_args()
+    asyncio.run(serve(args.port, args.grpc_port))
 
 
 if __name__ == "__main__":
