@@ -48,7 +48,8 @@ class Answer:
 
 
 def request_body(feeds: dict[str, np.ndarray], outputs: list[str], binary: bool) -> tuple[bytes, dict[str, str]]:
-    """The KServe v2 inference request for `feeds` asking for `outputs`, and its own headers."""
+    """The KServe v2 inference request for `feeds` asking for `outputs`, and its own headers: the bytes
+    tritonclient sends, so the first request is answered as the run's are."""
     inputs, raw = [], []
     for name, arr in feeds.items():
         t = {"name": name, "shape": list(arr.shape), "datatype": DTYPE_NAMES[arr.dtype.name]}
@@ -61,10 +62,9 @@ def request_body(feeds: dict[str, np.ndarray], outputs: list[str], binary: bool)
         inputs.append(t)
     head = json.dumps({"inputs": inputs, "outputs": [{"name": n, "parameters": {"binary_data": binary}}
                                                      for n in outputs]}).encode()  # fmt: skip
-    if not binary:
-        return head, {"Content-Type": "application/json"}
-    return head + b"".join(raw), {"Content-Type": "application/octet-stream",
-                                  "Inference-Header-Content-Length": str(len(head))}  # fmt: skip
+    if not binary:  # no Content-Type, as tritonclient sends none (MLServer answers a binary octet-stream with 500)
+        return head, {}
+    return head + b"".join(raw), {"Inference-Header-Content-Length": str(len(head))}
 
 
 def infer_path(model: str, version: str) -> str:
