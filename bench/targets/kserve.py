@@ -6,6 +6,7 @@ times each request as a client sees it, network included, like perf_analyzer.
 Before a run: the server is live and the model ready; the model's metadata (and config, where the server has one)
 give each input's name, datatype and shape, filled with the same seeded random data a board uses; binary tensors
 over HTTP unless the server refuses them (MLServer answers 422), then JSON, and the result says which and why.
+Every answer is checked against the metadata (kserve_answers.py): a wrong one is a failed query of its own kind.
 Around a run: the statistics extension (`/v2/models/MODEL/stats`), read before and after, splits each request's time
 into queue, compute input, compute infer and compute output, and the rest (the client's latency minus the server's
 own time) is network and client; a Prometheus endpoint (`?metrics=PORT`, Triton's `/metrics`) is scraped during the
