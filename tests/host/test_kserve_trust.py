@@ -256,6 +256,7 @@ def test_every_wrong_answer_is_a_failed_query_of_its_own_kind(liar, tmp_path):
         doc = json.loads(proc.stdout)
         e = doc["errors"]
         assert set(e["kinds"]) == {WRONG} and e["failed"] > 10 and doc["latency_us"]["count"] == 0, (model, mode, e)
+        assert doc["failed_queries"] == e["failed"]  # what the error budget charges
         words = e["examples"][WRONG]
         want = {("short", "binary"): "declare 40 bytes of binary data, the body holds 20",
                 ("short", "json"): "5 values in data, its shape [1,10] holds 10",
@@ -265,6 +266,25 @@ def test_every_wrong_answer_is_a_failed_query_of_its_own_kind(liar, tmp_path):
                 ("not-object", "json"): "not a JSON object (a list)"}.get((model, mode), LIES[model])  # fmt: skip
         assert want in words, (model, mode, words)
         assert f"no query succeeded: {e['failed']:,} failed (wrong answer x{e['failed']:,}); first: " in proc.stderr
+
+
+def test_wrong_answers_spend_the_error_budget_as_failed_queries_do(liar, tmp_path):
+    """A server that answers wrong every other time: half the queries are wrong answers, the rest are timed; without an
+    SLO the run passes (some succeeded), with an error budget of 10% it fails (exit 1)."""
+    url = f"kserve+http://{liar['http']}/sometimes"
+    plain, budget = run_all([["run", "--target", url, "--duration", "1", "--json", "-"],
+                             ["run", "--target", url, "--duration", "1", "--json", "-", "--slo", "p99=10s",
+                              "--slo", "error_budget=0.1"]], tmp_path)  # fmt: skip
+    assert plain.returncode == 0 and budget.returncode == 1, (plain.stderr, budget.stderr)
+    for proc in (plain, budget):
+        doc = json.loads(proc.stdout)
+        e, answered = doc["errors"], doc["latency_us"]["count"]
+        assert set(e["kinds"]) == {WRONG} and "shape [1,11]" in e["examples"][WRONG]
+        assert e["share"] == pytest.approx(0.5, abs=0.02) and abs(e["failed"] - answered) <= 2, (e, answered)
+    with Store(tmp_path / "s1.sqlite") as st:
+        (run,) = st.runs()
+    spent = run.verdict["slo"]["error_budget"]
+    assert spent["share"] == pytest.approx(0.5, abs=0.02) and spent["pass"] is False
 
 
 def test_an_honest_server_passes_with_no_wrong_answer(liar, tmp_path):
@@ -324,6 +344,10 @@ def test_a_first_request_that_fails_says_both_causes(liar, tmp_path):
     doc = json.loads(proc.stdout)
     assert proc.returncode == 1 and set(doc["errors"]["kinds"]) == {"status 503"} and doc["errors"]["failed"] > 10
     assert "no query succeeded" in proc.stderr and "stored as run" in proc.stderr  # kept, but a failure
+    proc = edge_bench("run", "--target", f"kserve+http://{liar['http']}/closes?tensors=json", "--duration", "1",
+                      "--store", str(tmp_path / "s.sqlite"), "--json", "-")  # fmt: skip
+    doc = json.loads(proc.stdout)  # tritonclient's "Incomplete response." is a connection lost, not a parse error
+    assert proc.returncode == 1 and set(doc["errors"]["kinds"]) == {"connection lost"}, doc["errors"]
 
 
 def test_a_server_whose_model_is_not_the_file_is_refused_before_the_run(liar, tmp_path):

@@ -17,6 +17,7 @@ models/digits_cnn/digits_cnn_int8.onnx (input 'input' FP32 [1,8,8,1], output 'lo
     closes          declares a 1000-byte body, sends 10 bytes and closes the connection
     slow            answers honestly after SLOW_S seconds (longer than a test's ?timeout=1)
     wrong-input     its metadata says the input is INT8 (the file says FP32): a --model run must be refused
+    sometimes       every other answer on a connection is wrong-shape's, the others honest
 
     python tests/servers/liar_server.py [--port 0] [--grpc-port 0]   # prints `ready http=H:P [grpc=H:P]`
 
@@ -38,7 +39,7 @@ import socket
 import struct
 
 MODES = ("honest", "wrong-shape", "wrong-dtype", "renamed", "short", "huge", "not-object", "refuses-binary", "busy",
-         "no-batch-1", "closes", "slow", "wrong-input")  # fmt: skip
+         "no-batch-1", "closes", "slow", "wrong-input", "sometimes")  # fmt: skip
 SLOW_S = 3.0
 INPUT = {"name": "input", "datatype": "FP32", "shape": [1, 8, 8, 1]}
 OUTPUT = {"name": "logits", "datatype": "FP32", "shape": [1, 10]}
@@ -86,8 +87,9 @@ def answer(model: str, binary: bool) -> bytes:
     return reply(200, json.dumps({"model_name": model, "model_version": "1", "outputs": [out]}).encode())
 
 
-async def infer(model: str, headers: dict, body: bytes, writer) -> bytes | None:
-    """The answer to POST /v2/models/MODEL/infer (None: the connection was closed mid-body here)."""
+async def infer(model: str, headers: dict, body: bytes, writer, answered: list[int]) -> bytes | None:
+    """The answer to POST /v2/models/MODEL/infer (None: the connection was closed mid-body here); `answered` counts
+    the connection's answers (for `sometimes`)."""
     length = headers.get("inference-header-content-length")
     try:  # as Triton: the JSON part is the first Inference-Header-Content-Length bytes when that header is given
         request = json.loads(body[: int(length)] if length is not None else body)
@@ -111,6 +113,9 @@ async def infer(model: str, headers: dict, body: bytes, writer) -> bytes | None:
         return None
     if model == "slow":
         await asyncio.sleep(SLOW_S)
+    if model == "sometimes":
+        answered[0] += 1
+        return answer("wrong-shape" if answered[0] % 2 else "honest", binary_out)
     return answer(model, binary_out)
 
 
@@ -135,6 +140,7 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
     sock = writer.get_extra_info("socket")
     if sock is not None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    answered = [0]
     try:
         while True:
             line = await reader.readline()
@@ -152,7 +158,8 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             body = await reader.readexactly(size) if size else b""
             parts = path.split("?")[0].strip("/").split("/")
             if method == "POST" and len(parts) >= 4 and parts[:2] == ["v2", "models"] and parts[-1] == "infer":
-                out = await infer(parts[2], headers, body, writer) if parts[2] in MODES else error(404, "no model")
+                known = parts[2] in MODES
+                out = await infer(parts[2], headers, body, writer, answered) if known else error(404, "no model")
             else:
                 out = get(path.split("?")[0])
             if out is None:
