@@ -154,10 +154,11 @@ def idle_power(readings: list[dict]) -> dict:
     power = [s["power_w"] for s in readings if "power_w" in s]
     span = readings[-1]["t_s"] - readings[0]["t_s"] if readings else 0.0
     out: dict = {"window_s": round(span, 3), "readings": len(readings)}
-    if len(energy) >= 2 and energy[-1][0] > energy[0][0]:
+    moved = len(energy) >= 2 and energy[-1][0] > energy[0][0] and energy[-1][1] > energy[0][1]
+    if moved:
         (t0, e0), (t1, e1) = energy[0], energy[-1]
         out.update(power_w=round((e1 - e0) / 1000.0 / (t1 - t0), 3), source="energy counter")
-    elif power:
+    elif power:  # no counter, or one that did not move in the window (it updates at its own pace)
         out.update(power_w=round(sum(power) / len(power), 3), source="power readings")
     else:
         out.update(power_w=None, source="none: this GPU reports neither energy nor power")
@@ -229,3 +230,21 @@ def window_summary(samples: list[dict], start_s: float | None, end_s: float | No
 
 def _text(v) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def energy_text(g: dict) -> str | None:
+    """The idle and above-idle energy of a `gpu` section in one line for the terminal; None without an idle reading."""
+    idle = g.get("idle") or {}
+    if idle.get("power_w") is None or g.get("energy_j") is None:
+        return None
+    text = f"idle {idle['power_w']:g} W ({idle.get('source')}, {idle.get('window_s')} s before the model loaded)"
+    if g.get("energy_above_idle_note"):
+        return f"{text}; {g['energy_above_idle_note']}"
+    parts = [f"{g['energy_above_idle_j']:g} J above idle of {g['energy_j']:g} J"]
+    if g.get("energy_above_idle_per_sample_uj") is not None:
+        parts.append(f"{g['energy_above_idle_per_sample_uj']:,.1f} uJ per sample above idle "
+                     f"({g['energy_per_sample_uj']:,.1f} total) at batch {g.get('batch') or 1}")  # fmt: skip
+    if g.get("samples_per_j_above_idle") is not None:
+        parts.append(f"{g['samples_per_s']:,.0f} samples/s, {g['samples_per_j_above_idle']:,.1f} samples/J above "
+                     f"idle ({g['samples_per_j']:,.1f} total)")  # fmt: skip
+    return f"{text}; " + "; ".join(parts)

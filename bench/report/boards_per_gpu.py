@@ -63,8 +63,9 @@ def line(c: dict) -> str:
         thr = (f"{f['boards_for_throughput']:,.2f} boards ({f['whole_boards']:,} whole) match the server's "
                f"{_n(f['samples_per_s']['server'])} samples/s at batch {bt['server']} (a board: "
                f"{_n(f['samples_per_s']['board'])} samples/s at batch {bt['board']})")  # fmt: skip
-    above = f"{_n(e['server_above_idle'])} above idle" + (f" {f['idle_w']:g} W" if f["idle_w"] is not None else "")
-    energy = f"energy: a board {_n(e['board'])} samples/J, the server {above}, {_n(e['server_total'])} in total"
+    idle = f" of {f['idle_w']:g} W" if f["idle_w"] is not None else ""
+    energy = (f"energy: a board {_n(e['board'])} samples/J, the server {_n(e['server_above_idle'])} samples/J above "
+              f"its idle{idle} ({_n(e['server_total'])} in total)")  # fmt: skip
     if f["board_vs_server_per_j"] is not None:
         energy += f": a board does {f['board_vs_server_per_j']:,.2f}x the server's samples per joule"
     return f"{thr}; {energy} ('-': not known)"

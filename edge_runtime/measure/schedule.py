@@ -284,8 +284,8 @@ def _chunks(plan: Plan, step_ns: int):
     """The plan in pieces of about `step_ns` of schedule time and at most CHUNK_QUERIES queries."""
     sched = plan.intended_ns
     if sched is None:  # offline for a duration: everything at 0, as many as time allows
-        while True:
-            yield np.zeros(CHUNK_QUERIES, np.int64)
+        while True:  # (a query of a batch of N is N samples: the time is checked as often as at batch 1)
+            yield np.zeros(max(1, CHUNK_QUERIES // plan.batch), np.int64)
     done = 0
     while done < len(sched):
         end = int(np.searchsorted(sched, sched[done] + step_ns, side="left"))
