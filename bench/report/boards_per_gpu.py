@@ -23,16 +23,16 @@ def _batch(res: dict) -> int:
 
 
 def figures(board: dict, server: dict, server_energy_uj: float | None = None) -> dict:
-    """The boards-per-GPU figures of one comparison. `server_energy_uj`: the server's energy per inference when it
-    came from elsewhere than a `gpu` section (a KServe server's metrics)."""
+    """The boards-per-GPU figures of one comparison. `server_energy_uj`: the server's energy per sample, used when
+    the record has no `gpu` section (a KServe server's metrics energy over the samples answered)."""
     b_ips, s_ips = board.get("throughput_ips"), server.get("throughput_ips")
     ratio = round(s_ips / b_ips, 3) if b_ips and s_ips else None
     avg_w = (board.get("power") or {}).get("avg_w")
     board_per_j = round(b_ips / avg_w, 3) if b_ips and avg_w else None
     g = server.get("gpu") or {}
     gpu_total = g.get("samples_per_j")
-    if gpu_total is None and server_energy_uj:
-        gpu_total = round(1e6 / (server_energy_uj / _batch(server)), 3)
+    if gpu_total is None and server_energy_uj and not g:
+        gpu_total = round(1e6 / server_energy_uj, 3)
     gpu_above = g.get("samples_per_j_above_idle")
     gpu_best = gpu_above if gpu_above is not None else gpu_total
     return {

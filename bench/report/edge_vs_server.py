@@ -153,8 +153,8 @@ def compare(board_label: str, board: dict, server_label: str, server: dict) -> d
     energy_b = (board.get("power") or {}).get("energy_per_inference_uj")
     metrics = ((server.get("server") or {}).get("metrics")) or {}
     energy_s = None
-    if (server.get("gpu") or {}).get("energy_per_inference_uj") is not None:
-        energy_s = server["gpu"]["energy_per_inference_uj"]
+    if (server.get("gpu") or {}).get("energy_per_inference_uj") is not None:  # per sample at a batch (issue 24)
+        energy_s = server["gpu"].get("energy_per_sample_uj") or server["gpu"]["energy_per_inference_uj"]
     elif metrics.get("gpu_energy_j") is not None and (server.get("latency_us") or {}).get("count"):
         n = (server.get("throughput_ips") or 0) * (server.get("wall_s") or 0)
         energy_s = round(metrics["gpu_energy_j"] * 1e6 / n, 2) if n else None

@@ -136,8 +136,21 @@ def test_the_offline_scenarios_queries_run_as_batches(dyn):
     assert two["scenario"]["samples_per_query"] == 8 and two["throughput_ips"] == pytest.approx(
         60 * 8 / two["wall_s"], rel=1e-6
     )
-    # two batches per query: each query's latency is about twice one batch's (a loose bound: a shared machine)
-    assert two["latency_us"]["p50"] > 1.3 * one["latency_us"]["p50"]
+
+
+def test_a_query_of_several_batches_runs_that_many_inferences():
+    """The schedule's side of it, counted exactly: 10 offline queries of 8 samples at batch 4 are 20 inferences
+    (after the warm-up's 3), and the query's samples stay 8 for the record."""
+    from edge_runtime.measure.schedule import measure_open_loop, plan_for
+
+    calls = []
+    req = BenchRequest(str(RESNET), scenario="offline", samples_per_query=8, batch=4, iterations=10).validate()
+    plan = plan_for(req, 10, None)
+    assert (plan.samples_per_query, plan.batch) == (8, 4)
+    m, run = measure_open_loop(lambda: calls.append(1), plan, warmup=3)
+    assert len(calls) == 3 + 20 and len(run.intended_ns) == len(m.samples_ns) == 10
+    one = plan_for(BenchRequest(str(RESNET), scenario="server", rate_qps=100.0, batch=4), 5, None)
+    assert one.samples_per_query == 4  # a query is one batch unless samples_per_query says more
 
 
 # ------------------------------------------------------------------------------------------------ NVML's energy
@@ -223,6 +236,7 @@ def test_the_report_says_how_many_boards_equal_one_gpu(dyn, capture):
     assert f"boards/GPU   {ratio:,.2f} boards" in text and "at batch 8 (a board:" in text
     assert text.index("crossover") < text.index("boards/GPU")
     assert f"the server {section['samples_per_j_above_idle']:,.1f} samples/J above its idle of 120 W" in text
+    assert c["energy_per_inference_uj"]["server"] == section["energy_per_sample_uj"]  # per sample, as a board's
     assert "Boards per GPU: " in edge_vs_server.markdown([c])
     assert '<p class="boards-per-gpu">Boards per GPU: ' in edge_vs_server.html_section([c])
 
