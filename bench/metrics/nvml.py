@@ -213,7 +213,8 @@ def window_summary(samples: list[dict], start_s: float | None, end_s: float | No
         (t0, e0), (t1, e1) = energy[0], energy[-1]
         span = ((end_s or t1) - start_s) if start_s is not None else t1 - t0
         out["energy_j"], out["energy_source"] = round((e1 - e0) / 1000.0 * span / (t1 - t0), 3), "energy counter"
-    elif power and start_s is not None and end_s is not None and end_s > start_s:
+    elif len(power) >= 2 and not any("energy_mj" in s for s in samples) and start_s is not None and end_s:
+        # no energy counter on this GPU (before Volta): the mean power over the window, from two readings or more
         span = end_s - start_s
         out["energy_j"], out["energy_source"] = round(sum(power) / len(power) * span, 3), "mean power x window"
     else:
