@@ -1,0 +1,130 @@
+"""Every wait of a KServe v2 client bounded (issue 24): a deadline for the whole request, and a signal during the
+bounded reads after a run kept for the exit instead of losing the run.
+
+- `BoundedClient` wraps a tritonclient client. Over HTTP each call runs under a `gevent.Timeout` of the URL's
+  `timeout` in the calling thread: connect, send and receive together (tritonclient's `network_timeout` bounds each
+  socket read only, and a server that trickles a byte every half second never trips it). The timer is cancelled in
+  `finally`, so it cannot fire during a later call; a call cut by it leaves its connection half-read and its pool
+  slot taken, so the inner client is dropped and the next call gets a new one (one reconnect, never a stale socket).
+  A cut call raises RequestTimeout, which the target counts as kind "timeout". Over gRPC `client_timeout` is
+  already a deadline for the whole call (gRPC deadlines cover the call, not a read); it is given to every call that
+  has none. The statistics extension's read is held to the rule of the metrics scrapes (bench/metrics/fetch.py:
+  2 s and 4 MiB over HTTP; 2 s over gRPC, whose size the channel bounds).
+- `DeferredSignals`: while armed, SIGINT/SIGTERM/SIGHUP only note the signal (edge_runtime/program/signals.py's
+  stop hook) and set an event that cuts the bounded waits short; the run measured is stored, and the command then
+  exits 128 + N as on any signal during a run.
+
+The cost of a deadline: a gevent timer started and cancelled per call, a few microseconds beside a request."""
+
+from __future__ import annotations
+
+import threading
+import urllib.parse
+from collections.abc import Callable
+
+STATS_DEADLINE_S = 2.0  # the statistics before/after a run: bench/metrics/fetch.py's rule
+
+
+class RequestTimeout(TimeoutError):
+    """A request that had no whole answer within its deadline (connect, send and receive together)."""
+
+
+class BoundedClient:
+    """A tritonclient client (HTTP or gRPC) whose every call ends within `timeout_s`; `make()` builds the inner one
+    (again after a call cut by the deadline). Used from the one thread that made it, as tritonclient's clients are."""
+
+    def __init__(self, make: Callable[[], object], protocol: str, address: str, timeout_s: float):
+        self._make, self.protocol, self.address, self.timeout_s = make, protocol, address, timeout_s
+        self._client = make()
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):  # the inner client's own parts are not this client's (and no recursion in __init__)
+            raise AttributeError(name)
+        attr = getattr(self._client, name)
+        if not callable(attr):
+            return attr
+        return lambda *args, **kw: self.call(name, *args, **kw)
+
+    def call(self, name: str, *args, **kw):
+        if name == "get_inference_statistics":
+            return self._statistics(*args, **kw)
+        if self.protocol == "grpc":
+            if kw.get("client_timeout") is None and name not in ("close", "start_stream", "stop_stream"):
+                kw["client_timeout"] = self.timeout_s
+            return getattr(self._client, name)(*args, **kw)
+        if name == "close":
+            return self._client.close()
+        return self._http(name, self.timeout_s, *args, **kw)
+
+    def _http(self, name: str, deadline_s: float, *args, **kw):
+        import gevent
+
+        timer = gevent.Timeout(deadline_s)
+        timer.start()
+        try:
+            return getattr(self._client, name)(*args, **kw)
+        except gevent.Timeout as t:
+            if t is not timer:
+                raise
+            self._renew()
+            raise RequestTimeout(f"no whole answer in {deadline_s:g} s (the request's deadline: connect, send and "
+                                 "receive)") from None  # fmt: skip
+        finally:
+            timer.close()
+
+    def _renew(self) -> None:
+        old, self._client = self._client, None
+        try:
+            old.close()
+        except Exception:  # noqa: BLE001 - a client cut mid-request may not close cleanly: it is dropped either way
+            pass
+        self._client = self._make()
+
+    def _statistics(self, model_name: str = "", model_version: str = "", headers=None, **kw):
+        """The statistics extension's document within STATS_DEADLINE_S (and 4 MiB over HTTP)."""
+        deadline = min(self.timeout_s, STATS_DEADLINE_S)
+        if self.protocol == "grpc":
+            kw["client_timeout"] = min(kw.get("client_timeout") or deadline, deadline)
+            return self._client.get_inference_statistics(model_name, model_version, headers=headers, **kw)
+        import json
+
+        from bench.metrics.fetch import FetchError, bounded_get
+
+        path = f"/v2/models/{urllib.parse.quote(model_name)}" + (
+            f"/versions/{urllib.parse.quote(model_version)}" if model_version else "") + "/stats"  # fmt: skip
+        try:
+            return json.loads(bounded_get(self.address, path, headers, deadline_s=deadline))
+        except FetchError as err:
+            if err.kind == "timeout":
+                raise RequestTimeout(str(err)) from None
+            raise
+
+
+class DeferredSignals:
+    """`with late:` a signal only notes itself (`signum`, the first) and sets `signalled`; outside, signals act as
+    usual. Re-enterable: one object may guard several bounded steps after a run. Only the main thread gets signals:
+    elsewhere it guards nothing and costs nothing."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.signum: int | None = None
+        self.signalled = threading.Event()
+        self._before = None
+
+    def request(self, signum: int) -> None:  # edge_runtime/program/signals.py calls it from its handler
+        if self.signum is None:
+            self.signum = signum
+        self.signalled.set()
+
+    def __enter__(self) -> DeferredSignals:
+        from edge_runtime.program.signals import SIGNALS
+
+        self._before, SIGNALS.stop = SIGNALS.stop, self
+        self.armed = True
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from edge_runtime.program.signals import SIGNALS
+
+        self.armed = False
+        SIGNALS.stop = self._before
