@@ -81,9 +81,7 @@ class MetricsSampler:
             self._spawn()
 
     def _spawn(self) -> None:
-        import bench
-
-        root = os.path.dirname(os.path.dirname(os.path.abspath(bench.__file__)))  # a checkout not installed too
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # a checkout too
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
         settings = {"address": self.address, "headers": self.headers, "every_s": SCRAPE_EVERY_S,
                     "deadline_s": DEADLINE_S, "max_bytes": MAX_BYTES, "max_scrapes": MAX_SCRAPES}  # fmt: skip

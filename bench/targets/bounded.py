@@ -1,5 +1,4 @@
-"""Every wait of a KServe v2 client bounded (issue 24): a deadline for the whole request, and a signal during the
-bounded reads after a run kept for the exit instead of losing the run.
+"""Every wait of a KServe v2 client bounded by a deadline for the whole request (issue 24).
 
 - `BoundedClient` wraps a tritonclient client. Over HTTP each call runs under a `gevent.Timeout` of the URL's
   `timeout` in the calling thread: connect, send and receive together (tritonclient's `network_timeout` bounds each
@@ -10,15 +9,11 @@ bounded reads after a run kept for the exit instead of losing the run.
   already a deadline for the whole call (gRPC deadlines cover the call, not a read); it is given to every call that
   has none. The statistics extension's read is held to the rule of the metrics scrapes (bench/metrics/fetch.py:
   2 s and 4 MiB over HTTP; 2 s over gRPC, whose size the channel bounds).
-- `DeferredSignals`: while armed, SIGINT/SIGTERM/SIGHUP only note the signal (edge_runtime/program/signals.py's
-  stop hook) and set an event that cuts the bounded waits short; the run measured is stored, and the command then
-  exits 128 + N as on any signal during a run.
 
 The cost of a deadline: a gevent timer started and cancelled per call, a few microseconds beside a request."""
 
 from __future__ import annotations
 
-import threading
 import urllib.parse
 from collections.abc import Callable
 
@@ -98,33 +93,3 @@ class BoundedClient:
             if err.kind == "timeout":
                 raise RequestTimeout(str(err)) from None
             raise
-
-
-class DeferredSignals:
-    """`with late:` a signal only notes itself (`signum`, the first) and sets `signalled`; outside, signals act as
-    usual. Re-enterable: one object may guard several bounded steps after a run. Only the main thread gets signals:
-    elsewhere it guards nothing and costs nothing."""
-
-    def __init__(self) -> None:
-        self.armed = False
-        self.signum: int | None = None
-        self.signalled = threading.Event()
-        self._before = None
-
-    def request(self, signum: int) -> None:  # edge_runtime/program/signals.py calls it from its handler
-        if self.signum is None:
-            self.signum = signum
-        self.signalled.set()
-
-    def __enter__(self) -> DeferredSignals:
-        from edge_runtime.program.signals import SIGNALS
-
-        self._before, SIGNALS.stop = SIGNALS.stop, self
-        self.armed = True
-        return self
-
-    def __exit__(self, *exc) -> None:
-        from edge_runtime.program.signals import SIGNALS
-
-        self.armed = False
-        SIGNALS.stop = self._before

@@ -245,9 +245,9 @@ class KServeTarget(Target):
     def bench(self, request, *, progress=None, rid: str | None = None, sink=None) -> TargetResult:
         from bench.metrics.kserve_stats import StatsReader
         from bench.metrics.prometheus import MetricsSampler
+        from bench.scenarios.deferred import DeferredSignals
         from bench.scenarios.engine import run_request
         from bench.scenarios.record import host_result
-        from bench.targets.bounded import DeferredSignals
         from bench.transports.connection import new_request_id
         from edge_runtime.results import ServerSection
 
