@@ -10,7 +10,8 @@ binary or JSON tensors (the binary tensor extension: `Inference-Header-Content-L
 
 - `honest`: nothing;
 - `trickle-infer`: inference replies go out a byte every `--trickle-s` s (status line and headers included), after the
-  first `--honest-first` inferences, every `--trickle-every`-th one (1: all);
+  first `--honest-first` inferences, every `--trickle-every`-th one (1: all), at most `--trickle-max` of them
+  (`--body-only`: the status line and headers at once, then the body a byte at a time);
 - `trickle-metrics`, `trickle-stats`: `/metrics` or the statistics trickle the same way;
 - `big-metrics`: `/metrics` is 10 MB of valid lines, without a Content-Length (the body ends when the connection does);
 - `hang-metrics`: `/metrics` reads the request and never answers.
@@ -40,6 +41,10 @@ class Misbehaving:
     def __init__(self, args: argparse.Namespace):
         self.args = args
         self.counts = {"infer": 0, "trickled": 0, "metrics": 0, "stats": 0}
+        self.big = b""
+        if args.mode == "big-metrics":  # made once: building it per scrape would stall this loop's inference replies
+            lines = [b'nv_cpu_utilization{core="%d"} 0.5\n' % i for i in range(BIG_METRICS_BYTES // 30)]
+            self.big = b"nv_cpu_memory_used_bytes 1048576\n" + b"".join(lines)
 
     # ------------------------------------------------------------------------------------------- the answers
     def route(self, method: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, dict, bytes, str]:
@@ -86,13 +91,7 @@ class Misbehaving:
         text = b"# HELP nv_cpu_utilization CPU\n# TYPE nv_cpu_utilization gauge\nnv_cpu_utilization 0.25\n"
         text += b"nv_cpu_memory_used_bytes 1048576\n"
         if mode == "big-metrics":
-            line = b'nv_cpu_utilization{core="%d"} 0.5\n'
-            body = bytearray(text)
-            i = 0
-            while len(body) < BIG_METRICS_BYTES:
-                body += line % i
-                i += 1
-            return 200, {"Content-Type": "text/plain"}, bytes(body), "unbounded"
+            return 200, {"Content-Type": "text/plain"}, self.big, "unbounded"
         how = {"trickle-metrics": "trickle", "hang-metrics": "hang"}.get(mode, "send")
         return 200, {"Content-Type": "text/plain; version=0.0.4"}, text, how
 
@@ -128,6 +127,7 @@ class Misbehaving:
             reply = (200, {"Content-Type": "application/json"}, json.dumps(doc).encode())
         a = self.args
         trickle = a.mode == "trickle-infer" and n > a.honest_first and (n - a.honest_first) % a.trickle_every == 0
+        trickle = trickle and (a.trickle_max is None or self.counts["trickled"] < a.trickle_max)
         if trickle:
             self.counts["trickled"] += 1
         return (*reply, "trickle" if trickle else "send")
@@ -157,7 +157,9 @@ class Misbehaving:
                 words = "".join(f"{k}: {v}\r\n" for k, v in extra.items())
                 data = f"HTTP/1.1 {status} X\r\n{words}{length}{closing}\r\n".encode() + payload
                 if how == "trickle":
-                    for i in range(len(data)):
+                    at_once = len(data) - len(payload) if self.args.body_only else 0  # the head at once, then the body
+                    writer.write(data[:at_once])
+                    for i in range(at_once, len(data)):
                         writer.write(data[i : i + 1])
                         await writer.drain()
                         await asyncio.sleep(self.args.trickle_s)
@@ -188,7 +190,9 @@ async def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--mode", choices=modes, default="honest")
     ap.add_argument("--honest-first", type=int, default=0)
     ap.add_argument("--trickle-every", type=int, default=1)
+    ap.add_argument("--trickle-max", type=int, default=None)
     ap.add_argument("--trickle-s", type=float, default=0.5)
+    ap.add_argument("--body-only", action="store_true", help="trickle the body only (the head goes at once)")
     args = ap.parse_args(argv)
     app = Misbehaving(args)
     server = await asyncio.start_server(app.serve, HOST, args.port)
