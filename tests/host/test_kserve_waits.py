@@ -111,18 +111,24 @@ def test_a_trickling_server_costs_the_timeout_per_query_and_each_is_a_timeout(tm
     assert [r.id for r in stored(tmp_path)] == [doc["run"]]
 
 
-def test_a_server_that_never_finishes_an_answer_ends_the_run_at_its_time_and_grace(tmp_path):
-    """With a request timeout of 120 s, a server that trickles its answer held a closed loop of 2 s for as long as
-    the server liked; now the run ends at 2 s + END_GRACE_S, the query still out is "no answer", and the record says
-    the run was ended by its deadline."""
+@pytest.mark.parametrize(
+    ("args", "out"),
+    [((), 1), (("--concurrency", "4"), 4), (("--scenario", "server", "--rate", "20", "--concurrency", "4"), 4)],
+    ids=["single-stream", "concurrency-4", "server"],
+)
+def test_a_server_that_never_finishes_an_answer_ends_the_run_at_its_time_and_grace(tmp_path, args, out):
+    """With a request timeout of 120 s, a server that trickles its answers held a closed loop of 2 s for as long as
+    it liked; now the run ends at 2 s + END_GRACE_S, closed loop (one or four in flight) or open, the queries still
+    out are "no answer", and the record says the run was ended by its deadline and how many it left out."""
     from bench.scenarios.engine import END_GRACE_S
 
-    with trickle("trickle-infer", "--honest-first", "2") as srv:
-        proc, doc, wall = edge_bench(tmp_path, f"kserve+http://{srv.http}/m?timeout=120")
+    honest = str(1 + out)  # the tensor probe, then one warm-up query per connection
+    with trickle("trickle-infer", "--honest-first", honest) as srv:
+        proc, doc, wall = edge_bench(tmp_path, f"kserve+http://{srv.http}/m?timeout=120", *args)
     assert wall < 2 + END_GRACE_S + MARGIN_S, wall
     assert 2 + END_GRACE_S <= doc["wall_s"] < 2 + END_GRACE_S + 3, doc["wall_s"]
-    assert doc["errors"]["kinds"] == {"no answer": 1} and doc["failed_queries"] == 1
-    assert doc["scenario"]["ended_by"] == "deadline" and doc["scenario"]["cut_off"] == 1
+    assert doc["errors"]["kinds"] == {"no answer": out} and doc["failed_queries"] == out
+    assert doc["scenario"]["ended_by"] == "deadline" and doc["scenario"]["cut_off"] == out
     assert any("ended by its deadline" in w for w in doc["quality"]["warnings"]), doc["quality"]["warnings"]
     assert "ended by its deadline" in proc.stderr and proc.returncode in (0, 1)
     assert [r.id for r in stored(tmp_path)] == [doc["run"]]
