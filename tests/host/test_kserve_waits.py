@@ -241,3 +241,17 @@ def test_grpc_calls_end_at_their_deadline_when_a_server_never_answers():
                 call()
             assert 0.9 <= time.monotonic() - start < 1 + MARGIN_S
             assert failure_kind(err.value) == "timeout", err.value
+
+
+def test_statistics_over_grpc_come_through_a_channel_capped_at_4mib_with_the_token(tmp_path):
+    """Over gRPC the statistics are read on a channel of their own (4 MiB, 2 s; tritonclient's takes 2 GiB), with
+    the access token Triton asks for: the split is there, as before."""
+    from conftest import MODELS, need
+
+    need("onnxruntime")
+    with serverkit.triton(MODELS / "digits_cnn" / "digits_cnn_int8.onnx", "digits") as srv:
+        url = f"kserve+grpc://{srv.grpc}/digits"
+        proc, doc, _ = edge_bench(tmp_path, url, "--header", f"triton-access-token: {srv.token}")
+    assert proc.returncode == 0, proc.stderr
+    st = doc["server"]["statistics"]
+    assert st["available"] and st["requests"] >= doc["latency_us"]["count"] > 0, st
