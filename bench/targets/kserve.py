@@ -69,16 +69,22 @@ class KServeTarget(Target):
         return {"client_timeout": self.opts["timeout"]} if self.opts["protocol"] == "grpc" else {}
 
     def client(self):
-        """A new client (one per worker thread: tritonclient's are not shared)."""
+        """A new client (one per worker thread: tritonclient's are not shared), each call bounded as a whole by the
+        URL's timeout (bench/targets/bounded.py)."""
+        from bench.targets.bounded import BoundedClient
+
+        protocol, address, timeout = self.opts["protocol"], self.opts["address"], self.opts["timeout"]
         try:
-            if self.opts["protocol"] == "http":
+            if protocol == "http":
                 import tritonclient.http as tc
 
-                return tc.InferenceServerClient(self.opts["address"], connection_timeout=self.opts["timeout"],
-                                                network_timeout=self.opts["timeout"])  # fmt: skip
-            import tritonclient.grpc as tc
+                make = lambda: tc.InferenceServerClient(address, connection_timeout=timeout,  # noqa: E731
+                                                        network_timeout=timeout)  # fmt: skip
+            else:
+                import tritonclient.grpc as tc
 
-            return tc.InferenceServerClient(self.opts["address"])
+                make = lambda: tc.InferenceServerClient(address)  # noqa: E731
+            return BoundedClient(make, protocol, address, timeout)
         except ImportError as err:
             raise UserError(f"target {self.url!r}: needs tritonclient ({err})",
                             hint="pip install 'edge-runtime[kserve]'") from None  # fmt: skip
@@ -260,6 +266,7 @@ class KServeTarget(Target):
     def bench(self, request, *, progress=None, rid: str | None = None, sink=None) -> TargetResult:
         from bench.metrics.kserve_stats import StatsReader
         from bench.metrics.prometheus import MetricsSampler
+        from bench.scenarios.deferred import DeferredSignals
         from bench.scenarios.engine import run_request
         from bench.scenarios.record import host_result
         from bench.transports.connection import new_request_id
@@ -294,6 +301,7 @@ class KServeTarget(Target):
             marks["at"] = time.time()
             metrics.start()
 
+        late = DeferredSignals()  # a signal in the bounded reads after the run: the run stored, then the exit says it
         try:
             run = run_request(request, lambda: self._sender(feeds, binary, request.samples_per_query or 1, examples),
                               workers=conc, should_stop=self._stop.is_set, say=progress, on_start=on_start)  # fmt: skip
@@ -301,10 +309,14 @@ class KServeTarget(Target):
             self._stop.set()
             raise
         finally:
-            metrics.stop()
+            with late:
+                metrics.stop(late.signalled)
             self._running = None
         run.examples = examples
-        split = stats.split(marks.get("before"), stats.read(), run)
+        with late:
+            after = None if late.signum else stats.read()
+        run.interrupted = run.interrupted or late.signum
+        split = stats.split(marks.get("before"), after, run)
         server = ServerSection(split, metrics.summary(), marks.get("network") or self.round_trip(probe))
         record = host_result(request, run, self._context(request, tensors), started_at=marks.get("at"), server=server)
         doc = record.to_dict()
