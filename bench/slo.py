@@ -57,6 +57,25 @@ def evaluate(result: dict, slo: SLO) -> dict | None:
             "cut_short": (aborted or {}).get("reason") if aborted else None}  # fmt: skip
 
 
+def nothing_succeeded(result: dict | None) -> str | None:
+    """A run in which queries were asked and none was answered (every one failed, or came back wrong): a failed run
+    whatever its SLOs (issue 24: 385 failed queries once exited 0), said in one line; None otherwise. A run
+    interrupted before its first answer is the signal's to report, not this."""
+    if not result or result.get("aborted") or (result.get("latency_us") or {}).get("count"):
+        return None
+    errors = result.get("errors") or {}
+    failed = int(errors.get("failed") or result.get("failed_queries") or 0)
+    if not failed:
+        return None
+    kinds = ", ".join(f"{k} x{v:,}" for k, v in sorted((errors.get("kinds") or {}).items(), key=lambda kv: -kv[1]))
+    first = next(iter((errors.get("examples") or {}).values()), None)
+    return (
+        f"no query succeeded: {failed:,} failed"
+        + (f" ({kinds})" if kinds else "")
+        + (f"; first: {first}" if first else "")
+    )
+
+
 def unserved(result: dict) -> int:
     """The queries a saturated open loop had no time to send: they count against the error budget, as failed ones
     do (the target could not serve the rate asked). A run that kept up may leave a few due at its very end: those are

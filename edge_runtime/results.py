@@ -224,6 +224,7 @@ class Config(Record):
     duration_s: float | None = None
     stress: tuple[Mapping[str, Any], ...] = ()
     timed_call: str | None = None
+    batch: int | None = field(default=None, metadata=OMIT_NONE)  # samples per inference (absent: 1)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from bench.cli.common import (
     token,
 )
 from bench.cli.flags import header_flags, slo_flags
-from bench.slo import verdict_lines
+from bench.slo import nothing_succeeded, verdict_lines
 from edge_runtime.errors import UsageError
 from edge_runtime.program.args import Parser, integer, path_arg
 
@@ -201,7 +201,10 @@ def _print_one_off(kept, outs, args, cls, store) -> int:
     if kept.stopped_by is not None:
         return 128 + kept.stopped_by
     missed = kept.slo is not None and not kept.slo["pass"]
-    return 1 if doc.get("aborted") or missed else 0
+    failed = nothing_succeeded(doc)
+    if failed:
+        print(f"edge-bench: {failed}", file=sys.stderr)
+    return 1 if doc.get("aborted") or missed or failed else 0
 
 
 def check_target_flags(cls, args) -> None:
@@ -320,7 +323,10 @@ def run_campaign(args) -> int:
     if result.stopped_by is not None:
         print(f"edge-bench: interrupted: {len(rows)} of {len(plan)} runs kept", file=sys.stderr)
         return 128 + result.stopped_by
-    return 1 if result.slo_failed else 0
+    failed = [f"{o.target} {o.scenario}: {why}" for o in result.outcomes if (why := nothing_succeeded(o.result))]
+    for line in failed:
+        print(f"edge-bench: {line}", file=sys.stderr)
+    return 1 if result.slo_failed or failed else 0
 
 
 def _campaign_flags(rest: list[str]) -> dict[str, str]:

@@ -236,6 +236,9 @@ def gpu_text(g: dict) -> str:
         energy = g.get("energy_note", "no energy figure")
     where = f"{g.get('name')} (NVML, the measured {g.get('window_s') or '?'} s)"
     lines = [f"gpu          {where}: " + "; ".join(x for x in (", ".join(parts), energy) if x)]
+    from bench.metrics.nvml import energy_text  # idle and above idle (issue 24)
+
+    lines += [f"             {t}" for t in [energy_text(g)] if t]
     if g.get("throttle_reasons"):
         lines.append(f"             clocks held down: {', '.join(g['throttle_reasons'])}")
     return "\n".join(lines) + "\n"

@@ -1,6 +1,7 @@
 """Edge against server: for one model run on a board (or `local:`) and on an inference server (KServe v2), side by
 side: the latency distributions, a latency budget per stage, throughput, energy per inference where known, and the
-network round trip at which each side wins.
+network round trip at which each side wins, and how many boards equal one GPU (boards_per_gpu.py: throughput at
+each side's batch, samples per joule above the GPU's idle).
 
 The budget. Board: inference is the board's own latency (its inputs are bound once, so pre- and post-processing are
 not in it and show as not measured); link is the round trip of the host's link to the board, which a deployment that
@@ -18,6 +19,9 @@ and no tail of its own: a real network's jitter moves it towards the board.
 from __future__ import annotations
 
 import html
+
+from bench.report.boards_per_gpu import figures
+from bench.report.boards_per_gpu import line as boards_line
 
 
 def side_of(res: dict) -> str:
@@ -149,8 +153,8 @@ def compare(board_label: str, board: dict, server_label: str, server: dict) -> d
     energy_b = (board.get("power") or {}).get("energy_per_inference_uj")
     metrics = ((server.get("server") or {}).get("metrics")) or {}
     energy_s = None
-    if (server.get("gpu") or {}).get("energy_per_inference_uj") is not None:
-        energy_s = server["gpu"]["energy_per_inference_uj"]
+    if (server.get("gpu") or {}).get("energy_per_inference_uj") is not None:  # per sample at a batch (issue 24)
+        energy_s = server["gpu"].get("energy_per_sample_uj") or server["gpu"]["energy_per_inference_uj"]
     elif metrics.get("gpu_energy_j") is not None and (server.get("latency_us") or {}).get("count"):
         n = (server.get("throughput_ips") or 0) * (server.get("wall_s") or 0)
         energy_s = round(metrics["gpu_energy_j"] * 1e6 / n, 2) if n else None
@@ -168,6 +172,7 @@ def compare(board_label: str, board: dict, server_label: str, server: dict) -> d
         "energy_per_inference_uj": {"board": energy_b, "server": energy_s},
         "crossover_rtt_ms": crossover,
         "verdict": {p: _verdict(c) for p, c in crossover.items()},
+        "boards_per_gpu": figures(board, server, energy_s),
     }
 
 
@@ -208,6 +213,7 @@ def text(comps: list[dict]) -> str:
             f"{_v(c['energy_per_inference_uj']['server'], ' uJ')} per inference ('-': not known)",
             f"    crossover    p50 {_v(c['crossover_rtt_ms']['p50'], ' ms')}: {c['verdict']['p50']}; "
             f"p99 {_v(c['crossover_rtt_ms']['p99'], ' ms')}: {c['verdict']['p99']}",
+            f"    boards/GPU   {boards_line(c)}",
         ]
     return "\n".join(lines) + "\n"
 
@@ -246,6 +252,8 @@ def markdown(comps: list[dict]) -> str:
             f"Crossover round trip: p50 {_v(c['crossover_rtt_ms']['p50'])} ms ({c['verdict']['p50']}); p99 "
             f"{_v(c['crossover_rtt_ms']['p99'])} ms ({c['verdict']['p99']}).",
             "",
+            f"Boards per GPU: {md_text(boards_line(c))}.",
+            "",
         ]
     return "\n".join(out)
 
@@ -281,6 +289,7 @@ def html_section(comps: list[dict]) -> str:
             f'<td class="n">{_v(sb["client_ms"])}</td><td class="n">{_v(sb["total_ms"])}</td></tr></table>',
             f'<p class="crossover">Crossover round trip: p50 {_v(c["crossover_rtt_ms"]["p50"])} ms '
             f"({e(c['verdict']['p50'])}); p99 {_v(c['crossover_rtt_ms']['p99'])} ms ({e(c['verdict']['p99'])}).</p>",
+            f'<p class="boards-per-gpu">Boards per GPU: {e(boards_line(c))}.</p>',
         ]
     parts.append("</section>")
     return "\n".join(parts)

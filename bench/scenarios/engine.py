@@ -17,6 +17,10 @@ counted, never fatal, and the run reports the share against the SLO's error budg
 An open loop by duration ends at its time (issue 22): no query is sent after it, what is still queued is "not sent"
 (counted, with its share: the record keeps them out of the failed queries), and the queries in flight get END_GRACE_S
 to come back ("no answer" after it). A saturated server cannot stretch a run of 8 s into minutes of its backlog.
+A closed loop by duration ends the same way (issue 24): no query starts after its time, and the run returns at its
+time plus END_GRACE_S whatever the server does (a server that trickles its answers once held a run of 3 s for
+minutes); the queries still out are "no answer", counted, and `cut_off` says how many (the record says the run was
+ended by its deadline). A closed loop stopped by a signal waits END_GRACE_S for its queries in flight, no longer.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ class HostRun:
     examples: dict = field(default_factory=dict)  # kind -> the first message of that kind (set by the target)
     interrupted: int | None = None  # the signal that stopped the run (Ctrl-C, SIGTERM); None: it ran to its end
     samples_per_query: int = 1  # requests per query (multi-stream): the server's statistics count requests
+    cut_off: int = 0  # queries still out when the run ended at its time + END_GRACE_S ("no answer")
 
     @property
     def ok(self) -> np.ndarray:
@@ -155,19 +160,22 @@ def closed_loop(
         t.start()
     t0 = gate.start(on_start)
     interrupted = None
+    end = None if gate.deadline is None else gate.deadline + int(END_GRACE_S * 1e9)
     try:
-        stopped = _wait(threads, stop, queries, t0, rows, should_stop, progress, clock)
-    except KeyboardInterrupt as err:  # Ctrl-C, SIGTERM: the queries in flight finish, what came back is kept
+        stopped = _wait(threads, stop, queries, t0, rows, should_stop, progress, clock, end)
+    except KeyboardInterrupt as err:  # Ctrl-C, SIGTERM: the queries in flight get the grace, what came back is kept
         stop.set()
-        _join_all(threads, clock=clock)
+        _join_all(threads, END_GRACE_S, clock)
         stopped, interrupted = True, getattr(err, "signum", None) or 2
+    stop.set()  # a worker still out past the grace sends nothing more once its query returns
     wall = (clock.now_ns() - t0) / 1e9
     with lock:  # a straggler past the grace cannot change what is returned
         done = sorted(tuple(r) for r in rows)
+    cut_off = 0 if stopped else sum(1 for r in done if r[1] < 0)
     started = np.array([r[0] for r in done], np.int64)
     finished = np.array([r[1] for r in done], np.int64)
     return HostRun(started.copy(), started, finished, [r[2] for r in done], wall, False, n, stopped,
-                   kinds=Counter(r[2] for r in done if r[2]), interrupted=interrupted)  # fmt: skip
+                   kinds=Counter(r[2] for r in done if r[2]), interrupted=interrupted, cut_off=cut_off)  # fmt: skip
 
 
 def _join_all(threads, grace_s: float | None = None, clock: Clock = SYSTEM) -> None:
@@ -251,6 +259,7 @@ def open_loop(
     wall = (clock.now_ns() - t0) / 1e9
     started, finished, errors = started.copy(), finished.copy(), list(errors)  # what stragglers write is not ours
     sent = started >= 0
+    cut_off = int((sent & (finished < 0)).sum()) if cut is not None and not stopped else 0
     # queries never sent are not queries of this run when it was stopped, nor of an offline one cut by time;
     # otherwise they are its NOT_SENT ones: the schedule asked for them and no connection was free in the run's time
     keep = sent if stopped or (cut is not None and not from_intended) else np.ones(n_q, bool)
@@ -258,7 +267,8 @@ def open_loop(
     idx = np.flatnonzero(keep)
     errs = [errors[i] for i in idx]
     return HostRun(np.asarray(schedule_ns, np.int64)[idx], started[idx], finished[idx], errs, wall, from_intended,
-                   len(senders), stopped, kinds=Counter(e for e in errs if e), interrupted=interrupted)  # fmt: skip
+                   len(senders), stopped, kinds=Counter(e for e in errs if e), interrupted=interrupted,
+                   cut_off=cut_off)  # fmt: skip
 
 
 def _dispatch(jobs: queue.Queue, schedule_ns: np.ndarray, t0: int, cut: int | None, clock: Clock,
@@ -287,19 +297,22 @@ def _call(send: Sender) -> str | None:
         return type(err).__name__
 
 
-def _wait(threads, stop, queries, t0, rows, should_stop, progress, clock: Clock = SYSTEM) -> bool:
-    """Wait for the workers of a closed loop, with progress and stop checks; True when stopped early."""
+def _wait(
+    threads, stop, queries, t0, rows, should_stop, progress, clock: Clock = SYSTEM, end: int | None = None
+) -> bool:
+    """Wait for the workers of a closed loop, with progress and stop checks, until they end or the clock reaches
+    `end` (the run's time + END_GRACE_S: then the queries still out are left to their workers); True when stopped."""
     last = 0.0
     while True:
         alive = [t for t in threads if t.is_alive()]
-        if not alive:
+        if not alive or (end is not None and clock.now_ns() >= end):
             return False
         with clock.parked():
             alive[0].join(0.1)  # a live one: never a spin on one that has already ended
         el = (clock.now_ns() - t0) / 1e9
         if should_stop is not None and should_stop():
             stop.set()
-            _join_all(threads, clock=clock)
+            _join_all(threads, END_GRACE_S, clock)
             return True
         if progress is not None and el - last >= 1.0:
             last = el

@@ -41,7 +41,7 @@ from multiprocessing.connection import Connection, wait
 
 import numpy as np
 
-from bench.scenarios.engine import JOIN_GRACE_S, HostRun
+from bench.scenarios.engine import END_GRACE_S, JOIN_GRACE_S, HostRun
 from edge_runtime.errors import EdgeRuntimeError
 
 CHILD_START_TIMEOUT_S = 60.0  # a client process ready: a fresh interpreter's imports, its connections, its warm-up
@@ -231,8 +231,9 @@ def _drive(spawned: Spawned, request, should_stop, say, on_start) -> HostRun:
     spawned.send_all(("go", t0))
     interrupted, stopped, told = None, False, False
     iterations, duration_s = request.length
-    # bounded: the run's time, the engine's grace for queries in flight, and RESULT_GRACE_S for the rows to arrive
-    end = None if duration_s is None else time.monotonic() + LEAD_NS / 1e9 + duration_s + JOIN_GRACE_S + RESULT_GRACE_S
+    # bounded: the run's time, the engine's grace for queries in flight (a run by duration ends at its time +
+    # END_GRACE_S), and RESULT_GRACE_S for the rows to arrive; a child still silent then is killed, its queries lost
+    end = None if duration_s is None else time.monotonic() + LEAD_NS / 1e9 + duration_s + END_GRACE_S + RESULT_GRACE_S
     last_say = time.monotonic()
     while any(c.done is None and not c.closed for c in children):
         try:  # all of it: a Ctrl-C may land anywhere here (in the progress line just printed, as often as not)
@@ -263,7 +264,7 @@ def merge(children: list[Child], request) -> HostRun:
     """Every child's rows in one run: a closed loop's in the order sent, an open loop's in the schedule's order. A
     child without rows (dead, killed, unanswering) adds its queries as failed CHILD_DIED ones."""
     closed = children[0].job.closed
-    parts, examples, warm, wall, stopped = [], {}, 0, 0.0, False
+    parts, examples, warm, wall, stopped, cut_off = [], {}, 0, 0.0, False, 0
     for c in children:
         if c.done is not None:
             d = c.done
@@ -273,6 +274,7 @@ def merge(children: list[Child], request) -> HostRun:
             warm += d["warmup"]
             wall = max(wall, d["wall_s"])
             stopped = stopped or d["stopped"]
+            cut_off += d.get("cut_off", 0)
             continue
         how = _how_ended(c)
         if closed:
@@ -297,7 +299,7 @@ def merge(children: list[Child], request) -> HostRun:
     errors = [errors[i] for i in order]
     run = HostRun(intended[order], started[order], finished[order], errors, wall, not closed,
                   sum(c.job.workers for c in children), stopped, kinds=Counter(e for e in errors if e))  # fmt: skip
-    run.examples, run.warmup = examples, warm
+    run.examples, run.warmup, run.cut_off = examples, warm, cut_off
     run.samples_per_query = request.samples_per_query or 1
     return run
 

@@ -124,4 +124,4 @@ def _child_run(conn, job: Job, make_sender, examples, stop, go) -> dict:
     cpu_s = _cpu_s() - cpu.get("start", _cpu_s())
     return {"intended": run.intended_ns, "started": run.started_ns, "finished": run.finished_ns,
             "errors": run.errors, "wall_s": run.wall_s, "stopped": run.stopped, "warmup": warm,
-            "examples": dict(examples), "cpu_s": cpu_s, "pid": os.getpid()}  # fmt: skip
+            "examples": dict(examples), "cpu_s": cpu_s, "cut_off": run.cut_off, "pid": os.getpid()}  # fmt: skip

@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from bench.scenarios.engine import NOT_SENT, HostRun
+from bench.scenarios.engine import END_GRACE_S, NOT_SENT, HostRun
 from edge_runtime.measure.scenario import saturation_text, scenario_figures
 from edge_runtime.measure.stats import (
     PERCENTILE_METHOD,
@@ -143,6 +143,9 @@ def _warnings(run: HostRun, errors: Errors) -> list[str]:
         out.append(f"{errors.failed:,} of {sent:,} queries sent failed ({said})")
     if run.stopped:
         out.append(f"interrupted: partial result of {len(run.errors):,} queries")
+    if run.cut_off:  # issue 24: a target that stops answering cannot hold a run past its time and the grace
+        out.append(f"ended by its deadline (its time + {END_GRACE_S:g} s): {run.cut_off:,} queries still out, "
+                   "counted as 'no answer'")  # fmt: skip
     return out
 
 
@@ -192,6 +195,8 @@ def _scenario(request, run: HostRun, kind: str, warnings: list[str]) -> dict:
                                 end_s=None if run.stopped else request.duration_s, scheduled=len(run.errors),
                                 samples_per_query=request.samples_per_query or 1, ok=run.ok[sent],
                                 concurrency=run.concurrency)  # fmt: skip
+    if run.cut_off:
+        scenario.update(ended_by="deadline", cut_off=run.cut_off)
     saturated = saturation_text(scenario)
     if saturated:
         warnings.append(saturated)

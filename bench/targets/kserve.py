@@ -6,6 +6,7 @@ times each request as a client sees it, network included, like perf_analyzer.
 Before a run: the server is live and the model ready; the model's metadata (and config, where the server has one)
 give each input's name, datatype and shape, filled with the same seeded random data a board uses; binary tensors
 over HTTP unless the server refuses them (MLServer answers 422), then JSON, and the result says which and why.
+Every answer is checked against the metadata (kserve_answers.py): a wrong one is a failed query of its own kind.
 Around a run: the statistics extension (`/v2/models/MODEL/stats`), read before and after, splits each request's time
 into queue, compute input, compute infer and compute output, and the rest (the client's latency minus the server's
 own time) is network and client; a Prometheus endpoint (`?metrics=PORT`, Triton's `/metrics`) is scraped during the
@@ -25,6 +26,7 @@ from collections.abc import Callable
 import numpy as np
 
 from bench.targets.base import Target, TargetError, TargetInfo, TargetOptions, TargetResult, expand_headers
+from bench.targets.kserve_answers import WRONG, check_answer, expected_outputs, grpc_answer, http_answer, unreadable
 from bench.targets.kserve_protocol import DTYPES, SCHEMES, failure_kind, parse_url, plain, why_failed
 from edge_runtime.errors import UserError
 
@@ -39,9 +41,6 @@ class KServeTarget(Target):
         summary="kserve+http://HOST:PORT/MODEL or kserve+grpc://HOST:PORT/MODEL for a KServe v2 server",
         takes=frozenset({"headers", "concurrency"}),
     )
-
-    # answer_check(header: dict, body_len: int) -> str | None: each reply's check in the fast sender (kserve_fast.py)
-    answer_check = None
 
     def __init__(self, url: str, options: TargetOptions | None = None):
         super().__init__(url, options)
@@ -70,16 +69,22 @@ class KServeTarget(Target):
         return {"client_timeout": self.opts["timeout"]} if self.opts["protocol"] == "grpc" else {}
 
     def client(self):
-        """A new client (one per worker thread: tritonclient's are not shared)."""
+        """A new client (one per worker thread: tritonclient's are not shared), each call bounded as a whole by the
+        URL's timeout (bench/targets/bounded.py)."""
+        from bench.targets.bounded import BoundedClient
+
+        protocol, address, timeout = self.opts["protocol"], self.opts["address"], self.opts["timeout"]
         try:
-            if self.opts["protocol"] == "http":
+            if protocol == "http":
                 import tritonclient.http as tc
 
-                return tc.InferenceServerClient(self.opts["address"], connection_timeout=self.opts["timeout"],
-                                                network_timeout=self.opts["timeout"])  # fmt: skip
-            import tritonclient.grpc as tc
+                make = lambda: tc.InferenceServerClient(address, connection_timeout=timeout,  # noqa: E731
+                                                        network_timeout=timeout)  # fmt: skip
+            else:
+                import tritonclient.grpc as tc
 
-            return tc.InferenceServerClient(self.opts["address"])
+                make = lambda: tc.InferenceServerClient(address)  # noqa: E731
+            return BoundedClient(make, protocol, address, timeout)
         except ImportError as err:
             raise UserError(f"target {self.url!r}: needs tritonclient ({err})",
                             hint="pip install 'edge-runtime[kserve]'") from None  # fmt: skip
@@ -91,6 +96,11 @@ class KServeTarget(Target):
             import tritonclient.grpc as tc
         return tc
 
+    def _h(self) -> dict[str, str]:
+        """The headers for one call: a fresh copy each time (tritonclient writes Inference-Header-Content-Length into
+        the dict it is given, and a later request once went out with a stale one)."""
+        return dict(self.headers)
+
     def _fail(self, what: str, err: Exception, kind: str = "user-error") -> TargetError:
         return TargetError(f"{self.url}: {what}: {why_failed(err)}", kind)
 
@@ -98,31 +108,31 @@ class KServeTarget(Target):
     def connect(self) -> dict:
         """Live, ready, the model's metadata: what a run needs before it starts. Refuses in one line otherwise."""
         c = self.client()
-        name, version, h = self.opts["model"], self.opts["version"], self.headers
+        name, version, h = self.opts["model"], self.opts["version"], self._h
         try:
-            live = c.is_server_live(headers=h, **self.limit)
+            live = c.is_server_live(headers=h(), **self.limit)
         except Exception as err:  # noqa: BLE001 - any failure to reach the server is one line
             raise self._fail(f"no KServe v2 server at {self.opts['address']}", err) from None
         if not live:
             raise TargetError(f"{self.url}: the server at {self.opts['address']} is not live", "user-error")
         try:
-            server = plain(c.get_server_metadata(headers=h, **self.limit))
+            server = plain(c.get_server_metadata(headers=h(), **self.limit))
         except Exception as err:  # noqa: BLE001 - live, but it will not say what it is (a restricted API?)
             raise self._fail(f"the server at {self.opts['address']} refused its metadata", err) from None
         try:
-            meta = plain(c.get_model_metadata(name, version, headers=h, **self.limit))
+            meta = plain(c.get_model_metadata(name, version, headers=h(), **self.limit))
         except Exception as err:  # noqa: BLE001
             known = self._models(c)
             raise TargetError(f"{self.url}: no model {name!r} on the server" + (f" (it has: {known})" if known else "")
                               + f" ({why_failed(err)})", "user-error") from None  # fmt: skip
         try:
-            ready = c.is_model_ready(name, version, headers=h, **self.limit)
+            ready = c.is_model_ready(name, version, headers=h(), **self.limit)
         except Exception:  # noqa: BLE001
             ready = False
         if not ready:
             raise TargetError(f"{self.url}: model {name!r} is not ready on the server", "user-error")
         try:
-            config = plain(c.get_model_config(name, version, headers=h, **self.limit))
+            config = plain(c.get_model_config(name, version, headers=h(), **self.limit))
             config = config.get("config", config)
         except Exception:  # noqa: BLE001 - a server without the model configuration extension (MLServer)
             config = {}
@@ -135,7 +145,7 @@ class KServeTarget(Target):
 
     def _models(self, c) -> str:
         try:
-            index = plain(c.get_model_repository_index(headers=self.headers, **self.limit))
+            index = plain(c.get_model_repository_index(headers=self._h(), **self.limit))
         except Exception:  # noqa: BLE001 - not every server has the repository extension
             return ""
         items = index if isinstance(index, list) else index.get("models", [])
@@ -202,40 +212,54 @@ class KServeTarget(Target):
         return outs
 
     def choose_tensors(self, c, feeds) -> tuple[bool, str]:
-        """Binary tensors unless the URL says json or the server refuses them (then JSON, and why)."""
+        """Binary tensors unless the URL says json or the server refuses them (then JSON, and why). Over HTTP the
+        first request is kserve_probe's, which keeps a failure's real cause; both failures are said when both fail."""
         if self.opts["protocol"] == "grpc":
             return True, "raw (gRPC raw_input_contents)"
         if self.opts["tensors"] == "json":
             return False, "json (asked for in the URL)"
-        exts = (self.meta or {}).get("server", {}).get("extensions") or []
+        from bench.targets.kserve_probe import ProbeFailed, choose
+
+        o, exts = self.opts, (self.meta or {}).get("server", {}).get("extensions")
         try:
-            self._infer(c, feeds, True)
-            return True, "binary (the binary tensor extension)"
-        except Exception as err:  # noqa: BLE001
-            why = why_failed(err)
-        try:
-            self._infer(c, feeds, False)
-        except Exception as err:  # noqa: BLE001
-            raise self._fail("inference failed with binary and with JSON tensors", err, "remote") from None
-        has = "binary_tensor_data" in exts
-        return False, f"json (the server refused binary tensors: {why}" + (
-            "" if has else "; it does not list the binary_tensor_data extension"
-        ) + ")"
+            return choose(o["address"], o["model"], o["version"], feeds, self.expected(feeds), headers=self._h(),
+                          timeout_s=o["timeout"], extensions=exts)  # fmt: skip
+        except ProbeFailed as err:
+            raise TargetError(f"{self.url}: {err.words}", "remote") from None
+
+    def expected(self, feeds: dict[str, np.ndarray]) -> tuple:
+        """What every answer must hold (kserve_answers): the model's outputs, the batch dimension the inputs'."""
+        meta = self.meta or {}
+        batch = next((a.shape[0] for a in feeds.values() if a.ndim), None)
+        return expected_outputs(meta.get("model", {}).get("outputs", []), meta.get("config"), batch)
+
+    def wrong(self, res, expected) -> str | None:
+        """What is wrong with tritonclient's answer `res` (None: nothing)."""
+        grpc = self.opts["protocol"] == "grpc"
+        return check_answer(expected, *(grpc_answer(res.get_response()) if grpc else http_answer(res)))
 
     def _infer(self, c, feeds, binary: bool):
-        kw = {"headers": self.headers}
+        kw = {"headers": self._h()}
         if self.opts["protocol"] == "grpc":
             kw["client_timeout"] = self.opts["timeout"]
         return c.infer(self.opts["model"], self._inputs(feeds, binary), model_version=self.opts["version"],
                        outputs=self._outputs(binary), **kw)  # fmt: skip
 
     def infer(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """One inference of `feeds`: the outputs by name (to check a server against a local run)."""
+        """One inference of `feeds`: the outputs by name (to check a server against a local run), checked."""
         if self.meta is None:
             self.connect()
         c = self.client()
         binary, _ = self.choose_tensors(c, feeds)
-        res = self._infer(c, feeds, binary)
+        try:
+            res = self._infer(c, feeds, binary)
+        except Exception as err:  # noqa: BLE001 - one line, by its kind
+            words = unreadable(err)
+            raise TargetError(f"{self.url}: {WRONG if words else 'inference failed'}: {words or why_failed(err)}",
+                              "remote") from None  # fmt: skip
+        why = self.wrong(res, self.expected(feeds))
+        if why:
+            raise TargetError(f"{self.url}: {WRONG}: {why}", "remote")
         return {t["name"]: res.as_numpy(t["name"]) for t in self.meta["model"]["outputs"]}
 
     # ----------------------------------------------------------------------------------------------- a run
@@ -243,6 +267,7 @@ class KServeTarget(Target):
         from bench.metrics.kserve_stats import StatsReader
         from bench.metrics.prometheus import MetricsSampler
         from bench.scenarios.client import client_section, run_load
+        from bench.scenarios.deferred import DeferredSignals
         from bench.scenarios.record import host_result
         from bench.targets.kserve_fast import choose_engine
         from bench.transports.connection import new_request_id
@@ -251,14 +276,16 @@ class KServeTarget(Target):
         rid = rid or new_request_id("kserve-")
         if self.meta is None:
             self.connect()
+        from bench.targets.kserve_model import check_served
+
+        unread = check_served(self.url, self.meta["model"], request.model, self.opts["model"])
         feeds = self.feeds(request.seed)
         probe = self.client()
         binary, tensors = self.choose_tensors(probe, feeds)
         kind = request.scenario or "single-stream"
         conc = request.concurrency or (OPEN_LOOP_WORKERS if kind not in ("single-stream", "offline") else 1)
-        examples: dict[str, str] = {}
         name, version = self.opts["model"], self.opts["version"]
-        stats = StatsReader(lambda: plain(probe.get_inference_statistics(name, version, headers=self.headers,
+        stats = StatsReader(lambda: plain(probe.get_inference_statistics(name, version, headers=self._h(),
                                                                            **self.limit)), why_failed)  # fmt: skip
         # The server's headers (its access token) go to its own host's metrics port only, never to another host.
         host_of = lambda address: (address or "").rsplit(":", 1)[0]  # noqa: E731
@@ -275,22 +302,27 @@ class KServeTarget(Target):
             metrics.start()
 
         spec, processes, engine = choose_engine(self, feeds, binary, request.samples_per_query or 1, conc)
+        late = DeferredSignals()  # a signal in the bounded reads after the run: the run stored, then the exit says it
         try:  # the load: this process, or client processes (bench/scenarios/procs.py), each with its own clients
             run, load = run_load(request, spec, workers=conc, processes=processes, should_stop=self._stop.is_set,
-                           say=progress, on_start=on_start)  # fmt: skip
+                                 say=progress, on_start=on_start)  # fmt: skip
         except KeyboardInterrupt:
             self._stop.set()
             raise
         finally:
-            metrics.stop()
+            with late:
+                metrics.stop(late.signalled)
             self._running = None
-        run.examples = {**examples, **run.examples}
-        split = stats.split(marks.get("before"), stats.read(), run)
+        with late:
+            after = None if late.signum else stats.read()
+        run.interrupted = run.interrupted or late.signum
+        split = stats.split(marks.get("before"), after, run)
         client, _ = client_section(run, load, spec.engine, engine)
         server = ServerSection(split, metrics.summary(), marks.get("network") or self.round_trip(probe), client)
         record = host_result(request, run, self._context(request, tensors), started_at=marks.get("at"), server=server)
         doc = record.to_dict()
-        got = TargetResult(rid, doc, warnings=list(record.quality.warnings), stopped_by=run.interrupted)
+        said = [*record.quality.warnings, *([unread] if unread else [])]
+        got = TargetResult(rid, doc, warnings=said, stopped_by=run.interrupted)
         if sink is not None:
             sink(got)
         return got
@@ -302,10 +334,10 @@ class KServeTarget(Target):
         different thread")."""
         local = threading.local()
         inputs, outputs = self._inputs(feeds, binary), self._outputs(binary)
-        kw = {"headers": self.headers, "model_version": self.opts["version"], "outputs": outputs}
+        kw = {"model_version": self.opts["version"], "outputs": outputs}
         if self.opts["protocol"] == "grpc":
             kw["client_timeout"] = self.opts["timeout"]
-        name = self.opts["model"]
+        name, expected = self.opts["model"], self.expected(feeds)
 
         def send() -> str | None:
             c = getattr(local, "client", None)
@@ -313,11 +345,17 @@ class KServeTarget(Target):
                 c = local.client = self.client()
             for _ in range(spq):
                 try:
-                    c.infer(name, inputs, **kw)
+                    res = c.infer(name, inputs, headers=self._h(), **kw)
+                    why = self.wrong(res, expected)
                 except Exception as err:  # noqa: BLE001 - counted by kind, never fatal
-                    kind = failure_kind(err)
-                    examples.setdefault(kind, why_failed(err))  # the first message of each kind, for the record
-                    return kind
+                    why = unreadable(err)  # a 200 answer tritonclient could not read: a wrong one
+                    if why is None:
+                        kind = failure_kind(err)
+                        examples.setdefault(kind, why_failed(err))  # the first message of each kind, for the record
+                        return kind
+                if why is not None:  # answered, but not what the model can answer: a failed query of its own kind
+                    examples.setdefault(WRONG, why)
+                    return WRONG
             return None
 
         return send
@@ -346,7 +384,7 @@ class KServeTarget(Target):
         for _ in range(probes):
             t = time.perf_counter_ns()
             try:
-                c.is_server_live(headers=self.headers, **self.limit)
+                c.is_server_live(headers=self._h(), **self.limit)
             except Exception:  # noqa: BLE001 - a probe that fails is left out
                 continue
             times.append(time.perf_counter_ns() - t)

@@ -7,14 +7,16 @@ whole run's limit, and its queueing shows up as the server's latency (issue 24).
 every query (bench/targets/kserve.py), so the request body is built once, by tritonclient itself
 (`InferenceServerClient.generate_request_body`: the protocol's encoding stays the library's), and sent as bytes.
 tritonclient stays the client for gRPC, for JSON tensors, and for everything around a run (metadata, statistics,
-health); the target uses this sender only after a probe query through it succeeded (`probe()`).
+health); the target uses this sender when binary tensors were chosen (a first request already went through), with
+no probe query of its own (a server's first answers are the tests' and the warm-up's).
 
 Every request has one deadline for the whole of it (connect, send, receive): the URL's `timeout`; a server that
 trickles a byte every half second still fails the query at its timeout ("timeout"). A reply is checked for its
 status (`status NNN`, the server's error text kept), its framing (Content-Length; a chunked or unframed reply is
 "bad reply") and, when the target gives one, by `answer_check(header, body_len)` on the reply's parsed JSON header
-(a non-None answer is the query's failure, kind "wrong answer"). After any failure the connection is closed and the
-next query opens a new one.
+and the length of the body after it (a non-None answer is the query's failure, kind "wrong answer"): for the KServe
+target that is kserve_answers.check_answer against the model's metadata, the check every other sender makes.
+After any failure the connection is closed and the next query opens a new one.
 """
 
 from __future__ import annotations
@@ -95,11 +97,7 @@ class FastSender:
             self.examples.setdefault(err.kind, str(err))
             return err.kind
 
-    def reply(self) -> tuple[int, dict, bytes]:
-        """One query, its reply as (status, JSON header, body): for a probe before the run."""
-        return self._exchange(time.monotonic() + self.timeout_s, keep=True)
-
-    def _exchange(self, deadline: float, keep: bool = False):
+    def _exchange(self, deadline: float) -> None:
         try:
             if self.sock is None:
                 self.sock = socket.create_connection((self.host, self.port), timeout=self.timeout_s)
@@ -111,9 +109,10 @@ class FastSender:
                 if left <= 0:
                     raise TimeoutError
                 self.sock.settimeout(left)
-            return self._read(deadline, keep)
+            self._read(deadline)
         except TimeoutError:
-            raise ReplyError("timeout", f"no whole reply within {self.timeout_s:g} s") from None
+            raise ReplyError("timeout", f"no whole answer in {self.timeout_s:g} s (the request's deadline: connect, "
+                             "send and receive)") from None  # fmt: skip
         except ConnectionRefusedError as err:
             raise ReplyError("unreachable", f"{self.host}:{self.port}: {err.strerror or err}") from None
         except OSError as err:
@@ -130,7 +129,7 @@ class FastSender:
             raise ReplyError("connection lost", "the server closed the connection before the whole reply")
         return n
 
-    def _read(self, deadline: float, keep: bool):
+    def _read(self, deadline: float) -> None:
         got = 0
         while True:
             got += self._recv(self.view[got:], deadline, got == 0)
@@ -162,8 +161,8 @@ class FastSender:
                 _error_text(bytes(self.buf[end + 4 : min(total, end + 4 + 4096)]).decode(errors="replace")).split()
             )
             raise ReplyError(failure_kind(_Status(status, text)), f"{status}: {text[:200]}")
-        if self.check is None and not keep:
-            return None
+        if self.check is None:
+            return
         size = fields.get(b"inference-header-content-length")
         head_len = int(size) if size and size.isdigit() and int(size) <= body_len else body_len
         try:
@@ -172,11 +171,9 @@ class FastSender:
             raise ReplyError(WRONG_ANSWER, f"the reply's JSON header does not parse: {err}") from None
         if not isinstance(header, dict):
             raise ReplyError(WRONG_ANSWER, f"the reply's JSON header is a {type(header).__name__}, not an object")
-        if self.check is not None:
-            wrong = self.check(header, body_len)
-            if wrong is not None:
-                raise ReplyError(WRONG_ANSWER, wrong)
-        return (status, header, bytes(self.buf[end + 4 : total])) if keep else None
+        wrong = self.check(header, body_len - head_len)
+        if wrong is not None:
+            raise ReplyError(WRONG_ANSWER, wrong)
 
 
 def _head(raw: bytes) -> tuple[int, dict[bytes, bytes]]:
@@ -210,8 +207,8 @@ ENGINES = ("auto", "fast", "tritonclient")
 
 
 def load_options(url: str) -> tuple[str, int | None]:
-    """The URL's `engine=auto|fast|tritonclient` (default auto: fast for binary tensors over HTTP once a probe query
-    through it succeeded, else tritonclient) and `processes=N` (client processes, 1 to 256; default: one per
+    """The URL's `engine=auto|fast|tritonclient` (default auto: fast for binary tensors over HTTP, else
+    tritonclient) and `processes=N` (client processes, 1 to 256; default: one per
     connection, at most this machine's usable CPUs). One UserError line for a bad value."""
     import urllib.parse
 
@@ -251,6 +248,15 @@ class KServeSenders:
         return (lambda: make_sender(target, self.feeds, self.binary, self.spq, examples, self.engine)), examples
 
 
+def answer_check(target, feeds) -> AnswerCheck:
+    """Every answer checked as the target's other senders check theirs (kserve_answers: the model's outputs, names,
+    datatypes, shapes, binary sizes)."""
+    from bench.targets.kserve_answers import check_answer
+
+    expected = target.expected(feeds)
+    return lambda header, body_len: check_answer(expected, header, body_len)
+
+
 def make_sender(target, feeds, binary: bool, spq: int, examples: dict, engine: str):
     """One connection's sender: the fast one, or the target's own tritonclient one."""
     if engine != "fast":
@@ -258,7 +264,7 @@ def make_sender(target, feeds, binary: bool, spq: int, examples: dict, engine: s
     opts = target.opts
     req = request_bytes(opts["address"], opts["model"], opts["version"], target._inputs(feeds, True),
                         target._outputs(True), target.headers)  # fmt: skip
-    one = FastSender(opts["address"], req, opts["timeout"], target.answer_check, examples)
+    one = FastSender(opts["address"], req, opts["timeout"], answer_check(target, feeds), examples)
     if spq == 1:
         return one.send
 
@@ -285,20 +291,8 @@ def choose_engine(target, feeds, binary: bool, spq: int, workers: int) -> tuple[
         raise UserError(f"target {target.url!r}: engine=fast sends binary tensors over HTTP only")
     if asked == "tritonclient":
         why = "tritonclient (asked for in the URL)"
-    elif http_binary:
-        opts = target.opts
-        req = request_bytes(opts["address"], opts["model"], opts["version"], target._inputs(feeds, True),
-                            target._outputs(True), target.headers)  # fmt: skip
-        probe = FastSender(opts["address"], req, opts["timeout"], target.answer_check)
-        try:
-            probe.reply()
-            engine, why = "fast", "fast (precomputed binary request bytes over a raw keep-alive socket)"
-        except ReplyError as err:
-            if asked == "fast":
-                raise UserError(f"target {target.url!r}: engine=fast: the probe query failed: {err}") from None
-            why = f"tritonclient (the fast sender's probe failed: {err})"
-        finally:
-            probe.close()
+    elif http_binary:  # the binary request already went through once (choose_tensors' probe): no query more
+        engine, why = "fast", "fast (precomputed binary request bytes over a raw keep-alive socket)"
     headers = dict(target.options.headers or {})
     spec = KServeSenders(type(target), target.url, headers, target.meta, feeds, binary, spq, engine)
     return spec, processes, why

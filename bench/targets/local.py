@@ -2,7 +2,18 @@
 the same engine and the same child process the agent uses for a board (`edge_runtime.measure.child`), so a local
 result and a board's mean the same thing. The URL's options fill what the bench request leaves unset. On a local
 NVIDIA GPU (`device=cuda` or `tensorrt`, ONNX Runtime's providers) NVML is sampled during the run (`gpu` section);
-without one, one line before anything runs."""
+without one, one line before anything runs.
+
+`batch=N` runs N samples per inference (edge_runtime/measure/batch.py: a model with a dynamic or matching first
+dimension; latency per batch, throughput in samples). `gpu=N` (issue 24) picks GPU N of a multi-GPU host: the CUDA
+provider's `device_id` (and TensorRT's) and the GPU NVML samples. Decided here:
+- `gpu=` needs `device=cuda` or `device=tensorrt` in the same URL (elsewhere it would be silently ignored).
+- CUDA numbers GPUs fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID, NVML by PCI bus: the run sets PCI_BUS_ID
+  (unless the user set an order) so GPU N is the same board for both. A GPU index NVML does not have is refused
+  before anything runs (preflight; exit 2).
+- Before the model loads, the GPU's idle power is sampled for IDLE_WINDOW_S (bench/metrics/nvml.py), so the
+  record has the energy above idle as well as the total.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +27,8 @@ from bench.targets.base import Target, TargetError, TargetInfo, TargetOptions, T
 from bench.transports.connection import new_request_id
 from edge_runtime.errors import Interrupted, UserError
 
-OPTIONS = {"backend", "device", "cpus", "threads"}
+OPTIONS = {"backend", "device", "cpus", "threads", "batch", "gpu"}
+MAX_GPUS = 64  # NVML's own limit on devices in one system is lower; a bigger number is a typo
 
 
 def parse_local(url: str) -> dict:
@@ -39,6 +51,22 @@ def parse_local(url: str) -> dict:
         if not opts["threads"].isdigit() or not 1 <= int(opts["threads"]) <= 1024:
             raise UserError(f"target {url!r}: threads {opts['threads']!r}: a whole number 1 to 1024")
         opts["threads"] = int(opts["threads"])
+    return _gpu_options(url, opts)
+
+
+def _gpu_options(url: str, opts: dict) -> dict:
+    """batch=N and gpu=N checked (whole numbers in range; gpu only beside a GPU device)."""
+    from edge_runtime.measure.request import MAX_SAMPLES_PER_QUERY
+
+    for key, high in (("batch", MAX_SAMPLES_PER_QUERY), ("gpu", MAX_GPUS - 1)):
+        if key in opts:
+            low = 1 if key == "batch" else 0
+            if not opts[key].isdigit() or not low <= int(opts[key]) <= high:
+                raise UserError(f"target {url!r}: {key} {opts[key]!r}: a whole number {low} to {high}")
+            opts[key] = int(opts[key])
+    if "gpu" in opts and (opts.get("device") or "").lower() not in GPU_DEVICES:
+        raise UserError(f"target {url!r}: gpu={opts['gpu']} picks an NVIDIA GPU: it needs device=cuda or "
+                        "device=tensorrt in the same URL")  # fmt: skip
     return opts
 
 
@@ -46,7 +74,7 @@ class LocalTarget(Target):
     schemes = ("local",)
     info = TargetInfo(
         kind="board",
-        summary="local:?backend=NAME&cpus=LIST&threads=N&device=D for this machine",
+        summary="local:?backend=NAME&cpus=LIST&threads=N&device=D&batch=N (device=cuda&gpu=N) for this machine",
         thermal=True,
         takes=frozenset({"cpus", "threads", "backend", "device"}),
     )
@@ -54,6 +82,7 @@ class LocalTarget(Target):
     def __init__(self, url: str = "local:", options: TargetOptions | None = None):
         super().__init__(url, options)
         self.fill = parse_local(url)  # what the request leaves unset
+        self.gpu_index = self.fill.pop("gpu", None)
         self._running = None
 
     @classmethod
@@ -79,6 +108,10 @@ class LocalTarget(Target):
         online = SystemRoot("/").online_cpus()
         if cpus and online and set(cpus) - set(online):
             raise UserError(f"cpus {format_cpu_list(cpus)}: this machine has CPUs {format_cpu_list(online)}")
+        if "gpu" in opts:  # a GPU this host lacks: NVML says so before anything runs
+            from bench.metrics.nvml import check
+
+            check(opts["gpu"])
 
     def connect(self) -> dict:
         from edge_runtime.measure.child import ChildError, board_info
@@ -102,19 +135,15 @@ class LocalTarget(Target):
 
     def bench(self, request, *, progress=None, rid: str | None = None, sink=None) -> TargetResult:
         """Run `request` here, with the URL's options where the request leaves them unset, in a child process."""
+        from bench.targets.local_gpu import gpu_section, on_gpu, start_sampler
         from edge_runtime.measure.child import ChildJob, cancel, run_in_child
 
         fill = {k: v for k, v in self.fill.items() if getattr(request, k) is None}
         request = replace(request, **fill).validate()
         gpu = None
         if (request.device or "").lower() in GPU_DEVICES:  # a local NVIDIA GPU: NVML says what it did meanwhile
-            from bench.metrics.nvml import GpuSampler
-
-            try:
-                gpu = GpuSampler()
-            except UserError as err:
-                raise TargetError(f"{self.url}: {err.one_line()}", "user-error") from None
-            gpu.start()
+            request = on_gpu(request, self.gpu_index, self.url)
+            gpu = start_sampler(self.gpu_index or 0, self.url, progress)
         rid = rid or new_request_id("local-")
         job = ChildJob("bench", request.to_dict())
         self._running = (rid, job)
@@ -153,8 +182,7 @@ class LocalTarget(Target):
             raise TargetError(f"{self.url}: bench: {err.get('message', 'failed')}", err.get("kind", "internal"))
         result = answer["result"]
         if gpu is not None:
-            count = (result.get("latency_us") or {}).get("count")
-            result = {**result, "gpu": gpu.summary(count, result.get("wall_s"))}
+            result = {**result, "gpu": gpu_section(gpu, result)}
         got = TargetResult(rid, result, warnings=list(answer.get("warnings") or []), stopped_by=stopped_by)
         if sink is not None:
             sink(got)

@@ -32,6 +32,7 @@ import numpy as np
 
 from edge_runtime.errors import CheckFailedError, Interrupted, UserError
 from edge_runtime.files.outputs import Output, check_distinct, plan_output, write_output
+from edge_runtime.measure.batch import bind_batch
 from edge_runtime.measure.corunners import CoRunner
 from edge_runtime.measure.interference import counters, interference_section
 from edge_runtime.measure.loop import Measurement, StopRequest, hdr_log_text, measure
@@ -201,7 +202,7 @@ def _measure(
                 f"{request.model_sha256[:12]}..."
             )
         given = feeds(session) if feeds is not None else random_feeds(session.inputs, request.seed)[0]
-        session.bind(given)
+        bind_batch(session, given, request.batch or 1, request.model)  # N samples per inference (measure/batch.py)
         session.run()  # backend pools exist after one call
         tid = threading.get_native_id()
         if request.rt_priority:
@@ -311,7 +312,8 @@ def _build(request: BenchRequest, root: SystemRoot, prep: Prepared, got: _Measur
         warnings.append(f"{what}: partial result of {n:,} inferences" if n else f"{what}: nothing measured")
     requested = set(cpus or [])
     model, backend = got.model, got.backend
-    spq = got.plan.samples_per_query if got.plan is not None else 1  # throughput counts inferences, not queries
+    # throughput counts samples (inferences x batch), not queries
+    spq = got.plan.samples_per_query if got.plan is not None else (request.batch or 1)
     return BenchResult(
         model=ModelInfo(str(model.path), model.sha256, model.format, precision(model.path)),
         backend=BackendSection(

@@ -96,6 +96,9 @@ class BenchRequest(Record):
     # Queries in flight at once: a server target's client connections (a board runs one query at a time and refuses
     # more than 1).
     concurrency: int | None = field(default=None, metadata=OMIT_NONE)
+    # Samples per inference (measure/batch.py): latency per batch, throughput in samples; None is 1, left out of
+    # the JSON so an agent that predates batches still reads the request.
+    batch: int | None = field(default=None, metadata=OMIT_NONE)
     schema: str = REQUEST_SCHEMA
 
     def load_kwargs(self) -> dict[str, Any]:
@@ -141,6 +144,7 @@ class BenchRequest(Record):
         _int("rt_priority", self.rt_priority, 1, 99)
         _int("seed", self.seed, 0, MAX_SEED)
         _int("concurrency", self.concurrency, 1, MAX_CONCURRENCY)
+        _int("batch", self.batch, 1, MAX_SAMPLES_PER_QUERY)
         _real("duration_s", self.duration_s, 0.0, MAX_DURATION_S, low_open=True)
         _real("warmup_s", self.warmup_s, 0.0, MAX_WARMUP_S)
         _real("sample_interval_s", self.sample_interval_s, *SAMPLE_INTERVAL_S)
@@ -199,6 +203,10 @@ class BenchRequest(Record):
                 raise UserError(f"bench request: {key} does not go with the {kind} scenario (it goes with {goes})")
         _real("rate_qps", self.rate_qps, 0.0, MAX_RATE_QPS, low_open=True)
         _int("samples_per_query", self.samples_per_query, 1, MAX_SAMPLES_PER_QUERY)
+        if self.batch and self.samples_per_query:
+            from edge_runtime.measure.batch import queries_split
+
+            queries_split(self.samples_per_query, self.batch)
         _real("interval_ms", self.interval_ms, 0.0, 3.6e6, low_open=True)
         _real("burst_on_s", self.burst_on_s, 0.0, MAX_DURATION_S, low_open=True)
         _real("burst_off_s", self.burst_off_s, 0.0, MAX_DURATION_S)

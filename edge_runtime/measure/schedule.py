@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -131,12 +131,19 @@ class Plan:
     samples_per_query: int = 1
     from_intended: bool = True
     end_s: float | None = None  # a run by duration: nothing is sent after it (None: a run by count sends every query)
+    batch: int = 1  # samples per inference: a query runs samples_per_query / batch inferences (measure/batch.py)
 
 
 def plan_for(request, iterations: int | None, duration_s: float | None) -> Plan:
-    """The schedule a BenchRequest asks for, cut to its iterations (queries) or duration."""
+    """The schedule a BenchRequest asks for, cut to its iterations (queries) or duration; a query holds one batch
+    of samples unless the request says how many."""
+    batch = getattr(request, "batch", None) or 1
+    plan = _plan_for(request, iterations, duration_s, request.samples_per_query or batch)
+    return replace(plan, batch=batch) if batch > 1 else plan
+
+
+def _plan_for(request, iterations: int | None, duration_s: float | None, spq: int) -> Plan:
     kind = request.scenario
-    spq = request.samples_per_query or 1
     if kind == "offline":
         if duration_s is not None:
             return Plan(kind, None, spq, from_intended=False)
@@ -277,8 +284,8 @@ def _chunks(plan: Plan, step_ns: int):
     """The plan in pieces of about `step_ns` of schedule time and at most CHUNK_QUERIES queries."""
     sched = plan.intended_ns
     if sched is None:  # offline for a duration: everything at 0, as many as time allows
-        while True:
-            yield np.zeros(CHUNK_QUERIES, np.int64)
+        while True:  # (a query of a batch of N is N samples: the time is checked as often as at batch 1)
+            yield np.zeros(max(1, CHUNK_QUERIES // plan.batch), np.int64)
     done = 0
     while done < len(sched):
         end = int(np.searchsorted(sched, sched[done] + step_ns, side="left"))
@@ -311,7 +318,7 @@ def measure_open_loop(
     if should_stop is not None and should_stop():
         empty = np.empty(0, np.int64)
         return Measurement(empty, time.time_ns(), 0.0, warm, overhead, stopped=True), OpenLoopRun(empty, empty, empty)
-    call = query_of(fn, plan.samples_per_query)
+    call = query_of(fn, plan.samples_per_query // plan.batch)  # a whole number of batches (request.validate)
     total = None if plan.intended_ns is None else len(plan.intended_ns)
     deadline_ns = round(plan.end_s * 1e9) if plan.end_s is not None and plan.from_intended else None
     if on_start is not None:

@@ -159,6 +159,7 @@ def config_section(request: BenchRequest, warmup_calls: int, stress) -> Config:
         duration_s=duration_s,
         stress=tuple(stress),
         timed_call=TIMED_CALL,
+        batch=request.batch,
     )
 
 

@@ -23,7 +23,12 @@ def format_report(r: dict) -> str:
         + "  ".join(f"{k} {lat[key]:.1f}" for k, key in SHOWN)
         + f"   mean {lat['mean']:.1f} ± {lat['std']:.1f}",
         f"jitter us    p99-p50 {r['jitter_us']['p99_minus_p50']:.1f}   max-min {r['jitter_us']['max_minus_min']:.1f}",
-        f"throughput   {r['throughput_ips']:,.0f} inferences/s, {lat['count']:,} timed in {r['wall_s']:.2f} s "
+        (
+            f"throughput   {r['throughput_ips']:,.0f} samples/s at batch {cfg['batch']} (latency per batch), "
+            if (cfg.get("batch") or 1) > 1
+            else f"throughput   {r['throughput_ips']:,.0f} inferences/s, "
+        )
+        + f"{lat['count']:,} timed in {r['wall_s']:.2f} s "
         f"(after {cfg['warmup']} warm-up); timer overhead {r['quality']['timer_overhead_ns']} ns",
         *_pinning_lines(r["pinning"]),
         *_interference_lines(r["interference"]),

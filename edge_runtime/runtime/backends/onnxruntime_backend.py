@@ -164,6 +164,8 @@ class OnnxRuntimeBackend(Backend):
                 provider = "CPUExecutionProvider"
         wanted = [provider, *_COMPANIONS.get(provider, [])]
         providers = [(p, provider_options) if p == provider and p != "CPUExecutionProvider" else p for p in wanted]
+        if "device_id" in provider_options and len(wanted) > 1:  # TensorRT's CUDA companion runs on the same GPU
+            providers[1] = (wanted[1], {"device_id": provider_options["device_id"]})
         if "CPUExecutionProvider" not in wanted:
             providers.append("CPUExecutionProvider")
         try:
