@@ -16,7 +16,9 @@ status (`status NNN`, the server's error text kept), its framing (Content-Length
 "bad reply") and, when the target gives one, by `answer_check(header, body_len)` on the reply's parsed JSON header
 and the length of the body after it (a non-None answer is the query's failure, kind "wrong answer"): for the KServe
 target that is kserve_answers.check_answer against the model's metadata, the check every other sender makes.
-After any failure the connection is closed and the next query opens a new one.
+After a failure whose reply was not read whole (a timeout, a lost connection, a bad frame) the connection is closed
+and the next query opens a new one; a wrong answer or an error status, read whole, leaves it open (as tritonclient
+does: a server that lies every other answer on a connection is seen to).
 """
 
 from __future__ import annotations
@@ -37,9 +39,10 @@ FIELDS = tuple((name, b"\r\n" + name + b":") for name in (b"content-length", b"c
 class ReplyError(Exception):
     """A failed query: its kind (for counting) and its words (the first of each kind is kept)."""
 
-    def __init__(self, kind: str, message: str):
+    def __init__(self, kind: str, message: str, framed: bool = False):
         super().__init__(message)
         self.kind = kind
+        self.framed = framed  # the whole reply was read: the connection is still good
 
 
 class _Status(Exception):
@@ -93,7 +96,8 @@ class FastSender:
             self._exchange(deadline)
             return None
         except ReplyError as err:
-            self.close()
+            if not err.framed:
+                self.close()
             self.examples.setdefault(err.kind, str(err))
             return err.kind
 
@@ -160,7 +164,7 @@ class FastSender:
             text = " ".join(
                 _error_text(bytes(self.buf[end + 4 : min(total, end + 4 + 4096)]).decode(errors="replace")).split()
             )
-            raise ReplyError(failure_kind(_Status(status, text)), f"{status}: {text[:200]}")
+            raise ReplyError(failure_kind(_Status(status, text)), f"{status}: {text[:200]}", framed=True)
         if self.check is None:
             return
         size = fields.get(b"inference-header-content-length")
@@ -168,12 +172,10 @@ class FastSender:
         try:
             header = json.loads(bytes(self.buf[end + 4 : end + 4 + head_len]))
         except ValueError as err:
-            raise ReplyError(WRONG_ANSWER, f"the reply's JSON header does not parse: {err}") from None
-        if not isinstance(header, dict):
-            raise ReplyError(WRONG_ANSWER, f"the reply's JSON header is a {type(header).__name__}, not an object")
-        wrong = self.check(header, body_len - head_len)
+            raise ReplyError(WRONG_ANSWER, f"the reply's JSON header does not parse: {err}", framed=True) from None
+        wrong = self.check(header, body_len - head_len)  # a header that is not an object is the check's to say
         if wrong is not None:
-            raise ReplyError(WRONG_ANSWER, wrong)
+            raise ReplyError(WRONG_ANSWER, wrong, framed=True)
 
 
 def _head(raw: bytes) -> tuple[int, dict[bytes, bytes]]:
