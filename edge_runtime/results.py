@@ -404,6 +404,8 @@ class ServerSection(Record):
     statistics: Mapping[str, Any] | None = None
     metrics: Mapping[str, Any] | None = None
     network: Mapping[str, Any] | None = None
+    # The client's own cost (bench/scenarios/client.py): processes, cpu_s, cpu_us_per_query, client_bound, the rule.
+    client: Mapping[str, Any] | None = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass(frozen=True)

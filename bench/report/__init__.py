@@ -284,6 +284,13 @@ def server_text(r: dict) -> str:
                      f"client {st['client_us']} per request; network + client {st['network_client_us']}")  # fmt: skip
     else:
         lines.append(f"split        {st.get('reason', 'no server statistics')}")
+    cl = ((r.get("server") or {}).get("client")) or {}
+    if cl:  # the client's own cost (bench/scenarios/client.py)
+        busiest = cl.get("busiest_process_share")
+        lines.append(f"client       {cl.get('processes')} process(es), {cl.get('workers')} connections, engine "
+                     f"{cl.get('engine')}: {cl.get('cpu_us_per_query')} us CPU per query, busiest process "
+                     f"{'?' if busiest is None else f'{busiest:.0%}'} of a core"
+                     + ("; CLIENT-BOUND (the client was the limit)" if cl.get("client_bound") else ""))  # fmt: skip
     mt = ((r.get("server") or {}).get("metrics")) or {}
     if mt.get("available"):
         shown = [f"{k} {v['mean']:g} (max {v['max']:g})" for k, v in mt.items() if isinstance(v, dict) and "mean" in v]

@@ -3,7 +3,8 @@
 histogram, timeline and scenario code, so a server's numbers and a board's sit in one store, one comparison and one
 report. What only a client run has goes in its own sections: `errors` (failed queries by kind, and their share of the
 queries sent), `failed_queries` (what the SLO's error budget counts), `server` (the server's own time split, its
-metrics, the network). The sections only a board measures say so: thermal and power `available: false`, no pinning.
+metrics, the network, the client's own CPU and whether it was the limit). The sections only a board measures say so:
+thermal and power `available: false`, no pinning.
 
 What the target supplies (its model, its backend, where it runs, the call it times) comes in a `HostRunContext`."""
 
@@ -87,6 +88,10 @@ def host_result(
     latency, jitter_us, unstable, warnings = _latency(run)
     errors = _errors(run)
     warnings += _warnings(run, errors)
+    if server is not None and server.client:  # the client's own cost: client-bound or not (scenarios/client.py)
+        from bench.scenarios.client import warnings_of
+
+        warnings += warnings_of(dict(server.client))
     scenario = _scenario(request, run, kind, warnings)
     answered = int(run.ok.sum())
     lat_ns = run.latency_ns

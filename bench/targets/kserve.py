@@ -266,9 +266,10 @@ class KServeTarget(Target):
     def bench(self, request, *, progress=None, rid: str | None = None, sink=None) -> TargetResult:
         from bench.metrics.kserve_stats import StatsReader
         from bench.metrics.prometheus import MetricsSampler
+        from bench.scenarios.client import client_section, run_load
         from bench.scenarios.deferred import DeferredSignals
-        from bench.scenarios.engine import run_request
         from bench.scenarios.record import host_result
+        from bench.targets.kserve_fast import choose_engine
         from bench.transports.connection import new_request_id
         from edge_runtime.results import ServerSection
 
@@ -283,7 +284,6 @@ class KServeTarget(Target):
         binary, tensors = self.choose_tensors(probe, feeds)
         kind = request.scenario or "single-stream"
         conc = request.concurrency or (OPEN_LOOP_WORKERS if kind not in ("single-stream", "offline") else 1)
-        examples: dict[str, str] = {}
         name, version = self.opts["model"], self.opts["version"]
         stats = StatsReader(lambda: plain(probe.get_inference_statistics(name, version, headers=self._h(),
                                                                            **self.limit)), why_failed)  # fmt: skip
@@ -301,10 +301,11 @@ class KServeTarget(Target):
             marks["at"] = time.time()
             metrics.start()
 
+        spec, processes, engine = choose_engine(self, feeds, binary, request.samples_per_query or 1, conc)
         late = DeferredSignals()  # a signal in the bounded reads after the run: the run stored, then the exit says it
-        try:
-            run = run_request(request, lambda: self._sender(feeds, binary, request.samples_per_query or 1, examples),
-                              workers=conc, should_stop=self._stop.is_set, say=progress, on_start=on_start)  # fmt: skip
+        try:  # the load: this process, or client processes (bench/scenarios/procs.py), each with its own clients
+            run, load = run_load(request, spec, workers=conc, processes=processes, should_stop=self._stop.is_set,
+                                 say=progress, on_start=on_start)  # fmt: skip
         except KeyboardInterrupt:
             self._stop.set()
             raise
@@ -312,12 +313,12 @@ class KServeTarget(Target):
             with late:
                 metrics.stop(late.signalled)
             self._running = None
-        run.examples = examples
         with late:
             after = None if late.signum else stats.read()
         run.interrupted = run.interrupted or late.signum
         split = stats.split(marks.get("before"), after, run)
-        server = ServerSection(split, metrics.summary(), marks.get("network") or self.round_trip(probe))
+        client, _ = client_section(run, load, spec.engine, engine)
+        server = ServerSection(split, metrics.summary(), marks.get("network") or self.round_trip(probe), client)
         record = host_result(request, run, self._context(request, tensors), started_at=marks.get("at"), server=server)
         doc = record.to_dict()
         said = [*record.quality.warnings, *([unread] if unread else [])]

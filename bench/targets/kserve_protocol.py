@@ -11,7 +11,7 @@ import urllib.parse
 from edge_runtime.errors import UserError
 
 SCHEMES = ("kserve+http", "kserve+grpc")
-OPTIONS = {"version", "metrics", "timeout", "tensors"}
+OPTIONS = {"version", "metrics", "timeout", "tensors", "engine", "processes"}  # the last two: kserve_fast.py
 DTYPES = {"BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64", "INT8": "int8",
           "INT16": "int16", "INT32": "int32", "INT64": "int64", "FP16": "float16", "FP32": "float32",
           "FP64": "float64"}  # fmt: skip
