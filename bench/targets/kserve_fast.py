@@ -29,6 +29,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from bench.targets.kserve_protocol import ENGINES, load_options  # noqa: F401 - ENGINES: for callers
+
 AnswerCheck = Callable[[dict, int], "str | None"]
 MAX_REPLY = 256 * 1024 * 1024  # a declared Content-Length above this is refused, never allocated
 WRONG_ANSWER = "wrong answer"
@@ -205,29 +207,6 @@ def _error_text(text: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------- the target's side
-ENGINES = ("auto", "fast", "tritonclient")
-
-
-def load_options(url: str) -> tuple[str, int | None]:
-    """The URL's `engine=auto|fast|tritonclient` (default auto: fast for binary tensors over HTTP, else
-    tritonclient) and `processes=N` (client processes, 1 to 256; default: one per
-    connection, at most this machine's usable CPUs). One UserError line for a bad value."""
-    import urllib.parse
-
-    from edge_runtime.errors import UserError
-
-    q = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query, keep_blank_values=True))
-    engine = q.get("engine", "auto")
-    if engine not in ENGINES:
-        raise UserError(f"target {url!r}: engine {engine!r}: one of {', '.join(ENGINES)}")
-    processes = q.get("processes")
-    if processes is None:
-        return engine, None
-    if not (processes.isascii() and processes.isdigit() and 1 <= int(processes) <= 256):
-        raise UserError(f"target {url!r}: processes {processes!r}: a whole number from 1 to 256")
-    return engine, int(processes)
-
-
 @dataclass
 class KServeSenders:
     """What a client process needs to make the target's senders (picklable: sent to each child)."""

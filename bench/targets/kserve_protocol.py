@@ -68,6 +68,7 @@ def parse_url(url: str) -> dict:
                 f"target {shown!r}: metrics {opts['metrics']!r}: PORT or HOST:PORT (a port from 1 to 65535)"
             )
     host = f"[{u.hostname}]" if ":" in u.hostname else u.hostname
+    load_options(url)  # engine= and processes=, checked here like every option (used by kserve_fast.py)
     return {"protocol": protocol, "address": f"{host}:{port}", "model": model, "version": version,
             "metrics": metrics, "timeout": t, "tensors": opts.get("tensors")}  # fmt: skip
 
@@ -149,3 +150,22 @@ def failure_kind(err: Exception) -> str:
     if status:
         return f"status {status}"
     return type(err).__name__
+
+
+ENGINES = ("auto", "fast", "tritonclient")
+
+
+def load_options(url: str) -> tuple[str, int | None]:
+    """The URL's `engine=auto|fast|tritonclient` (default auto: fast for binary tensors over HTTP, else
+    tritonclient) and `processes=N` (client processes, 1 to 256; default: one per
+    connection, at most this machine's usable CPUs). One UserError line for a bad value."""
+    q = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(url).query, keep_blank_values=True))
+    engine = q.get("engine", "auto")
+    if engine not in ENGINES:
+        raise UserError(f"target {url!r}: engine {engine!r}: one of {', '.join(ENGINES)}")
+    processes = q.get("processes")
+    if processes is None:
+        return engine, None
+    if not (processes.isascii() and processes.isdigit() and 1 <= int(processes) <= 256):
+        raise UserError(f"target {url!r}: processes {processes!r}: a whole number from 1 to 256")
+    return engine, int(processes)

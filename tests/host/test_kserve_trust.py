@@ -160,6 +160,11 @@ URLS = [
     ("kserve+http://bob:s3cret@127.0.0.1:8000/m", "credentials in a URL are refused"),
     ("kserve+grpc://bob:s3c/ret@127.0.0.1:8001/m", "credentials in a URL are refused"),
     ("kserve+http://s3cret@127.0.0.1:8000/m", "credentials in a URL are refused"),
+    # the load engine's options, refused when the URL is read (before any connection), like every other option
+    ("kserve+http://127.0.0.1:8000/m?processes=1e12", "processes '1e12': a whole number from 1 to 256"),
+    ("kserve+http://127.0.0.1:8000/m?processes=nan", "processes 'nan': a whole number from 1 to 256"),
+    ("kserve+http://127.0.0.1:8000/m?processes=1000000000000", "processes '1000000000000': a whole number"),
+    ("kserve+http://127.0.0.1:8000/m?engine=rocket", "engine 'rocket': one of auto, fast, tritonclient"),
 ]
 
 
