@@ -122,6 +122,12 @@ class Store:
             version = self.db.execute("PRAGMA user_version").fetchone()[0]
         except sqlite3.DatabaseError as err:
             raise UserError(f"{where}: not an edge-bench store ({err})") from None
+        if version < SCHEMA_VERSION:
+            self._migrate(where)  # checked there, under the write lock
+        else:
+            self._check(where, version)
+
+    def _check(self, where: str, version: int) -> None:
         if version > SCHEMA_VERSION:
             raise UserError(
                 f"{where}: written by a newer edge-bench (store schema {version}; this one reads up to "
@@ -130,14 +136,18 @@ class Store:
             )
         if version == 0 and self._tables() - {"sqlite_sequence"}:
             raise UserError(f"{where}: an SQLite file, but not an edge-bench store (it has other tables)")
-        self._migrate(version)
 
     def _tables(self) -> set[str]:
         return {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
 
-    def _migrate(self, version: int) -> None:
-        for v in range(version + 1, SCHEMA_VERSION + 1):
-            with self._transaction():
+    def _migrate(self, where: str) -> None:
+        """Under the write lock, from the version read again there: two edge-bench processes creating (or
+        upgrading) one store at once each wait for the other, and the second finds the work done (it read version 0
+        before the first committed: "table runs already exists" was its exit 3)."""
+        with self._transaction():
+            version = self.db.execute("PRAGMA user_version").fetchone()[0]
+            self._check(where, version)
+            for v in range(version + 1, SCHEMA_VERSION + 1):
                 for ddl in MIGRATIONS[v]:
                     self.db.execute(ddl)
                 self.db.execute(f"PRAGMA user_version={v}")

@@ -193,6 +193,31 @@ def test_the_store_keeps_runs_once_and_survives_a_writer_killed_mid_write(tmp_pa
         assert st.baseline("main").id == first
 
 
+def test_copies_that_create_one_new_store_at_once_each_keep_their_run(tmp_path):
+    # Two copies of edge-bench started together on a store that does not exist yet: each read schema 0 before the
+    # other committed, and the second failed "table runs already exists" (exit 3). Eight at once, three times.
+    writer = (
+        "import sys, time\n"
+        "from bench.store import Store\n"
+        "at = float(sys.argv[2])\n"
+        "time.sleep(max(0.0, at - time.time()))\n"
+        "with Store(sys.argv[1]) as st:\n"
+        "    st.add_run({'schema': 'edge-runtime/bench/1', 'model': {'sha256': 'c' * 64}}, target='t',\n"
+        "               request_id=sys.argv[3])\n"
+    )
+    for attempt in range(3):
+        path = tmp_path / f"new-{attempt}.sqlite"
+        at = time.time() + 1.5  # every copy imported and waiting, then all open the missing store together
+        procs = [subprocess.Popen([sys.executable, "-c", writer, str(path), repr(at), f"r{attempt}-{i}"], cwd=ROOT,
+                                  stderr=subprocess.PIPE, text=True) for i in range(8)]  # fmt: skip
+        said = [(p.wait(timeout=120), p.stderr.read()) for p in procs]
+        assert all(rc == 0 for rc, _ in said), said
+        with Store(path) as st:
+            ids = {r[0] for r in st.db.execute("SELECT request_id FROM runs")}
+            assert ids == {f"r{attempt}-{i}" for i in range(8)}
+            assert st.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
 def test_a_store_that_is_not_ours_is_one_line(tmp_path):
     junk = tmp_path / "junk.sqlite"
     junk.write_bytes(b"not a database at all" * 100)
