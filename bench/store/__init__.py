@@ -100,6 +100,20 @@ class Run:
         }
 
 
+def _wal(db: sqlite3.Connection, within_s: float = 30.0) -> None:
+    """WAL mode. Switching a new file to it takes a lock that SQLite's busy timeout does not wait for: copies opening
+    one new store at once saw "database is locked" at once, so this waits for it, as long as the busy timeout."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
 class Store:
     """`Store(path)` opens or creates the file; a file that is not SQLite, or one written by a newer edge-bench, is
     a one-line error."""
@@ -117,10 +131,12 @@ class Store:
                 raise UserError(f"{where}: no directory {parent!r} to create it in") from None
         try:
             self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-            self.db.execute("PRAGMA journal_mode=WAL")
+            _wal(self.db)
             self.db.execute("PRAGMA foreign_keys=ON")
             version = self.db.execute("PRAGMA user_version").fetchone()[0]
         except sqlite3.DatabaseError as err:
+            if "locked" in str(err):  # another process held it past the busy timeout: a store, but busy
+                raise UserError(f"{where}: locked by another process for 30 s ({err})") from None
             raise UserError(f"{where}: not an edge-bench store ({err})") from None
         if version < SCHEMA_VERSION:
             self._migrate(where)  # checked there, under the write lock

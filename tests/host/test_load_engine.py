@@ -167,6 +167,7 @@ def test_sigterm_to_the_run_stops_its_client_processes_and_stores_what_they_meas
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=90)
     assert proc.returncode == 128 + signal.SIGTERM, err
+    assert out.strip(), err  # the run's JSON: what it measured before the signal
     doc = json.loads(out)
     assert doc["aborted"]["signal"] == "SIGTERM" and doc["latency_us"]["count"] > 100
     assert doc["errors"]["failed"] == 0  # the children stopped cleanly: none died, nothing lost
