@@ -62,8 +62,8 @@ def error(status: int, words: str, headers: dict | None = None) -> bytes:
     return reply(status, json.dumps({"error": words}).encode(), headers)
 
 
-def answer(model: str, binary: bool) -> bytes:
-    """A 200 answer as `model` lies (or not), binary or JSON."""
+def lie(model: str, huge_shape: bool) -> tuple[str, str, list[int], int]:
+    """The output `model` answers with, over HTTP and gRPC alike: (name, datatype, shape, values sent)."""
     name, dtype, shape, n = "logits", "FP32", [1, 10], 10
     if model == "wrong-shape":
         shape, n = [1, 11], 11
@@ -71,8 +71,14 @@ def answer(model: str, binary: bool) -> bytes:
         dtype = "FP64"
     elif model == "renamed":
         name = "scores"
-    elif model == "huge" and not binary:
+    elif model == "huge" and huge_shape:
         shape = [1, 2**62]
+    return name, dtype, shape, n
+
+
+def answer(model: str, binary: bool) -> bytes:
+    """A 200 answer as `model` lies (or not), binary or JSON."""
+    name, dtype, shape, n = lie(model, huge_shape=not binary)
     values = [float(i) for i in range(n)]
     raw = struct.pack(f"<{n}{'d' if dtype == 'FP64' else 'f'}", *values)
     out = {"name": name, "datatype": dtype, "shape": shape}
@@ -204,15 +210,7 @@ def grpc_server(port: int):
 
         def ModelInfer(self, request, context):
             model = request.model_name
-            name, dtype, shape, n = "logits", "FP32", [1, 10], 10
-            if model == "wrong-shape":
-                shape, n = [1, 11], 11
-            elif model == "wrong-dtype":
-                dtype = "FP64"
-            elif model == "renamed":
-                name = "scores"
-            elif model == "huge":
-                shape = [1, 2**62]
+            name, dtype, shape, n = lie(model, huge_shape=True)
             raw = struct.pack(f"<{n}{'d' if dtype == 'FP64' else 'f'}", *[float(i) for i in range(n)])
             out = pb.ModelInferResponse.InferOutputTensor(name=name, datatype=dtype, shape=shape)
             return pb.ModelInferResponse(model_name=model, outputs=[out],
