@@ -23,7 +23,7 @@ COMMANDS = {
     ),
     "compare": (
         "bench.cli.compare",
-        "two runs, or a run against a baseline: p50/p99/p99.9/throughput changes, significance, exit 1 on regression",
+        "runs (several a side, pooled) or a baseline: changes against the spread between runs, exit 1 on regression",
     ),
     "report": (
         "bench.cli.report",
