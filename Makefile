@@ -117,7 +117,7 @@ test: $(VENV)/.done $(TFLRT)/.done $(TRITON)/.done $(MLSERVER)/.done sys-tools l
 	EDGE_RUNTIME_TFLITE_IMPL=tflite-runtime $(TFLRT)/bin/pytest -q -p no:cacheprovider -m tflite_runtime \
 		tests/runtime/test_tflite_runtime.py
 
-# dist/wheelhouse-PLATFORM-pyVERSION/ and its .tar.gz (tools/wheelhouse.py; README: deploying to a board).
+# dist/wheelhouse-PLATFORM-pyVERSION/ and its .tar.gz (tools/wheelhouse.py; docs/board.md: deploying to a board).
 wheelhouse: $(VENV)/.done
 	$(VENV)/bin/python tools/wheelhouse.py --platform $(PLATFORM) --python $(or $(WHEEL_PYTHON),$$($(VENV)/bin/python \
 		-c 'import sys; print("%d.%d" % sys.version_info[:2])')) --extras $(EXTRAS) --glibc $(GLIBC) --tar

@@ -9,7 +9,7 @@ chosen extras pull in, for the board's machine and Python, with the versions in 
     python3 -m venv /opt/edge-runtime
     /opt/edge-runtime/bin/pip install --no-index --find-links WHEELHOUSE 'edge-runtime[EXTRAS]'
 
-Decisions (README, "Deploying to a board"):
+Decisions (docs/board.md, "Deploying to a board"):
 - Binary wheels only (a board image has no compiler). A dependency with no wheel for the target is named in one line
   with what to do: hdrhistogram publishes none for aarch64, so the `hdr` extra (--hdr-log) is left out of the default
   extras and, when asked for, refused with how to build it on a board that has a compiler.

@@ -19,7 +19,7 @@ from edge_runtime.measure.schedule import OpenLoopRun, Plan
 
 # Under this share of the scheduled rate the target did not keep up: a queue that only happens to be there at the end
 # (a few queries at 90% busy) is well under 5% of a run of a few hundred queries; a target that cannot serve the rate
-# leaves a growing one. README, "Scenarios": the rule and why.
+# leaves a growing one. docs/harness.md, "Scenarios": the rule and why.
 SATURATED_BELOW = 0.95
 
 
