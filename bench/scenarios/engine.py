@@ -41,7 +41,8 @@ from edge_runtime.measure.schedule import wait_until
 Sender = Callable[[], str | None]
 MAX_WORKERS = 256
 JOIN_GRACE_S = 60.0  # after the schedule: how long in-flight queries may still take before the run gives up on them
-# After an open loop's end by duration: far beyond any latency an SLO here is about, short beside a run (docs/harness.md).
+# After an open loop's end by duration: far beyond any latency an SLO here is about, short beside a run
+# (docs/harness.md).
 END_GRACE_S = 5.0
 NOT_SENT = "not sent"  # the error kind of a query the run ended (or gave up) before sending
 
