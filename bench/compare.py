@@ -132,6 +132,8 @@ def runs_to_settle(change: float, sigma: float, threshold_pct: float, alpha: flo
     """Runs a side for a between-run test to find a change of this size (at least the threshold) with 80% power."""
     d = max(abs(math.log1p(change)), math.log1p(threshold_pct / 100))
     z = NormalDist().inv_cdf(1 - alpha / 2) + NormalDist().inv_cdf(POWER)
+    if d <= 0:  # no change and no threshold: no number of runs finds a change of 0
+        return 10_000
     return max(2, min(10_000, math.ceil(2 * (z * sigma / d) ** 2)))
 
 

@@ -9,6 +9,15 @@ SHOWN = [("min", "min"), ("p50", "p50"), ("p90", "p90"), ("p99", "p99"), ("p99.9
          ("max", "max")]  # fmt: skip
 
 
+# The samples a percentile needs before it is more than the run's maximum: one beyond it (p99: 100, p99.99: 10,000);
+# with fewer it is shown as "-" (the JSON keeps every value).
+NEEDS = {"p99": 100, "p99.9": 1_000, "p99.99": 10_000}
+
+
+def _percentile(lat: dict, label: str, key: str) -> str:
+    return "-" if lat.get("count", 0) < NEEDS.get(label, 0) else f"{lat[key]:.1f}"
+
+
 def format_report(r: dict) -> str:
     lat, b, cfg = r["latency_us"], r["backend"], r["config"]
     where = b["device"] + (f", delegate {b['delegate']}" if b["delegate"] else "")
@@ -20,7 +29,7 @@ def format_report(r: dict) -> str:
         + (f"  FALLBACK to CPU: {b['fallback_reason']}" if b["fallback"] else ""),
         _setup_line(cfg),
         "latency us   "
-        + "  ".join(f"{k} {lat[key]:.1f}" for k, key in SHOWN)
+        + "  ".join(f"{k} {_percentile(lat, k, key)}" for k, key in SHOWN)
         + f"   mean {lat['mean']:.1f} ± {lat['std']:.1f}",
         f"jitter us    p99-p50 {r['jitter_us']['p99_minus_p50']:.1f}   max-min {r['jitter_us']['max_minus_min']:.1f}",
         (

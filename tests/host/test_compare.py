@@ -116,6 +116,14 @@ def test_a_tail_percentile_gates_only_when_each_run_holds_enough_samples_beyond_
     assert doc["verdict"] != "regression" and doc["metrics_gated"] == ["p50"]
 
 
+def test_no_threshold_and_no_change_is_an_answer_not_a_division_by_zero():
+    """threshold 0 and a metric that did not move (the same run on both sides): the runs that would settle a change of
+    0 are 'more than any campaign' (10,000), not a ZeroDivisionError."""
+    a = result(work(np.random.default_rng(3), 2000))
+    doc = compare(a, a, threshold_pct=0)
+    assert doc["verdict"] == "no significant change" and doc["metrics"]["p50"]["change_pct"] == 0
+
+
 def test_metrics_are_named_or_refused_in_one_line():
     assert parse_metrics("p50, P99.9,throughput,p50") == ("p50", "p999", "throughput")
     for bad, said in (("p42", "unknown 'p42'"), (",", "empty")):

@@ -103,6 +103,9 @@ def test_text_report_and_histogram():
         assert line in out, out
     rows = [ln for ln in out.splitlines() if ln[:6].isdigit()]
     assert sum(int(ln.split()[1]) for ln in rows) + int(out.split("# Histogram Overflows: ")[1].split()[0]) == 200
+    # 200 samples hold a p99 (2 beyond it) but not a p99.9 or p99.99: those would be the max, so they are not shown
+    lat = next(ln for ln in out.splitlines() if ln.startswith("latency us"))
+    assert " p99 " in lat and "p99.9 -  p99.99 -  max " in lat, lat
 
 
 def test_pinning_seen_from_outside_the_process():
