@@ -9,9 +9,9 @@ Decided here:
   last, as failed.
 - "By how much": p50 B/A - 1 (B the slower; shown as "5% ahead", from 2x as "14x ahead"), and throughput B/A - 1.
 - "Significant" is bench.compare.compare() of the runner-up (B) against the winner (A), runs as the unit of
-  evidence, p50 alone gated, no threshold (any real lead is a lead): significant when compare finds the runner-up
-  slower. One run a side is provisional (compare's rule: the lead must also exceed the run-to-run spread) and the
-  answer says so, with the runs a side that would settle it.
+  evidence, p50 alone gated, a 1% threshold (any real lead is a lead): significant when compare finds the
+  runner-up slower. One run a side is provisional (compare's rule: the lead must also exceed the run-to-run
+  spread) and the answer says so, with the runs a side that would settle it.
 """
 
 from __future__ import annotations
@@ -19,8 +19,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from bench.report.units import duration, rate
+from edge_runtime.errors import UserError
 
 CLOSED = ("single-stream", "offline")
+# compare()'s threshold for a lead: any real lead counts, but compare needs one above 0 (at 0, a metric whose change
+# is 0 divides by zero in runs_to_settle); a significant lead under it is "within threshold", still significant.
+THRESHOLD_PCT = 1.0
 
 
 def _get(run, *names):
@@ -40,7 +44,7 @@ def _p50(results: list[dict]) -> float | None:
     try:
         d = Distribution.pooled([Distribution.of(r) for r in results])
         return float(_statistics(d.values_us, d.counts)[0][0])
-    except Exception:  # noqa: BLE001 - an older record without its histogram: the per-run p50s say it
+    except UserError:  # an older record without its histogram: the per-run p50s say it
         p50s = [(r.get("latency_us") or {}).get("p50") for r in results]
         p50s = [float(v) for v in p50s if isinstance(v, (int, float))]
         return sum(p50s) / len(p50s) if p50s else None
@@ -82,12 +86,13 @@ def _lead(a: dict, b: dict, runs_a: list[dict], runs_b: list[dict]) -> dict:
     if a["throughput_ips"] and b["throughput_ips"]:
         lead["throughput_change_pct"] = round(100 * (b["throughput_ips"] / a["throughput_ips"] - 1), 2)
     try:
-        got = compare(runs_a, runs_b, threshold_pct=0.0, metrics=("p50",))
-    except Exception as err:  # noqa: BLE001 - a record compare cannot read: the ranking stands, unweighed
+        got = compare(runs_a, runs_b, threshold_pct=THRESHOLD_PCT, metrics=("p50",))
+    except UserError as err:  # a record without its histogram: the ranking stands, unweighed
         lead["verdict"] = f"not compared: {err}"
         return lead
     p50 = got["metrics"]["p50"]
-    lead.update(significant=p50["verdict"] == "regression", verdict=p50["verdict"], provisional=got["provisional"],
+    lead.update(significant=p50["verdict"] in ("regression", "within threshold"), verdict=p50["verdict"],
+                provisional=got["provisional"],
                 runs_to_settle=got["runs_to_settle"], interval_pct=p50["interval_pct"])  # fmt: skip
     return lead
 
@@ -146,15 +151,17 @@ def _lead_words(lead: dict) -> str:
     if lead["significant"]:
         word = "significant" + (", provisional" if lead["provisional"] else "")
         return f"{word}, {sides}"
-    settle = f"; {lead['runs_to_settle']} runs a side would settle it" if lead.get("runs_to_settle") else ""
+    settle = f"; {lead['runs_to_settle']:,} runs a side would settle it" if lead.get("runs_to_settle") else ""
     why = "provisional: one run a side" if lead["provisional"] else sides
     word = "not significant" if lead["verdict"] == "not significant" else f"not significant ({lead['verdict']})"
     return f"{word}, {why}{settle}"
 
 
 def _sat(e: dict) -> str:
+    from bench.report.cells import _qps
+
     s = e["saturation"] or {}
-    return f"saturated: achieved {rate(s.get('achieved_qps'))} of {rate(s.get('scheduled_qps'))} queries"
+    return f"saturated: achieved {_qps(s.get('achieved_qps'))} of {_qps(s.get('scheduled_qps'))} queries/s"
 
 
 def answer_line(a: dict) -> str:
@@ -171,18 +178,19 @@ def answer_line(a: dict) -> str:
         said += f"; {_sat(winner)}"
     if len(entries) == 1:
         return head + f"{winner['target']} only ({said}): nothing to rank"
+    if winner["saturated"]:  # then every measured target was: their p50s are their queues'
+        head += "every target saturated (p50 is queueing, not service: lower the rate to rank them): "
     text = head + f"{winner['target']} fastest ({said})"
     others = []
     for e in entries[1:]:
         if e["p50_us"] is None:
             others.append(f"{e['target']} failed")
             continue
-        part = f"{_ahead(winner['p50_us'], e['p50_us'])} ahead of {e['target']}"
-        if e["target"] == a["runner_up"] and a["lead"]:
-            part += f" ({_lead_words(a['lead'])})"
+        words = [_lead_words(a["lead"])] if e["target"] == a["runner_up"] and a["lead"] else []
         if e["saturated"]:
-            part += f" ({_sat(e)}: ranked after those that kept up)"
-        others.append(part)
+            words.append(_sat(e) + ("" if winner["saturated"] else ": ranked after those that kept up"))
+        others.append(f"{_ahead(winner['p50_us'], e['p50_us'])} ahead of {e['target']}"
+                      + (f" ({'; '.join(words)})" if words else ""))  # fmt: skip
     if others:
         text += ", " + ", ".join(others[:-1]) + (" and " if len(others) > 1 else "") + others[-1]
     return text

@@ -54,10 +54,10 @@ def number(v, digits: int = 1) -> str:
 
 
 def in_unit(v_us, unit: str) -> str:
-    """A latency in us said in `unit` (us: one decimal; ms: two; s: three)."""
+    """A latency in us said in `unit` (us: one decimal; ms: three, so 17 us reads 0.017 in an ms column)."""
     if not isinstance(v_us, (int, float)) or isinstance(v_us, bool):
         return number(v_us)
-    return {"us": lambda: number(float(v_us), 1), "ms": lambda: number(v_us / 1e3, 2),
+    return {"us": lambda: number(float(v_us), 1), "ms": lambda: number(v_us / 1e3, 3),
             "s": lambda: number(v_us / 1e6, 3)}[unit]()  # fmt: skip
 
 
