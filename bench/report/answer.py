@@ -187,6 +187,9 @@ def answer_line(a: dict) -> str:
             others.append(f"{e['target']} failed")
             continue
         words = [_lead_words(a["lead"])] if e["target"] == a["runner_up"] and a["lead"] else []
+        more = (e["throughput_ips"] or 0) / (winner["throughput_ips"] or float("inf"))
+        if a["closed_loop"] and more > 1.05:  # a batch: slower per query, more inferences a second
+            words.append(f"but {more:,.1f}x the throughput, {rate(e['throughput_ips'])}")
         if e["saturated"]:
             words.append(_sat(e) + ("" if winner["saturated"] else ": ranked after those that kept up"))
         others.append(f"{_ahead(winner['p50_us'], e['p50_us'])} ahead of {e['target']}"
