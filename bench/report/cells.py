@@ -83,7 +83,7 @@ def quality_cells(result: dict | None) -> dict:
 
 def verdict_line(rows: list[dict], cases: list[dict]) -> str:
     """The runs' verdict in one line: the runs that failed, by what failed (a target that is down is not an SLO
-    missed), the partial and saturated ones, then the SLO checks of the runs that ran."""
+    missed), the partial and saturated ones, the SLO checks of the runs that ran, then the unstable runs."""
     parts = []
     failed = [r for r in rows if r.get("error")]
     if failed:
@@ -101,6 +101,9 @@ def verdict_line(rows: list[dict], cases: list[dict]) -> str:
         parts.append(f"SLO missed: {missed} of {len(checks)} checks")
     else:
         parts.append(f"all {len(checks)} SLO checks pass" if checks else "no SLOs given")
+    shaky = sum(str(r.get("quality") or "").startswith("UNSTABLE") for r in rows)
+    if shaky:  # after the SLOs: how far to trust the numbers behind them (the warnings are under the table)
+        parts.append(f"{shaky} of {len(rows)} runs UNSTABLE (see the quality warnings)")
     return "; ".join(parts)
 
 

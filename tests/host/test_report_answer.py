@@ -119,6 +119,8 @@ def test_quality_warnings_and_a_legend_for_valid_in_every_text_format(campaign):
     for text in (out, md):
         assert "valid: the run rules (min_duration_s, min_queries, not cut short): yes met, NO missed; - none set" \
             in text  # fmt: skip
+    shaky = sum(r["quality"].startswith("UNSTABLE") for r in runs)  # and the verdict line says how many
+    assert (f"; {shaky} of {len(runs)} runs UNSTABLE (see the quality warnings); stored in" in out) == (shaky > 0)
     cases = [c for c in campaign["junit"].iter("testcase")]
     assert cases and all(c.find("properties/property[@name='quality']") is not None for c in cases)
 
