@@ -154,10 +154,10 @@ def _lead_words(lead: dict) -> str:
 
 
 def _sat(e: dict) -> str:
-    from bench.report.cells import _qps
+    from bench.report.cells import qps_text
 
     s = e["saturation"] or {}
-    return f"saturated: achieved {_qps(s.get('achieved_qps'))} of {_qps(s.get('scheduled_qps'))} queries/s"
+    return f"saturated: achieved {qps_text(s.get('achieved_qps'))} of {qps_text(s.get('scheduled_qps'))} queries/s"
 
 
 def answer_line(a: dict) -> str:
