@@ -39,7 +39,7 @@ def legend(rows: list[dict]) -> list[str]:
     """What the table's words and dashes mean. A column's yes is explained only where a run has one (a "saturated"
     line under a table of runs that all kept up would read as a warning to a reader, or a script, scanning for it)."""
     hidden = _hidden(rows)
-    dash = "-: not applicable (no SLO given, no run rule set, a closed loop keeps no schedule, the run failed)"
+    dash = "\"-\": not applicable (no SLO given, no run rule set, a closed loop keeps no schedule, the run failed)"
     if hidden:
         needs = ", ".join(f"{people_name(k)} needs {ENOUGH_FOR[k[:-3]]:,}" for k in hidden)
         dash += f"; in p99, p99.9: the run holds too few samples for it ({needs}; below that it is the max)"

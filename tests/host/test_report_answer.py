@@ -118,7 +118,7 @@ def test_quality_warnings_and_a_legend_for_valid_in_every_text_format(campaign):
         assert (junit == []) == (q["warnings"] == []) and all(w in junit[0] for w in q["warnings"])
     for text in (out, md):
         assert "valid: the run rules (min_duration_s, min_queries, not cut short): yes met, NO missed" in text
-        assert "-: not applicable (no SLO given, no run rule set, a closed loop keeps no schedule" in text
+        assert "\"-\": not applicable (no SLO given, no run rule set, a closed loop keeps no schedule" in text
     shaky = sum(r["quality"].startswith("UNSTABLE") for r in runs)  # and the verdict line says how many
     assert (f"; {shaky} of {len(runs)} runs UNSTABLE (see the quality warnings); stored in" in out) == (shaky > 0)
     cases = [c for c in campaign["junit"].iter("testcase")]
