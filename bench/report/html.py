@@ -20,11 +20,13 @@ from edge_runtime.errors import UserError
 
 NO_SLO_STORED = "none of these runs was checked against an SLO when it ran"
 CSP = "default-src 'none'; style-src 'unsafe-inline'"  # inline styles only: nothing is fetched
-STYLE = """body{font:14px/1.4 system-ui,sans-serif;margin:2em auto;max-width:1200px;padding:0 1em;color:#222}
-table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:2px 8px;text-align:left}
+STYLE = """body{font:14px/1.4 system-ui,sans-serif;margin:2em auto;max-width:1400px;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}
+.runs{overflow-x:auto}.runs table{font-size:12.5px;margin-bottom:.5em}
 td.n{text-align:right;font-variant-numeric:tabular-nums}th{background:#f3f3f3}.fail{color:#b00;font-weight:bold}
 figure{margin:1.5em 0}figure svg{max-width:100%;height:auto}figcaption{color:#555;font-size:13px}
-code{font-size:12px;word-break:break-all}.note{color:#555}"""
+code{font-size:12px;word-break:break-all}.note{color:#555}td.w{white-space:nowrap}.fail a{color:inherit}
+.legend{font-size:12px}"""
 
 
 def require() -> None:
@@ -61,18 +63,18 @@ def render(title: str, rows: list[dict], results: list[dict | None], slos: list[
         f'<p class="note">edge-bench {e(__version__)}, {time.strftime("%Y-%m-%d %H:%M:%S %z")}; '
         f"{len(rows)} run{'s' * (len(rows) != 1)}</p>",
         "<h2>Runs</h2>",
-        _table(rows),
-        "<h2>SLOs</h2>",
-        _slos(slos, slo_note, named, rows),
-        "<h2>Latency</h2>",
+        _table(rows, results),
+        _warnings(rows, results),
     ]
-    if named:
-        out += plots(named)
-    else:
-        out.append('<p class="note">no run finished: nothing to plot</p>')
+    # The comparison a reader came for goes right under the table it is drawn from, before the plots (issue 25).
     from bench.report.edge_vs_server import html_section, pairs
 
     out.append(html_section(pairs([(str(row.get("target")), res) for row, res in runs])))
+    out += ["<h2>SLOs</h2>", _slos(slos, slo_note, named, rows), "<h2>Latency</h2>"]
+    if named:
+        out += plots(named, [str(row.get("target")) for row, _ in runs])
+    else:
+        out.append('<p class="note">no run finished: nothing to plot</p>')
     out += ["<h2>Environment</h2>", _environments(named), "</body></html>"]
     return "\n".join(out) + "\n"
 
@@ -88,10 +90,58 @@ def _labels(rows: list[dict]) -> list[str]:
     return labels
 
 
-def _table(rows: list[dict]) -> str:
+# The table's own columns, in the HTML only: what the reader needs beside `saturated` and `valid` to trust a row.
+LOAD, QUALITY = "achieved of scheduled (queries/s)", "quality"
+COLUMN_LEGEND = (
+    ("slo", "pass / FAIL against the SLOs the run was checked with (the SLOs section says which); - none given"),
+    ("valid", "yes: the run met its scenario's run rules (min_duration_s, min_queries, not cut short); NO: it did "
+              "not (the SLOs section says why); - the scenario set no run rules, so none were checked"),
+    ("partial", "yes: the run was cut short and its numbers are from part of it"),
+    ("saturated", "yes: the target fell behind the schedule (open loop), so its latencies are mostly queueing; - no "
+                  "schedule to keep (a closed loop: single-stream, offline)"),
+    (LOAD, "the rate the target kept against the rate the scenario scheduled (an open-loop scenario only)"),
+    (QUALITY, "ok, or how many quality warnings the run gave (listed under the table); UNSTABLE: the run's median "
+              "drifted or its spread was too wide to trust (its warnings say which)"),
+)  # fmt: skip
+
+
+def _qps(x) -> str:
+    return "?" if not isinstance(x, (int, float)) else f"{x:,.0f}" if x >= 100 else f"{x:,.1f}"
+
+
+def _load(row: dict) -> str:
+    """The load cell: "X of Y" queries/s achieved of scheduled (the whole sentence, "achieved X of Y queries/s:
+    saturated", as its tooltip); "-" where no schedule was kept. Short: a wrapped cell made every row of the table
+    three lines tall, and the `saturated` cell beside it and the note under the table say the rest."""
+    if row.get("saturated") not in ("yes", "no"):
+        return "<td>-</td>"
+    got, asked = _qps(row.get("achieved_qps")), _qps(row.get("scheduled_qps"))
+    saturated = row["saturated"] == "yes"
+    said = f"achieved {got} of {asked} queries/s" + (": saturated" if saturated else ": kept up")
+    return f'<td class="w{" fail" * saturated}" title="{said}">{got} of {asked}</td>'
+
+
+def _warnings_of(res: dict | None) -> list[str]:
+    """A run's quality warnings, less the saturation one (the load column and the notes say it with its numbers)."""
+    q = (res or {}).get("quality") or {}
+    return [str(w) for w in q.get("warnings") or [] if not str(w).startswith("saturated:")]
+
+
+def _quality(res: dict | None) -> str:
+    """UNSTABLE (its warnings say how), else how many warnings the run gave, else ok; "-" for a run that failed."""
+    if res is None:
+        return "-"
+    if (res.get("quality") or {}).get("unstable"):
+        return "UNSTABLE"
+    n = len(_warnings_of(res))
+    return f"{n} warning{'s' * (n != 1)}" if n else "ok"
+
+
+def _table(rows: list[dict], results: list[dict | None]) -> str:
     shown = [c for c in COLUMNS if c != "error"]
-    out = ["<table><tr>" + "".join(f"<th>{c}</th>" for c in shown) + "</tr>"]
-    for r in rows:
+    heads = "".join(f"<th>{c}</th>" for c in shown) + f"<th>{LOAD}</th><th>{QUALITY}</th>"
+    out = [f'<div class="runs"><table><tr>{heads}</tr>']
+    for r, res in zip(rows, results, strict=True):
         cells = []
         for c in shown:
             v = r.get(c)
@@ -99,8 +149,14 @@ def _table(rows: list[dict]) -> str:
             cls = "fail" if bad else ("n" if isinstance(v, (int, float)) else "")
             cells.append(f'<td class="{cls}">' if cls else "<td>")
             cells.append(f"{html.escape(_cell(v))}</td>")
+        quality = _quality(res)
+        cells.append(_load(r))
+        bad = quality not in ("ok", "-")
+        cells.append(f'<td class="w fail"><a href="#warnings">{quality}</a></td>' if bad else f"<td>{quality}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
-    out.append("</table>")
+    out.append("</table></div>")
+    legend = "; ".join(f"<strong>{c}</strong>: {html.escape(text)}" for c, text in COLUMN_LEGEND)
+    out.append(f'<p class="note legend">{legend}; - means not known or not checked.</p>')
     errors = [r for r in rows if r.get("error")]
     if errors:
         out.append("<ul>" + "".join(f'<li class="fail">run {html.escape(_cell(r.get("run")))} '
@@ -111,6 +167,20 @@ def _table(rows: list[dict]) -> str:
                                     f"{html.escape(str(r.get('target')))}: {html.escape(note)}</li>"
                                     for r, note in _notes(rows)) + "</ul>")  # fmt: skip
     return "\n".join(out)
+
+
+def _warnings(rows: list[dict], results: list[dict | None]) -> str:
+    """Every run's quality warnings under the table (a campaign's table used to drop what `bench` printed), each
+    text once with the runs that gave it: nine runs on one unisolated CPU are one line, not nine."""
+    e = html.escape
+    said: dict[str, list[str]] = {}
+    for r, res in zip(rows, results, strict=True):
+        for w in _warnings_of(res):
+            said.setdefault(w, []).append(f"{_cell(r.get('run'))} ({r.get('target')})")
+    if not said:
+        return ""
+    items = [f"<li>{e(w)}: run{'s' * (len(runs) > 1)} {e(', '.join(runs))}</li>" for w, runs in said.items()]
+    return f'<section id="warnings"><h3>Quality warnings</h3><ul>{"".join(items)}</ul></section>'
 
 
 def _slos(slos: list[dict] | None, note: str, named: list[tuple[str, dict]], rows: list[dict]) -> str:
