@@ -103,6 +103,12 @@ class Progress:
         pass
 
 
+def repetition_text(rep: int, repetitions: int) -> str:
+    """A repetition as the tables number it, from 0 (the stored `repetition`), with the range it is one of: progress
+    said "rep 1/2" where the table said 0 (issue 25, item 9)."""
+    return f"repetition {rep}" + (f" of 0-{repetitions - 1}" if repetitions > 1 else "")
+
+
 def _outcome(o: RunOutcome, kept: Executed) -> None:
     """The run's row, filled as the store keeps it (a Ctrl-C after this keeps the row)."""
     o.result, o.slo, o.rules, o.store_id = kept.doc, kept.slo, kept.rules, kept.store_id
@@ -120,7 +126,7 @@ def run(campaign: Campaign, store, progress: Progress | Callable[[str], None]) -
     t0 = time.monotonic()
     try:
         for k, (rep, scenario, model, target) in enumerate(plan, 1):
-            head = f"{target.name} {model.name} {scenario.label} rep {rep + 1}"
+            head = f"{target.name} {model.name} {scenario.label} {repetition_text(rep, campaign.repetitions)}"
             progress.start(k, len(plan), head)
             o = RunOutcome(rep, scenario.label, model.name, target.name, target.url)
             out.outcomes.append(o)

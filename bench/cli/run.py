@@ -274,6 +274,7 @@ def run_campaign(args) -> int:
     from bench.campaign import load
     from bench.campaign.runner import run as run_plan
     from bench.report import edge_vs_server, html
+    from bench.report.answer import ranked
     from edge_runtime.files.outputs import write_json, write_output
     from edge_runtime.program.args import plan_outputs
 
@@ -300,25 +301,27 @@ def run_campaign(args) -> int:
         store.close()
     rows = [o.row() for o in result.outcomes]
     cases = report.slo_cases(result.outcomes)
+    answer = ranked(result.outcomes)  # the campaign's answer, first in every report (issue 25)
     items = [(o.target, o.result) for o in result.outcomes]  # aligned with rows (a failed run's result is None)
     comps = edge_vs_server.pairs(items)
     docs = {
         "--json": lambda: None,
-        "--md": lambda: report.markdown(f"Campaign {campaign.name}", rows, cases) + edge_vs_server.markdown(comps),
+        "--md": lambda: report.markdown(f"Campaign {campaign.name}", rows, cases, answer)
+        + edge_vs_server.markdown(comps),
         "--csv": lambda: edge_vs_server.csv_text(rows, items),
-        "--junit": lambda: report.junit(campaign.name, cases, result.seconds),
+        "--junit": lambda: report.junit(campaign.name, cases, result.seconds, rows),
         "--html": lambda: html.render(f"Campaign {campaign.name}", rows, [o.result for o in result.outcomes], cases),
     }
     for flag, out in outs.items():
         if flag == "--json":
             write_json({"schema": "edge-bench/campaign/1", "campaign": campaign.name, "store": args.store,
-                        "edge_vs_server": comps,
+                        "answer": answer, "edge_vs_server": comps,
                         "runs": [{**r, "slo_detail": o.slo, "result": o.result} for r, o in
                                  zip(rows, result.outcomes, strict=True)]}, out)  # fmt: skip
         else:
             write_output(out, docs[flag]())
     if not any(o.is_stdout for o in outs.values()):
-        sys.stdout.write(report.table(rows) + edge_vs_server.text(comps))
+        sys.stdout.write(report.table(rows, answer) + edge_vs_server.text(comps))
         sys.stdout.write(f"{report.verdict_line(rows, cases)}; stored in {args.store}\n")
     if result.stopped_by is not None:
         print(f"edge-bench: interrupted: {len(rows)} of {len(plan)} runs kept", file=sys.stderr)

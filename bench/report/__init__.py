@@ -6,134 +6,28 @@ from __future__ import annotations
 
 import csv
 import io
-import re
 import xml.etree.ElementTree as ET
-from collections import Counter
 from dataclasses import dataclass
 
-COLUMNS = ["run", "target", "model", "scenario", "repetition", "count", "p50_us", "p99_us", "p999_us", "max_us",
-           "throughput_ips", "slo", "valid", "partial", "saturated", "error"]  # fmt: skip
-# The CSV's own: the rates behind `saturated` (the table and Markdown say them in a note under the runs).
-CSV_ONLY = ["scheduled_qps", "achieved_qps", "not_sent"]
-RUN_COMPLETES = "run completes"  # the check a run that failed outright misses (not an SLO of the runs that ran)
+from bench.report.cells import (
+    COLUMNS,
+    CSV_ONLY,
+    RUN_COMPLETES,
+    cell,
+    csv_cell,
+    md_text,
+    notes_of,
+    quality_cells,
+    state_cells,
+    verdict_line,
+)
+from bench.report.tables import legend, markdown, quality_notes, table
+from bench.report.units import in_unit, latency_unit, people_name, shown_for
 
+_cell, _notes = cell, notes_of  # the names html.py and plots.py import
 
-def state_cells(result: dict | None) -> dict:
-    """How whole a run is and whether its target kept to its schedule, as row cells: `partial` (yes: cut short, its
-    numbers are from part of the run), `saturated` (yes/no; None where no schedule was kept: a closed loop, an older
-    record), the rates behind it, and a note for each that is yes (said under the table)."""
-    from edge_runtime.measure.scenario import saturation_text
-
-    if not result:
-        return {"partial": None, "saturated": None, "notes": []}
-    sc, ab = result.get("scenario") or {}, result.get("aborted")
-    notes = []
-    if ab:
-        at = f" at {ab['at_s']:g} s" if isinstance(ab.get("at_s"), (int, float)) else ""
-        notes.append(f"partial: {ab.get('reason') or ab.get('kind') or 'cut short'}{at}")
-    notes += [saturation_text(sc)] if sc.get("saturated") else []
-    kept = sc.get("saturated")
-    rates = {k: sc.get(k) for k in CSV_ONLY} if kept is not None else {}
-    return {"partial": "yes" if ab else "no", "saturated": None if kept is None else ("yes" if kept else "no"),
-            **rates, "notes": notes}  # fmt: skip
-
-
-def verdict_line(rows: list[dict], cases: list[dict]) -> str:
-    """The runs' verdict in one line: the runs that failed, by what failed (a target that is down is not an SLO
-    missed), the partial and saturated ones, then the SLO checks of the runs that ran."""
-    parts = []
-    failed = [r for r in rows if r.get("error")]
-    if failed:
-        seen = Counter(f"target {str(r.get('target'))!r}: {r['error']}" for r in failed)
-        said = "; ".join(what + (f" (x{k})" if k > 1 else "") for what, k in list(seen.items())[:3])
-        more = f"; and {len(seen) - 3} other failures" if len(seen) > 3 else ""
-        parts.append(f"{len(failed)} of {len(rows)} runs failed: {said}{more}")
-    for key, word in (("partial", "partial (cut short)"), ("saturated", "saturated")):
-        k = sum(r.get(key) == "yes" for r in rows)
-        if k:
-            parts.append(f"{k} of {len(rows)} runs {word}")
-    checks = [c for c in cases if c["slo"] != RUN_COMPLETES]
-    missed = sum(not c["pass"] for c in checks)
-    if missed:
-        parts.append(f"SLO missed: {missed} of {len(checks)} checks")
-    else:
-        parts.append(f"all {len(checks)} SLO checks pass" if checks else "no SLOs given")
-    return "; ".join(parts)
-
-
-def _notes(rows: list[dict]) -> list[tuple[dict, str]]:
-    return [(r, n) for r in rows for n in r.get("notes") or []]
-
-
-def _cell(v) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:,.1f}"
-    return str(v)
-
-
-# GitHub Markdown that a value must not make: a cell (`|`), the end of a row (a newline), code (`), a link or an image
-# ([...](...)), a backslash escape, raw HTML or an autolink (`<` before a letter, `/`, `!` or `?`; "p99 <= 10 ms"
-# stays as it is) or an entity (`&lt;`).
-_MD_PUNCT = re.compile(r"([\\`|\[\]])")
-_MD_HTML = re.compile(r"<(?=[A-Za-z/!?])")
-_MD_ENTITY = re.compile(r"&(?=#?[A-Za-z0-9]+;)")
-# A spreadsheet evaluates a text cell that starts with one of these (OWASP, CSV injection): "=HYPERLINK(...)".
-_CSV_FORMULA = ("=", "+", "-", "@", "\t", "\r")
-
-
-def md_text(v) -> str:
-    """A value as literal text in GitHub Markdown: a table cell, a list item or a heading that cannot add a column,
-    end its row, open code, make a link or an image, or become HTML."""
-    text = _MD_ENTITY.sub("&amp;", _cell(v))
-    text = _MD_PUNCT.sub(r"\\\1", _MD_HTML.sub("&lt;", text))
-    return re.sub(r"\r\n|\r|\n", "<br>", text)
-
-
-def csv_cell(v):
-    """A CSV value a spreadsheet shows, not runs: a text cell that starts like a formula gets a leading ' (OWASP's
-    rule); numbers, negative ones included, stay numbers."""
-    return "'" + v if isinstance(v, str) and v.startswith(_CSV_FORMULA) else v
-
-
-def table(rows: list[dict]) -> str:
-    shown = [c for c in COLUMNS if c != "error"]
-    cells = [[_cell(r.get(c)) for c in shown] for r in rows]
-    widths = [max(len(c), *(len(x[i]) for x in cells)) if cells else len(c) for i, c in enumerate(shown)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(shown, widths, strict=True))]
-    lines += ["  ".join(x.ljust(w) for x, w in zip(cell, widths, strict=True)) for cell in cells]
-    lines += [f"  run {r.get('run') or '-'} {r['target']}: {r['error']}" for r in rows if r.get("error")]
-    lines += [f"  run {r.get('run') or '-'} {r['target']}: {note}" for r, note in _notes(rows)]
-    return "\n".join(lines) + "\n"
-
-
-def markdown(title: str, rows: list[dict], slos: list[dict]) -> str:
-    shown = [c for c in COLUMNS if c != "error"]
-    out = [f"# {md_text(title)}", "", "| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
-    out += ["| " + " | ".join(md_text(r.get(c)) for c in shown) + " |" for r in rows]
-    errors = [r for r in rows if r.get("error")]
-    if errors:
-        out += ["", "## Errors", ""]
-        out += [f"- {md_text(r['target'])} / {md_text(r['model'])}: {md_text(r['error'])}" for r in errors]
-    if _notes(rows):
-        out += ["", "## Partial or saturated runs", ""]
-        out += [f"- {md_text(r['target'])} / {md_text(r['model'])} / {md_text(r['scenario'])} rep {r['repetition']}: "
-                f"{md_text(note)}" for r, note in _notes(rows)]  # fmt: skip
-    if slos:
-        out += [
-            "",
-            "## SLOs",
-            "",
-            md_text(verdict_line(rows, slos)),  # a run that failed is said as what failed, not as an SLO missed
-            "",
-            "| target | model | scenario | rep | SLO | measured | verdict |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for s in slos:
-            cells = [md_text(s[k]) for k in ("target", "model", "scenario", "repetition", "slo", "measured")]
-            out.append("| " + " | ".join([*cells, "pass" if s["pass"] else "**FAIL**"]) + " |")
-    return "\n".join(out) + "\n"
+__all__ = ["COLUMNS", "CSV_ONLY", "RUN_COMPLETES", "csv_cell", "legend", "markdown", "md_text", "quality_cells",
+           "quality_notes", "state_cells", "table", "verdict_line"]  # fmt: skip
 
 
 def stored_row(run) -> dict:
@@ -163,6 +57,7 @@ class StoredOutcome:
     slo: dict | None
     rules: dict | None
     error: str | None = None
+    result: dict | None = None
 
 
 def stored_cases(runs) -> list[dict]:
@@ -170,7 +65,8 @@ def stored_cases(runs) -> list[dict]:
     outcomes = []
     for r in runs:
         v = r.verdict or {}
-        outcomes.append(StoredOutcome(r.target, r.model_name, r.scenario, r.repetition, v.get("slo"), v.get("rules")))
+        outcomes.append(StoredOutcome(r.target, r.model_name, r.scenario, r.repetition, v.get("slo"), v.get("rules"),
+                                      result=r.result))  # fmt: skip
     return slo_cases(outcomes)
 
 
@@ -179,16 +75,19 @@ def csv_text(rows: list[dict], extra: list[str] | None = None) -> str:
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=COLUMNS + CSV_ONLY + (extra or []), extrasaction="ignore", lineterminator="\n")
     w.writeheader()
-    for r in rows:
-        w.writerow({k: csv_cell(v) for k, v in r.items()})
+    for r in rows:  # a list (the quality warnings) is one cell, its items joined
+        w.writerow({k: csv_cell("; ".join(map(str, v)) if isinstance(v, list) else v) for k, v in r.items()})
     return buf.getvalue()
 
 
 def slo_cases(outcomes) -> list[dict]:
-    """One entry per SLO check of every run: what JUnit and the Markdown SLO table show."""
+    """One entry per SLO check of every run: what JUnit and the Markdown SLO table show. Each carries its run's
+    `notes` (partial, saturated) and `quality`, so a CI's failure says when the run behind it fell short."""
     cases = []
     for o in outcomes:
-        base = {"target": o.target, "model": o.model, "scenario": o.scenario, "repetition": o.repetition}
+        state = state_cells(o.result)
+        base = {"target": o.target, "model": o.model, "scenario": o.scenario, "repetition": o.repetition,
+                "notes": state["notes"], "quality": state.get("quality")}  # fmt: skip
         if o.error:
             cases.append({**base, "slo": RUN_COMPLETES, "measured": o.error, "pass": False})
             continue
@@ -208,14 +107,38 @@ def slo_cases(outcomes) -> list[dict]:
     return cases
 
 
-def junit(name: str, cases: list[dict], seconds: float) -> bytes:
+def _property(parent: ET.Element, name: str, value: str) -> None:
+    props = parent.find("properties")
+    if props is None:
+        props = ET.Element("properties")
+        parent.insert(0, props)  # JUnit's schema: properties before the test cases and their results
+    ET.SubElement(props, "property", name=name, value=value)
+
+
+def junit(name: str, cases: list[dict], seconds: float, rows: list[dict] | None = None) -> bytes:
+    """One test case per SLO check. A run that was saturated or cut short says so in its cases' properties and
+    failure messages; with `rows`, the suite's properties also name every run with a note or quality warnings, the
+    runs without an SLO included (they have no test case)."""
     suite = ET.Element("testsuite", name=name, tests=str(len(cases)),
                        failures=str(sum(not c["pass"] for c in cases)), time=f"{seconds:.1f}")  # fmt: skip
+    for r in rows or []:
+        who = f"run {cell(r.get('run'))} {r.get('target')} {r.get('model')} {r.get('scenario')} repetition " \
+            f"{r.get('repetition')}"  # fmt: skip
+        for note in r.get("notes") or []:
+            _property(suite, f"{who}: {note.split(':')[0]}", note)
+        if r.get("quality_warnings"):
+            _property(suite, f"{who}: quality", f"{r.get('quality')}: " + "; ".join(r["quality_warnings"]))
     for c in cases:
         case = ET.SubElement(suite, "testcase", classname=f"{name}.{c['target']}",
-                             name=f"{c['model']} {c['scenario']} rep {c['repetition']}: {c['slo']}")  # fmt: skip
+                             name=f"{c['model']} {c['scenario']} repetition {c['repetition']}: {c['slo']}")  # fmt: skip
+        notes = c.get("notes") or []
+        for note in notes:
+            _property(case, note.split(":")[0], note)  # "saturated" / "partial": the whole note
+        if c.get("quality"):
+            _property(case, "quality", c["quality"])
         if not c["pass"]:
-            ET.SubElement(case, "failure", message=f"{c['slo']}: measured {c['measured']}")
+            why = "".join(f" (the run was {n})" for n in notes)
+            ET.SubElement(case, "failure", message=f"{c['slo']}: measured {c['measured']}{why}")
     return ET.tostring(ET.ElementTree(suite).getroot(), encoding="utf-8", xml_declaration=True)
 
 
@@ -254,9 +177,12 @@ def server_text(r: dict) -> str:
         f"server       {d.get('server') or '?'} {b.get('version') or ''} at {d.get('address')} over "
         f"{str(d.get('protocol', '?')).upper()}; model {model.get('server_name')}; tensors {d.get('tensors')}",
     ]
-    if lat.get("count"):
-        shown = "  ".join(f"{k} {lat[k]:,.1f}" for k in ("min", "p50", "p90", "p99", "p999", "max"))
-        lines.append(f"latency us   {shown}   mean {lat['mean']:,.1f}   (as the client sees it, network included)")
+    if lat.get("count"):  # a percentile the run holds too few samples for is its max: not shown
+        keys = [k for k in ("min", "p50", "p90", "p99", "p999", "max") if shown_for(k, lat["count"])]
+        unit = latency_unit(lat.get(k) for k in keys)
+        shown = "  ".join(f"{people_name(k)} {in_unit(lat[k], unit)}" for k in keys)
+        lines.append(f"latency {unit}   {shown}   mean {in_unit(lat['mean'], unit)}   (as the client sees it, network "
+                     "included)")  # fmt: skip
     tp = r.get("throughput_ips")
     lines.append(f"throughput   {tp or 0:,.1f} inferences/s; {sc.get('queries', 0):,} queries of "
                  f"{sc.get('kind')} at concurrency {sc.get('concurrency')} in {r.get('wall_s') or 0:.2f} s, latency "

@@ -203,7 +203,8 @@ duration_s = 3
     try:
         lines = read_until(proc, "[2/3]")
         lines += read_until(proc, "measuring")  # the second run is measuring (a second in; 2 s of it left)
-        assert lines[-1].startswith("target1 digits_cnn_int8 single-stream rep 2: measuring"), lines
+        # numbered as the table numbers repetitions: from 0, of 0-2 (issue 25, item 9)
+        assert lines[-1].startswith("target1 digits_cnn_int8 single-stream repetition 1 of 0-2: measuring"), lines
         proc.send_signal(signal.SIGINT)
         _out, err = proc.communicate(timeout=60)
     finally:
@@ -223,7 +224,7 @@ duration_s = 3
     ids = [str(r["run"]) for r in runs]
     md = edge_bench("report", *ids, "--md", "-", "--store", str(store))
     assert "| no | - |" in md.stdout and "| yes | - |" in md.stdout
-    assert "rep 1: partial: interrupted by SIGINT" in md.stdout
+    assert "repetition 1: partial: interrupted by SIGINT" in md.stdout
     rows = list(csv.DictReader(edge_bench("report", *ids, "--csv", "-", "--store", str(store)).stdout.splitlines()))
     assert [r["partial"] for r in rows] == ["no", "yes"] and [r["slo"] for r in rows] == ["", ""]
     html = edge_bench("report", *ids, "--html", str(tmp_path / "r.html"), "--store", str(store))
@@ -408,8 +409,9 @@ iterations = 20
 
 def test_a_saturated_local_target_is_said_in_every_output(tmp_path):
     """Issue 22 on a `local:` target: a server scenario at 20 times what the model sustains here (measured first) and
-    one at a tenth of it. The first ends at its time and is saturated in the table, the JSON, the Markdown, the CSV
-    and the HTML, with the rates and the queries not sent; the second kept up and says so."""
+    one at a tenth of it. The first ends at its time and is saturated in the table, the JSON, the Markdown, the CSV,
+    the JUnit XML and the HTML, with the rates and the queries not sent ("achieved X of Y queries/s", issue 25); the
+    second kept up and says so; the answer says the first's target was saturated."""
     need("onnxruntime")
     from helpers import sustained_ips
 
@@ -433,24 +435,36 @@ kind = "server"
 rate_qps = {sustained / 10:.0f}
 duration_s = 1.5
 """)
-    out = {k: tmp_path / f"r.{k}" for k in ("json", "md", "csv", "html")}
+    out = {k: tmp_path / f"r.{k}" for k in ("json", "md", "csv", "html", "junit")}
     proc = edge_bench("run", str(camp), "--store", str(tmp_path / "s.sqlite"), *[x for k, p in out.items()
                       for x in (f"--{k}", str(p))])  # fmt: skip
     assert proc.returncode == 0, proc.stderr  # no SLO: saturated is said, not a failed check
-    over, kept = json.loads(out["json"].read_text())["runs"]
+    doc = json.loads(out["json"].read_text())
+    over, kept = doc["runs"]
     sc = over["result"]["scenario"]
     assert over["saturated"] == "yes" and kept["saturated"] == "no" and over["partial"] == kept["partial"] == "no"
     assert over["result"]["wall_s"] < 1.5 + 0.5 and sc["saturated"] and sc["not_sent_share"] > 0.5
-    note = f"saturated: {sc['achieved_qps']:,.1f}/s achieved of {sc['scheduled_qps']:,.1f}/s scheduled; " \
-        f"{sc['not_sent']:,} of {sc['scheduled']:,} queries"  # fmt: skip
+    achieved = f"achieved {sc['achieved_qps']:,.0f} of {sc['scheduled_qps']:,.0f} queries/s"
+    note = f"saturated: {achieved}; {sc['not_sent']:,} of {sc['scheduled']:,} queries"
+    assert [n for n in over["notes"] if n.startswith(note)] and kept["notes"] == []  # the JSON rows
     assert f"run {over['run']} pc: {note}" in proc.stdout and "1 of 2 runs saturated; no SLOs given" in proc.stdout
-    header = proc.stdout.splitlines()[0].split()
-    assert header[-2:] == ["partial", "saturated"]
-    assert [line.split()[-1] for line in proc.stdout.splitlines()[1:3]] == ["yes", "no"]
-    assert note in out["md"].read_text() and "| no | yes |" in out["md"].read_text()
+    table = proc.stdout.splitlines()
+    header = next(k for k, line in enumerate(table) if line.startswith("run  "))
+    assert table[header].split()[-2:] == ["partial", "saturated"]
+    assert [line.split()[-1] for line in table[header + 1:header + 3]] == ["yes", "no"]
+    # the answer, first: this scenario's one target, saturated, said before the table
+    assert doc["answer"][0]["targets"][0]["saturated"] and not doc["answer"][1]["targets"][0]["saturated"]
+    first = proc.stdout.index("pc only (p50 ")
+    assert first < proc.stdout.index("run  ") and achieved in proc.stdout[first:proc.stdout.index("run  ")]
+    md = out["md"].read_text()
+    assert note in md and "| no | yes |" in md and md.index("## Answer") < md.index("| run |")
     rows = list(csv.DictReader(out["csv"].open()))
     assert [r["saturated"] for r in rows] == ["yes", "no"] and int(rows[0]["not_sent"]) == sc["not_sent"]
     assert float(rows[0]["achieved_qps"]) < float(rows[0]["scheduled_qps"]) / 2
+    props = {p.get("name"): p.get("value") for p in ET.parse(out["junit"]).getroot().iter("property")}
+    said = [v for k, v in props.items() if k.startswith(f"run {over['run']} pc ") and k.endswith(": saturated")]
+    assert said and said[0].startswith(note) and not [k for k in props if k.startswith(f"run {kept['run']} ")
+                                                      and k.endswith(": saturated")]  # fmt: skip
     assert note in out["html"].read_text() and '<td class="fail">yes</td>' in out["html"].read_text()
 
 
