@@ -1,8 +1,10 @@
 """The HTML report: one self-contained file (styles and plots inlined, matplotlib SVG) that opens offline on a laptop.
 
-It holds the runs' table, the SLO verdicts, three plots with stable ids (`<figure id="cdf">`: latency percentiles per
-run, HdrHistogram style; `id="timeline"`: latency windows over the run with temperature and CPU frequency on a second
-axis; `id="percentiles"`: p50 to max side by side) and each distinct environment once. It must never reach the network
+In this order: the answer (per model and scenario, the targets ranked), the runs' table with its legend, notes and
+quality warnings, the edge-versus-server comparison (when a board and a server ran one model), the SLO verdicts,
+three plots with stable ids (`<figure id="cdf">`: latency percentiles per run, HdrHistogram style; `id="timeline"`:
+latency windows over the run with temperature and CPU frequency on a second axis; `id="percentiles"`: p50 to max side
+by side) and each distinct environment once. It must never reach the network
 (no script, no external style, font or image; a Content-Security-Policy says so to the browser), never import
 matplotlib before `render` or `require` is called, and escape every string that came from a user or a board.
 """
@@ -14,7 +16,7 @@ import json
 import time
 
 from bench import __version__
-from bench.report import COLUMNS, _cell, _notes, verdict_line
+from bench.report import _cell, _notes, verdict_line
 from bench.report.plots import plots
 from edge_runtime.errors import UserError
 
@@ -62,9 +64,9 @@ def render(title: str, rows: list[dict], results: list[dict | None], slos: list[
         f"<h1>{e(title)}</h1>",
         f'<p class="note">edge-bench {e(__version__)}, {time.strftime("%Y-%m-%d %H:%M:%S %z")}; '
         f"{len(rows)} run{'s' * (len(rows) != 1)}</p>",
+        _answer(rows, results),
         "<h2>Runs</h2>",
-        _table(rows, results),
-        _warnings(rows, results),
+        _table(rows),
     ]
     # The comparison a reader came for goes right under the table it is drawn from, before the plots (issue 25).
     from bench.report.edge_vs_server import html_section, pairs
@@ -80,6 +82,18 @@ def render(title: str, rows: list[dict], results: list[dict | None], slos: list[
 
 
 # ----------------------------------------------------------------------------------------------------- text parts
+def _answer(rows: list[dict], results: list[dict | None]) -> str:
+    """The answer first, as the terminal and Markdown give it (bench.report.answer): per model and scenario, the
+    targets ranked by p50, the winner, by how much and whether the lead is significant."""
+    from bench.report.answer import answer_line, ranked
+
+    answers = ranked([{**row, "result": res} for row, res in zip(rows, results, strict=True)])
+    if not answers:
+        return ""
+    items = "".join(f"<li>{html.escape(answer_line(a))}</li>" for a in answers)
+    return f'<section id="answer"><h2>Answer (p50, best first)</h2><ul>{items}</ul></section>'
+
+
 def _labels(rows: list[dict]) -> list[str]:
     """Target, and model, scenario and repetition where the runs differ in them; the run id when still ambiguous."""
     keys = [k for k in ("model", "scenario", "repetition") if len({r.get(k) for r in rows}) > 1]
@@ -90,29 +104,18 @@ def _labels(rows: list[dict]) -> list[str]:
     return labels
 
 
-# The table's own columns, in the HTML only: what the reader needs beside `saturated` and `valid` to trust a row.
-LOAD, QUALITY = "achieved of scheduled (queries/s)", "quality"
-COLUMN_LEGEND = (
-    ("slo", "pass / FAIL against the SLOs the run was checked with (the SLOs section says which); - none given"),
-    ("valid", "yes: the run met its scenario's run rules (min_duration_s, min_queries, not cut short); NO: it did "
-              "not (the SLOs section says why); - the scenario set no run rules, so none were checked"),
-    ("partial", "yes: the run was cut short and its numbers are from part of it"),
-    ("saturated", "yes: the target fell behind the schedule (open loop), so its latencies are mostly queueing; - no "
-                  "schedule to keep (a closed loop: single-stream, offline)"),
-    (LOAD, "the rate the target kept against the rate the scenario scheduled (an open-loop scenario only)"),
-    (QUALITY, "ok, or how many quality warnings the run gave (listed under the table); UNSTABLE: the run's median "
-              "drifted or its spread was too wide to trust (its warnings say which)"),
-)  # fmt: skip
-
-
-def _qps(x) -> str:
-    return "?" if not isinstance(x, (int, float)) else f"{x:,.0f}" if x >= 100 else f"{x:,.1f}"
+# The table's own column, in the HTML only: the rates behind `saturated`, in the row where the reader looks.
+LOAD = "achieved of scheduled (queries/s)"
+LOAD_LEGEND = (f"{LOAD}: the rate the target kept against the rate the scenario scheduled (an open loop only), in "
+               "red when it fell behind (saturated); - a closed loop (no schedule)")  # fmt: skip
 
 
 def _load(row: dict) -> str:
-    """The load cell: "X of Y" queries/s achieved of scheduled (the whole sentence, "achieved X of Y queries/s:
-    saturated", as its tooltip); "-" where no schedule was kept. Short: a wrapped cell made every row of the table
+    """The load cell: "X of Y" queries/s achieved of scheduled, the whole sentence ("achieved X of Y queries/s:
+    saturated") as its tooltip; "-" where no schedule was kept. Short: a wrapped cell made every row of the table
     three lines tall, and the `saturated` cell beside it and the note under the table say the rest."""
+    from bench.report.cells import _qps
+
     if row.get("saturated") not in ("yes", "no"):
         return "<td>-</td>"
     got, asked = _qps(row.get("achieved_qps")), _qps(row.get("scheduled_qps"))
@@ -121,66 +124,42 @@ def _load(row: dict) -> str:
     return f'<td class="w{" fail" * saturated}" title="{said}">{got} of {asked}</td>'
 
 
-def _warnings_of(res: dict | None) -> list[str]:
-    """A run's quality warnings, less the saturation one (the load column and the notes say it with its numbers)."""
-    q = (res or {}).get("quality") or {}
-    return [str(w) for w in q.get("warnings") or [] if not str(w).startswith("saturated:")]
+def _table(rows: list[dict]) -> str:
+    """The runs as the terminal and Markdown show them (one unit per column, people's names: bench.report.tables),
+    plus the load column, then what the table cannot hold: errors, partial and saturated runs, quality warnings, and
+    a legend of what its words and dashes mean."""
+    from bench.report.tables import LATENCY, SHOWN, legend, people_columns, quality_notes
 
-
-def _quality(res: dict | None) -> str:
-    """UNSTABLE (its warnings say how), else how many warnings the run gave, else ok; "-" for a run that failed."""
-    if res is None:
-        return "-"
-    if (res.get("quality") or {}).get("unstable"):
-        return "UNSTABLE"
-    n = len(_warnings_of(res))
-    return f"{n} warning{'s' * (n != 1)}" if n else "ok"
-
-
-def _table(rows: list[dict], results: list[dict | None]) -> str:
-    shown = [c for c in COLUMNS if c != "error"]
-    heads = "".join(f"<th>{c}</th>" for c in shown) + f"<th>{LOAD}</th><th>{QUALITY}</th>"
-    out = [f'<div class="runs"><table><tr>{heads}</tr>']
-    for r, res in zip(rows, results, strict=True):
-        cells = []
-        for c in shown:
-            v = r.get(c)
-            bad = v in ("FAIL", "NO") or (c in ("partial", "saturated") and v == "yes")
-            cls = "fail" if bad else ("n" if isinstance(v, (int, float)) else "")
-            cells.append(f'<td class="{cls}">' if cls else "<td>")
-            cells.append(f"{html.escape(_cell(v))}</td>")
-        quality = _quality(res)
-        cells.append(_load(r))
-        bad = quality not in ("ok", "-")
-        cells.append(f'<td class="w fail"><a href="#warnings">{quality}</a></td>' if bad else f"<td>{quality}</td>")
-        out.append("<tr>" + "".join(cells) + "</tr>")
+    e = html.escape
+    heads, cells = people_columns(rows)
+    numeric = {*LATENCY, "count", "throughput_ips", "run", "repetition"}
+    out = ['<div class="runs"><table><tr>' + "".join(f"<th>{e(h)}</th>" for h in [*heads, LOAD]) + "</tr>"]
+    for r, values in zip(rows, cells, strict=True):
+        tds = []
+        for c, v in zip(SHOWN, values, strict=True):
+            raw = r.get(c)
+            bad = raw in ("FAIL", "NO") or (c in ("partial", "saturated") and raw == "yes") or \
+                (c == "quality" and str(raw).startswith("UNSTABLE"))  # fmt: skip
+            cls = "fail" if bad else ("n" if c in numeric else "")
+            tds.append(f'<td class="{cls}">{e(v)}</td>' if cls else f"<td>{e(v)}</td>")
+        out.append("<tr>" + "".join(tds) + _load(r) + "</tr>")
     out.append("</table></div>")
-    legend = "; ".join(f"<strong>{c}</strong>: {html.escape(text)}" for c, text in COLUMN_LEGEND)
-    out.append(f'<p class="note legend">{legend}; - means not known or not checked.</p>')
+    items = [*legend(rows), LOAD_LEGEND]
+    out.append('<ul class="note legend">' + "".join("<li><strong>{}</strong>: {}</li>".format(
+        *map(e, x.split(": ", 1))) if ": " in x else f"<li>{e(x)}</li>" for x in items) + "</ul>")  # fmt: skip
     errors = [r for r in rows if r.get("error")]
     if errors:
-        out.append("<ul>" + "".join(f'<li class="fail">run {html.escape(_cell(r.get("run")))} '
-                                    f"{html.escape(str(r.get('target')))} / {html.escape(str(r.get('model')))}: "
-                                    f"{html.escape(str(r['error']))}</li>" for r in errors) + "</ul>")  # fmt: skip
+        out.append("<ul>" + "".join(f'<li class="fail">run {e(_cell(r.get("run")))} {e(str(r.get("target")))} / '
+                                    f"{e(str(r.get('model')))}: {e(str(r['error']))}</li>"
+                                    for r in errors) + "</ul>")  # fmt: skip
     if _notes(rows):
-        out.append("<ul>" + "".join(f'<li class="fail">run {html.escape(_cell(r.get("run")))} '
-                                    f"{html.escape(str(r.get('target')))}: {html.escape(note)}</li>"
-                                    for r, note in _notes(rows)) + "</ul>")  # fmt: skip
+        out.append("<ul>" + "".join(f'<li class="fail">run {e(_cell(r.get("run")))} {e(str(r.get("target")))}: '
+                                    f"{e(note)}</li>" for r, note in _notes(rows)) + "</ul>")  # fmt: skip
+    quality = quality_notes(rows)
+    if quality:  # what `bench` printed of a run's quality: a campaign's table used to drop it
+        out.append('<section id="warnings"><h3>Quality warnings</h3><ul>'
+                   + "".join(f"<li>{e(who)}: {e(text)}</li>" for who, text in quality) + "</ul></section>")  # fmt: skip
     return "\n".join(out)
-
-
-def _warnings(rows: list[dict], results: list[dict | None]) -> str:
-    """Every run's quality warnings under the table (a campaign's table used to drop what `bench` printed), each
-    text once with the runs that gave it: nine runs on one unisolated CPU are one line, not nine."""
-    e = html.escape
-    said: dict[str, list[str]] = {}
-    for r, res in zip(rows, results, strict=True):
-        for w in _warnings_of(res):
-            said.setdefault(w, []).append(f"{_cell(r.get('run'))} ({r.get('target')})")
-    if not said:
-        return ""
-    items = [f"<li>{e(w)}: run{'s' * (len(runs) > 1)} {e(', '.join(runs))}</li>" for w, runs in said.items()]
-    return f'<section id="warnings"><h3>Quality warnings</h3><ul>{"".join(items)}</ul></section>'
 
 
 def _slos(slos: list[dict] | None, note: str, named: list[tuple[str, dict]], rows: list[dict]) -> str:
