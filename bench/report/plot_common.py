@@ -73,6 +73,22 @@ def panels(runs: list[PlotRun]) -> list[tuple[list[PlotRun], str | None]]:
     return [(group, title) for group, title in ((kept, None), (saturated, SATURATED_TITLE)) if group]
 
 
+def unit_of(values_us) -> tuple[str, float]:
+    """A latency axis's unit and what its values in us are divided by: ms once the largest reaches 10 ms, as a table
+    column's (bench.report.units.latency_unit), so a plot and the table above it say one number one way."""
+    from bench.report.units import latency_unit
+
+    unit = latency_unit(list(values_us))
+    return unit, 1000.0 if unit == "ms" else 1.0
+
+
+def plain_ticks(ax) -> None:
+    """The latency axis's numbers as people write them (0.01, 20, 3000), not as powers of ten: log axes included."""
+    from matplotlib.ticker import FuncFormatter
+
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.10g}"))
+
+
 def mpl_text(text: str) -> str:
     """A label as matplotlib shows it literally ('$' would start mathtext; a legend leaves out labels starting '_')."""
     return ("\u200b" if text.startswith("_") else "") + text.replace("$", r"\$")

@@ -24,8 +24,10 @@ from bench.report.plot_common import (
     figure_html,
     mpl_text,
     new_figure,
+    plain_ticks,
     thermal_series,
     thin,
+    unit_of,
 )
 
 MAX_TIMELINES = 12  # runs drawn in the timeline figure; the rest are named in its caption
@@ -80,27 +82,30 @@ def timeline_figure(runs: list[PlotRun]):
     axes = fig.subplots(len(shown), 1, squeeze=False, sharex=True)[:, 0]
     series = _series(shown)
     log, kept_range = _y_policy(series, shown)
-    f = lambda v: np.array([np.nan if x is None else x for x in v], dtype=float)  # noqa: E731
+    kept_unit = unit_of(v for s, r in zip(series, shown, strict=True) if not r.saturated for v in s[3] if v)
+    f = lambda v, div=1.0: np.array([np.nan if x is None else x / div for x in v], dtype=float)  # noqa: E731
     handles: dict[str, object] = {}
     no_lat, no_sensor = [], []
     for ax, run, (t, p50, p99, top, fewest) in zip(axes, shown, series, strict=True):
-        ax.set_ylabel("latency (us)")
+        unit, div = unit_of(v for v in top if v) if run.saturated else kept_unit  # a saturated run: its own range
+        ax.set_ylabel(f"latency ({unit})")
         ax.grid(True, alpha=0.3)
         title = mpl_text(run.label)
         if t:
-            lines = ax.plot(t, f(p50), color="tab:blue", linewidth=1.2, label="p50")
+            lines = ax.plot(t, f(p50, div), color="tab:blue", linewidth=1.2, label="p50")
             if any(v is not None for v in p99):
-                lines += ax.plot(t, f(p99), color="tab:orange", linewidth=1.2, label=P99_LABEL)
+                lines += ax.plot(t, f(p99, div), color="tab:orange", linewidth=1.2, label=P99_LABEL)
             # The max last and on top, dotted with markers: above p99 in value and in drawing order, never hidden.
-            lines += ax.plot(t, f(top), color="black", linestyle=":", linewidth=0.9, marker=".", markersize=3,
+            lines += ax.plot(t, f(top, div), color="black", linestyle=":", linewidth=0.9, marker=".", markersize=3,
                              label=MAX_LABEL, zorder=3)  # fmt: skip
             handles.update((h.get_label(), h) for h in lines)
             if log:
                 ax.set_yscale("log")
+            plain_ticks(ax)
             if run.saturated:
                 title += " — SATURATED: its own y range"
             elif kept_range:
-                ax.set_ylim(*kept_range)
+                ax.set_ylim(kept_range[0] / div, kept_range[1] / div)
             if fewest < MIN_P99_QUERIES:
                 title += f" — windows of {fewest:,} queries: too few for a p99"
         else:
@@ -115,7 +120,9 @@ def timeline_figure(runs: list[PlotRun]):
     for ax in axes[:-1]:
         ax.tick_params(labelbottom=False)  # one x axis: its numbers and its label under the last panel only
     axes[-1].set_xlabel("time in the measured part (s)")
-    if handles:
+    if handles:  # latency first, low to high, then the sensors in the order the panels met them
+        first = [k for k in ("p50", P99_LABEL, MAX_LABEL) if k in handles]
+        handles = {k: handles[k] for k in [*first, *(k for k in handles if k not in first)]}
         fig.legend(list(handles.values()), list(handles), loc="upper left", ncol=min(len(handles), 6), fontsize=8,
                    bbox_to_anchor=(0.07, 1 - 0.08 / height))  # fmt: skip
     return fig, _caption(runs, shown, no_lat, no_sensor, log)
@@ -156,6 +163,10 @@ def _caption(runs, shown, no_lat, no_sensor, log: bool) -> str:
         cap += f" {NO_TIMELINE.capitalize()}: {', '.join(no_lat)} (results without timeline_us)."
     if no_sensor:
         cap += f" No temperature or frequency readings (no sensors): {', '.join(no_sensor)}."
+    ends = [max((w.get("t_s") or 0 for w in r.result.get("timeline_us") or [{}]), default=0) for r in shown]
+    if ends and min(ends) > 0 and max(ends) > 5 * min(ends):
+        cap += (" The runs differ in length (the shortest is a small part of the shared time axis): give their "
+                "scenarios one duration_s to compare them over time.")  # fmt: skip
     if len(runs) > len(shown):
         cap += f" Not drawn (only the first {MAX_TIMELINES}): {', '.join(r.label for r in runs[len(shown) :])}."
     return cap

@@ -10,7 +10,6 @@ from __future__ import annotations
 import html
 import re
 
-from bench.report import _cell
 from bench.report.plot_common import (  # noqa: F401 - NO_SENSORS, NO_TIMELINE: the tests' and callers' names for them
     MAX_POINTS,
     NO_SENSORS,
@@ -21,7 +20,9 @@ from bench.report.plot_common import (  # noqa: F401 - NO_SENSORS, NO_TIMELINE: 
     mpl_text,
     new_figure,
     panels,
+    plain_ticks,
     plot_runs,
+    unit_of,
 )
 
 MAX_LEGEND = 16  # entries in a figure's legend, the last one "+K more" when there are more runs (the tables name all)
@@ -123,15 +124,15 @@ def cdf_figure(runs: list[PlotRun]):
     axes = fig.subplots(len(groups), 1, squeeze=False, sharex=True)[:, 0]
     tops = [1.0]
     for ax, (group, title) in zip(axes, groups, strict=True):
-        lows, highs = [], []
-        for r in group:
-            x, y = _percentile_curve(r.result["histogram_us"])
-            ax.plot(x, y, label=mpl_text(r.label), color=r.colour, linestyle=r.linestyle, linewidth=1.4)
-            lows.append(min(y))
-            highs.append(max(y))
+        curves = [_percentile_curve(r.result["histogram_us"]) for r in group]
+        unit, div = unit_of(max(y) for _, y in curves)
+        for r, (x, y) in zip(group, curves, strict=True):
+            ax.plot(x, [v / div for v in y], label=mpl_text(r.label), color=r.colour, linestyle=r.linestyle,
+                    linewidth=1.4)  # fmt: skip
             tops.append(x[-1])
-        _log_if_wide(ax, lows, highs)
-        ax.set_ylabel("latency (us)")
+        _log_if_wide(ax, [min(y) for _, y in curves], [max(y) for _, y in curves])
+        ax.set_ylabel(f"latency ({unit})")
+        plain_ticks(ax)
         ax.grid(True, alpha=0.3)
         if title:
             ax.set_title(title, fontsize=10, loc="left")
@@ -171,16 +172,17 @@ def percentiles_figure(runs: list[PlotRun]):
     axes = fig.subplots(len(groups), 1, squeeze=False)[:, 0]
     for ax, (group, title) in zip(axes, groups, strict=True):
         width = 0.8 / len(group)
-        flat = []
-        for i, r in enumerate(group):
-            v = [(r.result.get("latency_us") or {}).get(k) for k, _ in PERCENTILES]
-            flat += [x for x in v if x]
+        values = [[(r.result.get("latency_us") or {}).get(k) for k, _ in PERCENTILES] for r in group]
+        flat = [x for v in values for x in v if x]
+        unit, div = unit_of(flat)
+        for i, (r, v) in enumerate(zip(group, values, strict=True)):
             ax.bar(np.arange(len(PERCENTILES)) + (i - (len(group) - 1) / 2) * width,
-                   [np.nan if x is None else x for x in v], width, label=mpl_text(r.label), color=r.colour,
+                   [np.nan if x is None else x / div for x in v], width, label=mpl_text(r.label), color=r.colour,
                    alpha=r.alpha, hatch=r.hatch, edgecolor="white", linewidth=0.5)  # fmt: skip
         ax.set_xticks(range(len(PERCENTILES)), [name for _, name in PERCENTILES])
         _log_if_wide(ax, flat, flat)
-        ax.set_ylabel("latency (us)")
+        ax.set_ylabel(f"latency ({unit})")
+        plain_ticks(ax)
         ax.grid(True, axis="y", alpha=0.3)
         if title:
             ax.set_title(title, fontsize=10, loc="left")
@@ -193,11 +195,14 @@ def percentiles_figure(runs: list[PlotRun]):
 
 
 def _percentiles(runs: list[PlotRun]) -> str:
+    from bench.report.units import in_unit
+
     e = html.escape
     fig, cap = percentiles_figure(runs)
-    table = ["<table><tr><th>run</th>" + "".join(f"<th>{n} (us)</th>" for _, n in PERCENTILES) + "</tr>"]
-    for r in runs:
-        lat = r.result.get("latency_us") or {}
-        cells = "".join(f'<td class="n">{e(_cell(lat.get(k)))}</td>' for k, _ in PERCENTILES)
+    lats = [r.result.get("latency_us") or {} for r in runs]
+    units = {k: unit_of(lat.get(k) for lat in lats)[0] for k, _ in PERCENTILES}  # one unit a column, as the table's
+    table = ["<table><tr><th>run</th>" + "".join(f"<th>{n} ({units[k]})</th>" for k, n in PERCENTILES) + "</tr>"]
+    for r, lat in zip(runs, lats, strict=True):
+        cells = "".join(f'<td class="n">{e(in_unit(lat.get(k), units[k]))}</td>' for k, _ in PERCENTILES)
         table.append(f"<tr><td>{e(r.label)}</td>{cells}</tr>")
     return figure_html("percentiles", fig, e(cap), "\n".join([*table, "</table>"]))
