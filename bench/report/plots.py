@@ -163,6 +163,14 @@ def _cdf(runs: list[PlotRun]) -> str:
     return figure_html("cdf", fig, html.escape(cap))
 
 
+def _shown(lat: dict) -> list:
+    """A run's PERCENTILES in us, None for one it holds too few queries for (it would be its max: the runs' table
+    shows '-' there too, bench.report.units.shown_for)."""
+    from bench.report.units import shown_for
+
+    return [lat.get(k) if shown_for(k, lat.get("count")) else None for k, _ in PERCENTILES]
+
+
 def percentiles_figure(runs: list[PlotRun]):
     """(the figure, its caption): each run's p50 to max as bars, the saturated runs on a panel below."""
     import numpy as np
@@ -171,8 +179,8 @@ def percentiles_figure(runs: list[PlotRun]):
     fig = new_figure(10 + _legend_width([mpl_text(r.label) for r in runs]), 0.5 + 3.5 * len(groups))
     axes = fig.subplots(len(groups), 1, squeeze=False)[:, 0]
     for ax, (group, title) in zip(axes, groups, strict=True):
-        width = 0.8 / len(group)
-        values = [[(r.result.get("latency_us") or {}).get(k) for k, _ in PERCENTILES] for r in group]
+        width = 0.8 / max(len(group), 3)  # one run's bars no wider than three runs' would be
+        values = [_shown(r.result.get("latency_us") or {}) for r in group]
         flat = [x for v in values for x in v if x]
         unit, div = unit_of(flat)
         for i, (r, v) in enumerate(zip(group, values, strict=True)):
@@ -188,7 +196,8 @@ def percentiles_figure(runs: list[PlotRun]):
             ax.set_title(title, fontsize=10, loc="left")
     _legend(fig, axes)
     cap = (f"Percentiles of each run side by side{_legend_note(len(runs))} (from the run's latency_us); a target "
-           "keeps one colour, its repetitions differ by hatch and shade")  # fmt: skip
+           "keeps one colour, its repetitions differ by hatch and shade; a percentile is left out of a run too short "
+           "for it (p99 needs 100 queries, p99.9 1,000: below that it is the max)")  # fmt: skip
     cap += "; saturated runs on the lower panel, on their own scale. The same numbers:" if len(groups) > 1 else \
         ". The same numbers:"  # fmt: skip
     return fig, cap
@@ -199,7 +208,7 @@ def _percentiles(runs: list[PlotRun]) -> str:
 
     e = html.escape
     fig, cap = percentiles_figure(runs)
-    lats = [r.result.get("latency_us") or {} for r in runs]
+    lats = [dict(zip([k for k, _ in PERCENTILES], _shown(r.result.get("latency_us") or {}), strict=True)) for r in runs]
     units = {k: unit_of(lat.get(k) for lat in lats)[0] for k, _ in PERCENTILES}  # one unit a column, as the table's
     table = ["<table><tr><th>run</th>" + "".join(f"<th>{n} ({units[k]})</th>" for k, n in PERCENTILES) + "</tr>"]
     for r, lat in zip(runs, lats, strict=True):
