@@ -2,11 +2,10 @@
 runner-up, by how much, and whether the lead is significant. Pure: runs in, data and text out; nothing is printed.
 
 Decided here:
-- The rank is by p50 latency of each target's runs pooled (all its repetitions' histograms together, as
-  bench.compare pools a side): lower is better, in a closed loop (single-stream, offline) and in an open loop
-  (server, burst...) alike. A target with a saturated run (it could not keep to its schedule: its latencies are its
-  queue's) ranks after every one that kept up, and is marked saturated; a target whose every run failed is listed
-  last, as failed.
+- The rank is by each target's p50 latency: the median of its runs' p50s (one run: the figure in its table row),
+  lower is better, in a closed loop (single-stream, offline) and in an open loop (server, burst...) alike. A
+  target with a saturated run (it could not keep to its schedule: its latencies are its queue's) ranks after every
+  one that kept up, and is marked saturated; a target whose every run failed is listed last, as failed.
 - "By how much": p50 B/A - 1 (B the slower; shown as "5% ahead", from 2x as "14x ahead"), and throughput B/A - 1.
 - "Significant" is bench.compare.compare() of the runner-up (B) against the winner (A), runs as the unit of
   evidence, p50 alone gated, a 1% threshold (any real lead is a lead): significant when compare finds the
@@ -17,6 +16,7 @@ Decided here:
 from __future__ import annotations
 
 from collections.abc import Iterable
+from statistics import median
 
 from bench.report.units import duration, rate
 from edge_runtime.errors import UserError
@@ -38,16 +38,10 @@ def _get(run, *names):
 
 
 def _p50(results: list[dict]) -> float | None:
-    """The pooled p50 of runs (their 1-us histograms together); without histograms, the mean of their p50s."""
-    from bench.compare import Distribution, _statistics
-
-    try:
-        d = Distribution.pooled([Distribution.of(r) for r in results])
-        return float(_statistics(d.values_us, d.counts)[0][0])
-    except UserError:  # an older record without its histogram: the per-run p50s say it
-        p50s = [(r.get("latency_us") or {}).get("p50") for r in results]
-        p50s = [float(v) for v in p50s if isinstance(v, (int, float))]
-        return sum(p50s) / len(p50s) if p50s else None
+    """The median of the runs' own p50s: one run's is its table's figure (a pooled 1-us histogram's would differ
+    from it, as compare's 205.0 against the table's 205.4 did: issue 25, item 9)."""
+    p50s = [float(v) for r in results if isinstance(v := (r.get("latency_us") or {}).get("p50"), (int, float))]
+    return median(p50s) if p50s else None
 
 
 def _entry(target: str, results: list[dict], failed: int) -> dict:
@@ -91,6 +85,8 @@ def _lead(a: dict, b: dict, runs_a: list[dict], runs_b: list[dict]) -> dict:
         lead["verdict"] = f"not compared: {err}"
         return lead
     p50 = got["metrics"]["p50"]
+    if p50["verdict"] == "improvement":  # all samples pooled put them the other way round: no lead to speak of
+        p50 = {**p50, "verdict": "the pooled samples rank them the other way"}
     lead.update(significant=p50["verdict"] in ("regression", "within threshold"), verdict=p50["verdict"],
                 provisional=got["provisional"],
                 runs_to_settle=got["runs_to_settle"], interval_pct=p50["interval_pct"])  # fmt: skip
@@ -158,10 +154,10 @@ def _lead_words(lead: dict) -> str:
 
 
 def _sat(e: dict) -> str:
-    from bench.report.cells import _qps
+    from bench.report.cells import qps_text
 
     s = e["saturation"] or {}
-    return f"saturated: achieved {_qps(s.get('achieved_qps'))} of {_qps(s.get('scheduled_qps'))} queries/s"
+    return f"saturated: achieved {qps_text(s.get('achieved_qps'))} of {qps_text(s.get('scheduled_qps'))} queries/s"
 
 
 def answer_line(a: dict) -> str:

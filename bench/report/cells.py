@@ -44,14 +44,15 @@ def state_cells(result: dict | None) -> dict:
             **rates, "notes": notes, **quality_cells(result)}  # fmt: skip
 
 
-def _qps(v) -> str:
+def qps_text(v) -> str:
+    """Queries a second for people: whole numbers from 100 up."""
     return f"{v:,.0f}" if isinstance(v, (int, float)) and v >= 100 else f"{v:,.1f}" if isinstance(v, (int, float)) \
         else "?"  # fmt: skip
 
 
 def saturation_note(sc: dict) -> str:
     """A saturated run's note: "saturated: achieved X of Y queries/s", then the queries it never sent."""
-    text = f"saturated: achieved {_qps(sc.get('achieved_qps'))} of {_qps(sc.get('scheduled_qps'))} queries/s"
+    text = f"saturated: achieved {qps_text(sc.get('achieved_qps'))} of {qps_text(sc.get('scheduled_qps'))} queries/s"
     if sc.get("not_sent"):
         text += (f"; {sc['not_sent']:,} of {sc.get('scheduled') or 0:,} queries ({sc.get('not_sent_share') or 0:.1%}) "
                  "not sent by the end of the run")  # fmt: skip
@@ -83,7 +84,7 @@ def quality_cells(result: dict | None) -> dict:
 
 def verdict_line(rows: list[dict], cases: list[dict]) -> str:
     """The runs' verdict in one line: the runs that failed, by what failed (a target that is down is not an SLO
-    missed), the partial and saturated ones, then the SLO checks of the runs that ran."""
+    missed), the partial and saturated ones, the SLO checks of the runs that ran, then the unstable runs."""
     parts = []
     failed = [r for r in rows if r.get("error")]
     if failed:
@@ -101,6 +102,9 @@ def verdict_line(rows: list[dict], cases: list[dict]) -> str:
         parts.append(f"SLO missed: {missed} of {len(checks)} checks")
     else:
         parts.append(f"all {len(checks)} SLO checks pass" if checks else "no SLOs given")
+    shaky = sum(str(r.get("quality") or "").startswith("UNSTABLE") for r in rows)
+    if shaky:  # after the SLOs: how far to trust the numbers behind them (the warnings are under the table)
+        parts.append(f"{shaky} of {len(rows)} runs UNSTABLE (see the quality warnings)")
     return "; ".join(parts)
 
 

@@ -36,23 +36,24 @@ def _hidden(rows: list[dict]) -> list[str]:
 
 
 def legend(rows: list[dict]) -> list[str]:
-    """What the table's words and dashes mean: one line per column that needs it."""
-    lines = []
+    """What the table's words and dashes mean. A column's yes is explained only where a run has one (a "saturated"
+    line under a table of runs that all kept up would read as a warning to a reader, or a script, scanning for it)."""
     hidden = _hidden(rows)
+    dash = "\"-\": not applicable (no SLO given, no run rule set, a closed loop keeps no schedule, the run failed)"
     if hidden:
         needs = ", ".join(f"{people_name(k)} needs {ENOUGH_FOR[k[:-3]]:,}" for k in hidden)
-        lines.append(f"p99, p99.9 '-': the run holds too few samples for it ({needs}; below that it is the max)")
-    lines += [
+        dash += f"; in p99, p99.9: the run holds too few samples for it ({needs}; below that it is the max)"
+    lines = [
+        dash,
         "repetition: counted from 0, as stored",
-        "slo: pass / FAIL against the campaign's SLOs; - none given",
-        "valid: the run rules (min_duration_s, min_queries, not cut short): yes met, NO missed; - none set",
+        "valid: the run rules (min_duration_s, min_queries, not cut short): yes met, NO missed",
         "quality: the run's own verdict on its numbers: stable, UNSTABLE (std over 10% of the mean, or the median "
-        "drifted 10%), stability unknown (too few samples); interference: other tasks ran on the measured CPU; "
-        "- the run failed",
-        "partial: yes = cut short (its numbers are from part of the run)",
-        "saturated: yes = an open loop that fell behind its schedule (its latencies are its queue's); no = kept up; "
-        "- a closed loop (no schedule)",
+        "drifted 10%), stability unknown (too few samples); interference: other tasks ran on the measured CPU",
     ]
+    if any(r.get("partial") == "yes" for r in rows):
+        lines.append("partial yes: cut short (its numbers are from part of the run)")
+    if any(r.get("saturated") == "yes" for r in rows):
+        lines.append("saturated yes: an open loop that fell behind its schedule (its latencies are its queue's)")
     return lines
 
 

@@ -452,6 +452,7 @@ duration_s = 1.5
     header = next(k for k, line in enumerate(table) if line.startswith("run  "))
     assert table[header].split()[-2:] == ["partial", "saturated"]
     assert [line.split()[-1] for line in table[header + 1:header + 3]] == ["yes", "no"]
+    assert "  saturated yes: an open loop that fell behind its schedule" in proc.stdout  # the legend, as one was
     # the answer, first: this scenario's one target, saturated, said before the table
     assert doc["answer"][0]["targets"][0]["saturated"] and not doc["answer"][1]["targets"][0]["saturated"]
     first = proc.stdout.index("pc only (p50 ")
