@@ -114,11 +114,11 @@ def _load(row: dict) -> str:
     """The load cell: "X of Y" queries/s achieved of scheduled, the whole sentence ("achieved X of Y queries/s:
     saturated") as its tooltip; "-" where no schedule was kept. Short: a wrapped cell made every row of the table
     three lines tall, and the `saturated` cell beside it and the note under the table say the rest."""
-    from bench.report.cells import _qps
+    from bench.report.cells import qps_text
 
     if row.get("saturated") not in ("yes", "no"):
         return "<td>-</td>"
-    got, asked = _qps(row.get("achieved_qps")), _qps(row.get("scheduled_qps"))
+    got, asked = qps_text(row.get("achieved_qps")), qps_text(row.get("scheduled_qps"))
     saturated = row["saturated"] == "yes"
     said = f"achieved {got} of {asked} queries/s" + (": saturated" if saturated else ": kept up")
     return f'<td class="w{" fail" * saturated}" title="{said}">{got} of {asked}</td>'
