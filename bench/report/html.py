@@ -1,8 +1,10 @@
 """The HTML report: one self-contained file (styles and plots inlined, matplotlib SVG) that opens offline on a laptop.
 
-It holds the runs' table, the SLO verdicts, three plots with stable ids (`<figure id="cdf">`: latency percentiles per
-run, HdrHistogram style; `id="timeline"`: latency windows over the run with temperature and CPU frequency on a second
-axis; `id="percentiles"`: p50 to max side by side) and each distinct environment once. It must never reach the network
+In this order: the answer (per model and scenario, the targets ranked), the runs' table with its legend, notes and
+quality warnings, the edge-versus-server comparison (when a board and a server ran one model), the SLO verdicts,
+three plots with stable ids (`<figure id="cdf">`: latency percentiles per run, HdrHistogram style; `id="timeline"`:
+latency windows over the run with temperature and CPU frequency on a second axis; `id="percentiles"`: p50 to max side
+by side) and each distinct environment once. It must never reach the network
 (no script, no external style, font or image; a Content-Security-Policy says so to the browser), never import
 matplotlib before `render` or `require` is called, and escape every string that came from a user or a board.
 """
@@ -14,17 +16,19 @@ import json
 import time
 
 from bench import __version__
-from bench.report import COLUMNS, _cell, _notes, verdict_line
+from bench.report import _cell, _notes, verdict_line
 from bench.report.plots import plots
 from edge_runtime.errors import UserError
 
 NO_SLO_STORED = "none of these runs was checked against an SLO when it ran"
 CSP = "default-src 'none'; style-src 'unsafe-inline'"  # inline styles only: nothing is fetched
-STYLE = """body{font:14px/1.4 system-ui,sans-serif;margin:2em auto;max-width:1200px;padding:0 1em;color:#222}
-table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:2px 8px;text-align:left}
+STYLE = """body{font:14px/1.4 system-ui,sans-serif;margin:2em auto;max-width:1400px;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}
+.runs{overflow-x:auto}.runs table{font-size:12.5px;margin-bottom:.5em}
 td.n{text-align:right;font-variant-numeric:tabular-nums}th{background:#f3f3f3}.fail{color:#b00;font-weight:bold}
 figure{margin:1.5em 0}figure svg{max-width:100%;height:auto}figcaption{color:#555;font-size:13px}
-code{font-size:12px;word-break:break-all}.note{color:#555}"""
+code{font-size:12px;word-break:break-all}.note{color:#555}td.w{white-space:nowrap}.fail a{color:inherit}
+.legend{font-size:12px}"""
 
 
 def require() -> None:
@@ -60,24 +64,36 @@ def render(title: str, rows: list[dict], results: list[dict | None], slos: list[
         f"<h1>{e(title)}</h1>",
         f'<p class="note">edge-bench {e(__version__)}, {time.strftime("%Y-%m-%d %H:%M:%S %z")}; '
         f"{len(rows)} run{'s' * (len(rows) != 1)}</p>",
+        _answer(rows, results),
         "<h2>Runs</h2>",
         _table(rows),
-        "<h2>SLOs</h2>",
-        _slos(slos, slo_note, named, rows),
-        "<h2>Latency</h2>",
     ]
-    if named:
-        out += plots(named)
-    else:
-        out.append('<p class="note">no run finished: nothing to plot</p>')
+    # The comparison a reader came for goes right under the table it is drawn from, before the plots (issue 25).
     from bench.report.edge_vs_server import html_section, pairs
 
     out.append(html_section(pairs([(str(row.get("target")), res) for row, res in runs])))
+    out += ["<h2>SLOs</h2>", _slos(slos, slo_note, named, rows), "<h2>Latency</h2>"]
+    if named:
+        out += plots(named, [str(row.get("target")) for row, _ in runs])
+    else:
+        out.append('<p class="note">no run finished: nothing to plot</p>')
     out += ["<h2>Environment</h2>", _environments(named), "</body></html>"]
     return "\n".join(out) + "\n"
 
 
 # ----------------------------------------------------------------------------------------------------- text parts
+def _answer(rows: list[dict], results: list[dict | None]) -> str:
+    """The answer first, as the terminal and Markdown give it (bench.report.answer): per model and scenario, the
+    targets ranked by p50, the winner, by how much and whether the lead is significant."""
+    from bench.report.answer import answer_line, ranked
+
+    answers = ranked([{**row, "result": res} for row, res in zip(rows, results, strict=True)])
+    if not answers:
+        return ""
+    items = "".join(f"<li>{html.escape(answer_line(a))}</li>" for a in answers)
+    return f'<section id="answer"><h2>Answer (p50, best first)</h2><ul>{items}</ul></section>'
+
+
 def _labels(rows: list[dict]) -> list[str]:
     """Target, and model, scenario and repetition where the runs differ in them; the run id when still ambiguous."""
     keys = [k for k in ("model", "scenario", "repetition") if len({r.get(k) for r in rows}) > 1]
@@ -88,28 +104,61 @@ def _labels(rows: list[dict]) -> list[str]:
     return labels
 
 
+# The table's own column, in the HTML only: the rates behind `saturated`, in the row where the reader looks.
+LOAD = "achieved of scheduled (queries/s)"
+LOAD_LEGEND = (f"{LOAD}: the rate the target kept against the rate the scenario scheduled (an open loop only), in "
+               "red when it fell behind (saturated); - a closed loop (no schedule)")  # fmt: skip
+
+
+def _load(row: dict) -> str:
+    """The load cell: "X of Y" queries/s achieved of scheduled, the whole sentence ("achieved X of Y queries/s:
+    saturated") as its tooltip; "-" where no schedule was kept. Short: a wrapped cell made every row of the table
+    three lines tall, and the `saturated` cell beside it and the note under the table say the rest."""
+    from bench.report.cells import qps_text
+
+    if row.get("saturated") not in ("yes", "no"):
+        return "<td>-</td>"
+    got, asked = qps_text(row.get("achieved_qps")), qps_text(row.get("scheduled_qps"))
+    saturated = row["saturated"] == "yes"
+    said = f"achieved {got} of {asked} queries/s" + (": saturated" if saturated else ": kept up")
+    return f'<td class="w{" fail" * saturated}" title="{said}">{got} of {asked}</td>'
+
+
 def _table(rows: list[dict]) -> str:
-    shown = [c for c in COLUMNS if c != "error"]
-    out = ["<table><tr>" + "".join(f"<th>{c}</th>" for c in shown) + "</tr>"]
-    for r in rows:
-        cells = []
-        for c in shown:
-            v = r.get(c)
-            bad = v in ("FAIL", "NO") or (c in ("partial", "saturated") and v == "yes")
-            cls = "fail" if bad else ("n" if isinstance(v, (int, float)) else "")
-            cells.append(f'<td class="{cls}">' if cls else "<td>")
-            cells.append(f"{html.escape(_cell(v))}</td>")
-        out.append("<tr>" + "".join(cells) + "</tr>")
-    out.append("</table>")
+    """The runs as the terminal and Markdown show them (one unit per column, people's names: bench.report.tables),
+    plus the load column, then what the table cannot hold: errors, partial and saturated runs, quality warnings, and
+    a legend of what its words and dashes mean."""
+    from bench.report.tables import LATENCY, SHOWN, legend, people_columns, quality_notes
+
+    e = html.escape
+    heads, cells = people_columns(rows)
+    numeric = {*LATENCY, "count", "throughput_ips", "run", "repetition"}
+    out = ['<div class="runs"><table><tr>' + "".join(f"<th>{e(h)}</th>" for h in [*heads, LOAD]) + "</tr>"]
+    for r, values in zip(rows, cells, strict=True):
+        tds = []
+        for c, v in zip(SHOWN, values, strict=True):
+            raw = r.get(c)
+            bad = raw in ("FAIL", "NO") or (c in ("partial", "saturated") and raw == "yes") or \
+                (c == "quality" and str(raw).startswith("UNSTABLE"))  # fmt: skip
+            cls = "fail" if bad else ("n" if c in numeric else "")
+            tds.append(f'<td class="{cls}">{e(v)}</td>' if cls else f"<td>{e(v)}</td>")
+        out.append("<tr>" + "".join(tds) + _load(r) + "</tr>")
+    out.append("</table></div>")
+    items = [*legend(rows), LOAD_LEGEND]
+    out.append('<ul class="note legend">' + "".join("<li><strong>{}</strong>: {}</li>".format(
+        *map(e, x.split(": ", 1))) if ": " in x else f"<li>{e(x)}</li>" for x in items) + "</ul>")  # fmt: skip
     errors = [r for r in rows if r.get("error")]
     if errors:
-        out.append("<ul>" + "".join(f'<li class="fail">run {html.escape(_cell(r.get("run")))} '
-                                    f"{html.escape(str(r.get('target')))} / {html.escape(str(r.get('model')))}: "
-                                    f"{html.escape(str(r['error']))}</li>" for r in errors) + "</ul>")  # fmt: skip
+        out.append("<ul>" + "".join(f'<li class="fail">run {e(_cell(r.get("run")))} {e(str(r.get("target")))} / '
+                                    f"{e(str(r.get('model')))}: {e(str(r['error']))}</li>"
+                                    for r in errors) + "</ul>")  # fmt: skip
     if _notes(rows):
-        out.append("<ul>" + "".join(f'<li class="fail">run {html.escape(_cell(r.get("run")))} '
-                                    f"{html.escape(str(r.get('target')))}: {html.escape(note)}</li>"
-                                    for r, note in _notes(rows)) + "</ul>")  # fmt: skip
+        out.append("<ul>" + "".join(f'<li class="fail">run {e(_cell(r.get("run")))} {e(str(r.get("target")))}: '
+                                    f"{e(note)}</li>" for r, note in _notes(rows)) + "</ul>")  # fmt: skip
+    quality = quality_notes(rows)
+    if quality:  # what `bench` printed of a run's quality: a campaign's table used to drop it
+        out.append('<section id="warnings"><h3>Quality warnings</h3><ul>'
+                   + "".join(f"<li>{e(who)}: {e(text)}</li>" for who, text in quality) + "</ul></section>")  # fmt: skip
     return "\n".join(out)
 
 
