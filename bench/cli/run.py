@@ -5,6 +5,7 @@ crossed."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 from bench.cli.common import (
@@ -14,6 +15,7 @@ from bench.cli.common import (
     check_reconnect,
     open_store,
     progress_printer,
+    say_written,
     token,
 )
 from bench.cli.flags import header_flags, slo_flags
@@ -34,10 +36,40 @@ BOARD_ONLY = ("cpus", "threads", "backend", "device", "delegate", "rt_priority",
               "thermal_limit", "cooldown_to")  # fmt: skip
 
 
+USAGE = (
+    "%(prog)s CAMPAIGN.toml [--store F] [--html F] [--md F] [--csv F] [--junit F] [--json [F]]\n"
+    "       %(prog)s --target URL --model PATH [--slo KEY=VALUE] [--store F] [--html F] [--json [F]] [bench options]"
+)
+
+
 def add_arguments(p) -> None:
-    p.add_argument("--target", metavar="URL", help="tcp://HOST:PORT, serial:///dev/ttyUSB0?baud=921600, socket://...")
-    p.add_argument("--model", type=path_arg, metavar="PATH", help="the model file on this host (uploaded by hash)")
-    p.add_argument("--html", type=path_arg, metavar="FILE", help="one self-contained HTML file with plots (matplotlib)")
+    """What `edge-bench run --help` shows: both forms, the campaign file and every report flag (issue 25: the help
+    showed neither the CAMPAIGN argument nor --md/--junit/--csv). `parse` reads the words itself, in two steps."""
+    p.usage = USAGE
+    p.add_argument(
+        "campaign",
+        nargs="?",
+        metavar="CAMPAIGN.toml",
+        help="a campaign file: targets, models, scenarios, repetitions, SLOs (campaigns/*.toml)",
+    )
+    reports = p.add_argument_group("reports (each says where it wrote; a one-off run takes --html and --json)")
+    _add_first(p, reports)
+    reports.add_argument("--md", metavar="FILE", help="a campaign: Markdown (tables, SLO verdicts), for a pull request")
+    reports.add_argument("--csv", metavar="FILE", help="a campaign: one row per run")
+    reports.add_argument("--junit", metavar="FILE", help="a campaign: JUnit XML, one test case per SLO check, for CI")
+    reports.add_argument("--json", nargs="?", const="-", metavar="FILE",
+                         help="the runs (a one-off: its record) as JSON; no FILE: standard output")  # fmt: skip
+
+
+def _add_first(p, reports) -> None:
+    """The flags `parse` reads first (the one-off's target options, --html, the store); the rest are edge-runtime
+    bench's, or a campaign's report flags."""
+    p.add_argument("--target", metavar="URL", help="one-off: tcp://HOST:PORT, serial:///dev/ttyUSB0?baud=921600, "
+                   "local:, kserve+http://HOST:PORT/MODEL ... (edge-bench targets --schemes)")  # fmt: skip
+    p.add_argument("--model", type=path_arg, metavar="PATH", help="one-off: the model file on this host (uploaded by "
+                   "hash)")  # fmt: skip
+    reports.add_argument("--html", type=path_arg, metavar="FILE",
+                         help="one self-contained HTML file with plots (matplotlib)")  # fmt: skip
     p.add_argument(
         "--slo",
         action="append",
@@ -59,9 +91,9 @@ def add_arguments(p) -> None:
     add_target_options(p)
     add_store(p)
     p.epilog = (
-        "Every other flag is edge-runtime bench's (--cpus, --iterations, --duration, --scenario, --rate, --json ...). "
-        "A server target (kserve+http://HOST:PORT/MODEL) names its model: --model is then optional (given, its hash "
-        "ties the run to a board's runs of the same file)."
+        "Every other flag of the one-off form is edge-runtime bench's (--cpus, --iterations, --duration, --scenario, "
+        "--rate ...). A server target (kserve+http://HOST:PORT/MODEL) names its model: --model is then optional "
+        "(given, its hash ties the run to a board's runs of the same file)."
     )
 
 
@@ -69,7 +101,7 @@ def parse(argv: list[str]):
     """Two steps: the target options here, every bench option by edge-runtime bench's own parser (`args.rest`, read in
     `run`). `args.json`: where --json sends the result, as the program's check of a closed stdout wants to know."""
     first = Parser(prog="edge-bench run", add_help=False)
-    add_arguments(first)
+    _add_first(first, first)
     args, rest = first.parse_known_args(argv)
     # A campaign is the one positional; bench options keep theirs for the second parser (`--cpus 1`).
     args.campaign = rest.pop(0) if rest and not rest[0].startswith("-") and args.target is None else None
@@ -95,7 +127,10 @@ def run(args) -> int:
     if args.campaign is not None:
         return run_campaign(args)
     cls, bargs, store, outs, request, slo = _one_off(args)
-    key = RunKey(args.target, args.target, scenario_label(request, bargs))
+    # A short name and the model's (a server's URL names it), not the URL with its options (issue 25); the URL is kept
+    # whole as the run's target_url.
+    model_name = os.path.basename(str(args.model).rstrip("/")) or str(args.model)
+    key = RunKey(cls.short_name(args.target), args.target, scenario_label(request, bargs), model_name=model_name)
     say, done = progress_printer()
     secret = token(args) if "token" in cls.info.takes else None
     options = TargetOptions(token=secret, reconnect_for=args.reconnect_for, headers=header_flags(args.header), log=say)
@@ -184,6 +219,7 @@ def _print_one_off(kept, outs, args, cls, store) -> int:
     for w in got.warnings:
         print(f"edge-bench: warning: {w}", file=sys.stderr)
     print(f"edge-bench: stored as run {got.store_id} in {args.store}", file=sys.stderr)
+    say_written(outs)
     on_stdout = any(outs[f].is_stdout for f in ("--json", "--html") if f in outs)
     if not on_stdout:
         from bench.report import gpu_text, server_text
@@ -317,6 +353,7 @@ def run_campaign(args) -> int:
                                  zip(rows, result.outcomes, strict=True)]}, out)  # fmt: skip
         else:
             write_output(out, docs[flag]())
+    say_written(outs)
     if not any(o.is_stdout for o in outs.values()):
         sys.stdout.write(report.table(rows) + edge_vs_server.text(comps))
         sys.stdout.write(f"{report.verdict_line(rows, cases)}; stored in {args.store}\n")
