@@ -19,7 +19,8 @@ COMMANDS = {
     ),
     "targets": (
         "bench.cli.targets",
-        "reachable? what board, CPUs, backends and versions, link quality; exit 1 if any is not reachable",
+        "reachable? what board, CPUs, backends and versions, link quality; exit 1 if one is not reachable, 2 if one "
+        "refused the token or cannot be used here",
     ),
     "compare": (
         "bench.cli.compare",

@@ -123,7 +123,18 @@ class LocalTarget(Target):
         return self.identity
 
     def describe(self) -> dict:
-        return {"kind": "local", **self.connect()}  # this machine, as the local: target runs it (no link)
+        """This machine, as the local: target runs it (no link); refused, in the words `run` would use, when the URL
+        asks for what this machine lacks (issue 25: `targets 'local:?device=cuda'` said fine where `run` refused)."""
+        identity = self.connect()
+        try:
+            self.preflight(self.url)
+        except UserError as err:
+            raise TargetError(f"{self.url}: {err.one_line()}", "unusable") from None
+        if (self.fill.get("device") or "").lower() in GPU_DEVICES:
+            from bench.targets.local_gpu import check_gpu
+
+            check_gpu(self.gpu_index or 0, self.url)
+        return {"kind": "local", **identity}
 
     @classmethod
     def describe_text(cls, r: dict) -> list[str]:
