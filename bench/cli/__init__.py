@@ -30,7 +30,10 @@ COMMANDS = {
         "bench.cli.report",
         "stored runs as a table, HTML with plots, Markdown, CSV or JSON (the latest when no RUN is given)",
     ),
-    "baseline": ("bench.cli.baseline", "name a run as a baseline (set NAME RUN), list them, or show one"),
+    "baseline": (
+        "bench.cli.baseline",
+        "name a run as a baseline (set NAME RUN; --replace to move a name), list them, or show one",
+    ),
 }
 DESCRIPTION = (
     "Host harness: drive boards (the agent over serial or TCP) and this machine (local:) through campaigns, keep every "
