@@ -20,7 +20,7 @@ from bench.cli.common import (
 )
 from bench.cli.flags import header_flags, slo_flags
 from bench.slo import nothing_succeeded, verdict_lines
-from edge_runtime.errors import UsageError
+from edge_runtime.errors import UsageError, UserError
 from edge_runtime.program.args import Parser, integer, path_arg
 
 # Flags of `edge-runtime bench` that name files or facts of the machine that runs the command, not of the board.
@@ -174,6 +174,7 @@ def _one_off(args):
     args.model = args.model or cls.named_model(args.target)  # a server's URL names the model; no file on this host
     bargs = bp.parse_args([args.model, *args.rest])
     check_bench_flags(cls, bargs)
+    preflight(cls, args.target, bargs)
     store = open_store(args, create=True)  # a store that cannot be used is an error before the run, not after it
     outs = plan_outputs(
         [("--json", bargs.json), ("--prom", bargs.prom), ("--html", args.html)],
@@ -273,6 +274,22 @@ def check_bench_flags(cls, bargs) -> None:
         raise UsageError("--sysroot: a board reads its own system; the option has no meaning for a target")
     if bargs.cpus == "board":
         raise UsageError("--cpus board: name the CPUs (see the board's profile in `edge-bench targets URL`)")
+
+
+def preflight(cls, url: str, bargs) -> None:
+    """What the target refuses before anything runs (local: a backend, CPUs or a GPU this machine lacks), in the words
+    `edge-bench targets URL` says it with (issue 25: targets passed what run refused, and they said it differently).
+    A malformed --cpus is left to the bench's own check, which names the flag."""
+    from edge_runtime.system.cpulist import parse_cpu_list
+
+    try:
+        cpus = tuple(parse_cpu_list(bargs.cpus)) if bargs.cpus else None
+    except ValueError:
+        cpus = None
+    try:
+        cls.preflight(url, backend=bargs.backend, cpus=cpus)
+    except UserError as err:
+        raise UserError(f"{url}: {err.one_line()}") from None
 
 
 def scenario_label(request, bargs) -> str:

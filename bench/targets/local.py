@@ -92,7 +92,8 @@ class LocalTarget(Target):
     @classmethod
     def preflight(cls, url: str, *, backend: str | None = None, cpus: tuple[int, ...] | None = None,
                   models: Mapping[str, str] | None = None) -> None:  # fmt: skip
-        """A backend this machine lacks or that cannot read a model, or CPUs it lacks: refused before any run."""
+        """A backend this machine lacks or that cannot read a model, CPUs it lacks, or the NVIDIA GPU the URL's device
+        or gpu= asks for: refused before any run (by `run`, a campaign when read, and `edge-bench targets`)."""
         from edge_runtime.runtime import backends
         from edge_runtime.system.cpulist import format_cpu_list
         from edge_runtime.system.root import SystemRoot
@@ -108,10 +109,10 @@ class LocalTarget(Target):
         online = SystemRoot("/").online_cpus()
         if cpus and online and set(cpus) - set(online):
             raise UserError(f"cpus {format_cpu_list(cpus)}: this machine has CPUs {format_cpu_list(online)}")
-        if "gpu" in opts:  # a GPU this host lacks: NVML says so before anything runs
-            from bench.metrics.nvml import check
+        if "gpu" in opts or (opts.get("device") or "").lower() in GPU_DEVICES:  # a GPU this host lacks: NVML says so
+            from bench.metrics.nvml import check  # before anything runs (a run needs NVML for its gpu section)
 
-            check(opts["gpu"])
+            check(opts.get("gpu", 0))
 
     def connect(self) -> dict:
         from edge_runtime.measure.child import ChildError, board_info
@@ -130,10 +131,6 @@ class LocalTarget(Target):
             self.preflight(self.url)
         except UserError as err:
             raise TargetError(f"{self.url}: {err.one_line()}", "unusable") from None
-        if (self.fill.get("device") or "").lower() in GPU_DEVICES:
-            from bench.targets.local_gpu import check_gpu
-
-            check_gpu(self.gpu_index or 0, self.url)
         return {"kind": "local", **identity}
 
     @classmethod

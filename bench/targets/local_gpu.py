@@ -26,17 +26,6 @@ def on_gpu(request, index: int | None, url: str):
     return replace(request, options={**dict(request.options or {}), "device_id": str(index)}).validate()
 
 
-def check_gpu(index: int, url: str) -> None:
-    """GPU `index` there for NVML, as a run needs it; the same TargetError line as start_sampler's otherwise
-    (`edge-bench targets` asks this, so it refuses what `run` refuses, in the same words)."""
-    from bench.metrics.nvml import check
-
-    try:
-        check(index)
-    except UserError as err:
-        raise TargetError(f"{url}: {err.one_line()}", "unusable") from None
-
-
 def start_sampler(index: int, url: str, progress=None):
     """NVML on GPU `index`: its idle power sampled (bounded), then sampling on its thread. One line without it."""
     from bench.metrics.nvml import IDLE_WINDOW_S, GpuSampler

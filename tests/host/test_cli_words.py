@@ -206,17 +206,21 @@ def test_a_runs_link_round_trip_is_measured_as_targets_measures_it(tmp_path):
     assert f"rtt {link['rtt_ms']:.1f} ms, board busy {link['board_busy_ms']:.1f} ms per request" in said, said
 
 
-def test_targets_refuses_a_local_gpu_this_machine_lacks_as_run_does(tmp_path):
+def no_gpu_here() -> bool:
     from bench.metrics import nvml
     from edge_runtime.errors import UserError
 
     try:
         nvml.check()
     except UserError:
-        pass
-    else:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("url", ["local:?device=cuda", "local:?backend=nope", "local:?cpus=0-4095"])
+def test_targets_refuses_what_run_refuses_here_in_the_same_words(url, tmp_path):
+    if "cuda" in url and not no_gpu_here():
         pytest.skip("an NVIDIA GPU is here: tests/gpu (make gpu-check) covers it")
-    url = "local:?device=cuda"
     ran = edge_bench("run", "--target", url, "--model", DIGITS, "--iterations", "5", store=tmp_path / "s.sqlite")
     (line,) = ran.stderr.strip().splitlines()
     said = edge_bench("targets", url, "local:")
@@ -224,3 +228,4 @@ def test_targets_refuses_a_local_gpu_this_machine_lacks_as_run_does(tmp_path):
     why = bare(url, line.removeprefix("edge-bench: error: "))
     assert said.stdout.startswith(f"{url}  UNUSABLE HERE  {why}\n"), (line, said.stdout)
     assert "local:  this machine" in said.stdout  # the other target is still described
+    assert not (tmp_path / "s.sqlite").exists()  # refused before anything ran or was kept
