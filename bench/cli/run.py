@@ -1,7 +1,7 @@
 """`edge-bench run CAMPAIGN.toml [--store F] [--json F] [--html F] [--md F] [--csv F] [--junit F]`: a campaign,
 interleaved, every run stored and checked against its SLOs (exit 1 on a miss). `edge-bench run --target URL --model
 PATH [bench options] [--html F]`: one bench on a target, printed as `edge-runtime bench` prints it, with the link it
-crossed."""
+crossed. Both forms are parsed here; a campaign is run by run_campaign.py."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import sys
 from bench.cli.common import (
     add_store,
     add_target_options,
-    campaign_progress,
     check_reconnect,
     open_store,
     progress_printer,
@@ -125,6 +124,8 @@ def run(args) -> int:
     from bench.targets import TargetOptions
 
     if args.campaign is not None:
+        from bench.cli.run_campaign import run_campaign
+
         return run_campaign(args)
     cls, bargs, store, outs, request, slo = _one_off(args)
     # A short name and the model's (a server's URL names it), not the URL with its options (issue 25); the URL is kept
@@ -161,8 +162,11 @@ def _one_off(args):
     from edge_runtime.program.args import plan_outputs
 
     cls = registry.check(args.target) if args.target else None
-    if cls is None or not (args.model or cls.named_model(args.target)):
-        raise UsageError("give --target URL and --model PATH")
+    if cls is None:  # neither form: both are said (the campaign's was the one nobody found, issue 25)
+        raise UsageError("give a campaign (edge-bench run CAMPAIGN.toml) or one target and model (--target URL "
+                         "--model PATH)", hint="see 'edge-bench run --help'")  # fmt: skip
+    if not (args.model or cls.named_model(args.target)):
+        raise UsageError(f"--target {args.target}: give --model PATH (the model file on this host)")
     check_target_flags(cls, args)
     if args.model:  # what the path is, as `edge-runtime run` says it (a directory or a fifo was "missing" on a board)
         from edge_runtime.files.inputs import check_input
@@ -317,86 +321,3 @@ def format_link(url: str, link: dict, rerun: bool) -> str:
     if rerun:
         text += "\n             the agent restarted during the run: this result is from running it again"
     return text + "\n"
-
-
-CAMPAIGN_OUTPUTS = ("--json", "--html", "--md", "--csv", "--junit")
-
-
-def run_campaign(args) -> int:
-    from bench import report
-    from bench.campaign import load
-    from bench.campaign.runner import run as run_plan
-    from bench.report import edge_vs_server, html
-    from edge_runtime.files.outputs import write_json, write_output
-    from edge_runtime.program.args import plan_outputs
-
-    if args.target or args.model:
-        raise UsageError("a campaign names its targets and models: --target/--model go with the one-off form")
-    if args.slo:
-        raise UsageError("--slo goes with the one-off form: a campaign's SLOs are in its [slo] and [target.slo] tables")
-    flags = {**_campaign_flags(args.rest), "--html": args.html}  # --html: parsed with --target (both forms take it)
-    campaign = load(args.campaign)
-    store = open_store(args, create=True)
-    outs = plan_outputs([(f, v) for f, v in flags.items()], [("the campaign", args.campaign), ("the store", args.store),
-                        *[("a model", m.path) for m in campaign.models]])  # fmt: skip
-    if "--html" in outs:
-        html.require()
-    plan = campaign.plan()
-    progress, done = campaign_progress(campaign.name, len(plan))
-    print(f"edge-bench: campaign {campaign.name}: {len(plan)} runs ({len(campaign.targets)} targets x "
-          f"{len(campaign.models)} models x {len(campaign.scenarios)} scenarios x {campaign.repetitions})",
-          file=sys.stderr)  # fmt: skip
-    try:
-        result = run_plan(campaign, store, progress)
-    finally:
-        done()
-        store.close()
-    rows = [o.row() for o in result.outcomes]
-    cases = report.slo_cases(result.outcomes)
-    items = [(o.target, o.result) for o in result.outcomes]  # aligned with rows (a failed run's result is None)
-    comps = edge_vs_server.pairs(items)
-    docs = {
-        "--json": lambda: None,
-        "--md": lambda: report.markdown(f"Campaign {campaign.name}", rows, cases) + edge_vs_server.markdown(comps),
-        "--csv": lambda: edge_vs_server.csv_text(rows, items),
-        "--junit": lambda: report.junit(campaign.name, cases, result.seconds),
-        "--html": lambda: html.render(f"Campaign {campaign.name}", rows, [o.result for o in result.outcomes], cases),
-    }
-    for flag, out in outs.items():
-        if flag == "--json":
-            write_json({"schema": "edge-bench/campaign/1", "campaign": campaign.name, "store": args.store,
-                        "edge_vs_server": comps,
-                        "runs": [{**r, "slo_detail": o.slo, "result": o.result} for r, o in
-                                 zip(rows, result.outcomes, strict=True)]}, out)  # fmt: skip
-        else:
-            write_output(out, docs[flag]())
-    say_written(outs)
-    if not any(o.is_stdout for o in outs.values()):
-        sys.stdout.write(report.table(rows) + edge_vs_server.text(comps))
-        sys.stdout.write(f"{report.verdict_line(rows, cases)}; stored in {args.store}\n")
-    if result.stopped_by is not None:
-        print(f"edge-bench: interrupted: {len(rows)} of {len(plan)} runs kept", file=sys.stderr)
-        return 128 + result.stopped_by
-    failed = [f"{o.target} {o.scenario}: {why}" for o in result.outcomes if (why := nothing_succeeded(o.result))]
-    for line in failed:
-        print(f"edge-bench: {line}", file=sys.stderr)
-    return 1 if result.slo_failed or failed else 0
-
-
-def _campaign_flags(rest: list[str]) -> dict[str, str]:
-    """--json/--md/--csv/--junit FILE (--json alone: stdout). Anything else is a mistake, named."""
-    flags, i = {}, 0
-    while i < len(rest):
-        flag = rest[i]
-        if flag == "--debug":
-            i += 1
-            continue
-        if flag not in CAMPAIGN_OUTPUTS:
-            raise UsageError(f"{flag!r}: a campaign takes {', '.join(CAMPAIGN_OUTPUTS)} FILE (bench options belong "
-                             "in the campaign file)")  # fmt: skip
-        value = rest[i + 1] if i + 1 < len(rest) and not rest[i + 1].startswith("--") else None
-        if value is None and flag != "--json":
-            raise UsageError(f"{flag}: a FILE is needed")
-        flags[flag] = value or "-"
-        i += 2 if value is not None else 1
-    return flags

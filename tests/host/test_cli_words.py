@@ -70,6 +70,9 @@ def test_run_help_shows_the_campaign_form_and_every_report_flag_on_a_line():
         assert flag in usage, (flag, usage)
         described = [line for line in lines if line.split()[:1] == [flag]]
         assert len(described) == 1 and len(described[0].split()) > 3, (flag, described)  # flag, FILE, what it is
+    proc = edge_bench("run")  # neither form: both are named
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "CAMPAIGN.toml" in lines[0] and "--target URL" in lines[0]
 
 
 def test_a_campaigns_reports_each_say_where_they_were_written(runs):
