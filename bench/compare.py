@@ -27,6 +27,10 @@ CI run, 3.5x for whole runs: --run-spread 250 there). Then three runs a side can
 honest test (about 33 a side would): compare answers "no significant change" with that number, and 30 runs a side
 find it. With a log spread of 0.03 (seeded, not measured here) three a side find it in 9 of 10.
 
+The figures shown: a side of one run shows its recorded percentiles (from every sample, as its own table prints them),
+a side of several the pooled histograms' (1-us buckets, said in the answer's `values`); the change is between the
+figures shown, and the intervals are always the histograms'.
+
 Tails: a tail percentile gates only when every run holds TAIL_SAMPLES (10) samples beyond it: p99 needs 1,000 a run,
 p99.9 needs 10,000 (one 4 ms stall decides a p99.9 of 3,000). Below that it is shown, "not gated". The gated metrics
 are --metrics (default p50, throughput in a closed loop, and p99 and p99.9 where the runs hold the samples); the rest
@@ -57,6 +61,7 @@ PERCENTILES = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9,
 NAMES = {"p99.9": "p999"}  # what --metrics also accepts
 CHOICES = (*PERCENTILES, "throughput")
 SHOWN = ("p50", "p99", "p999", "throughput")  # in every answer, gated or not
+VALUES = ("as recorded", "pooled 1-us histograms")  # how a side's figures were read: one run, several runs
 CLOSED = ("single-stream", "offline")  # closed loops: the system sets the pace, so throughput is its to answer for
 
 
@@ -173,7 +178,7 @@ def compare(
     rng = np.random.default_rng(seed)
     sa = _statistics(da.values_us, rng.multinomial(da.n, da.counts / da.n, size=resamples))
     sb = _statistics(db.values_us, rng.multinomial(db.n, db.counts / db.n, size=resamples))
-    point_a, point_b = _statistics(da.values_us, da.counts)[0], _statistics(db.values_us, db.counts)[0]
+    point_a, point_b = _points(ra, da), _points(rb, db)
     per_a = np.array([_statistics(p.values_us, p.counts)[0] for p in parts_a])
     per_b = np.array([_statistics(p.values_us, p.counts)[0] for p in parts_b])
     ctx = _Context(threshold_pct, alpha, provisional, run_spread_pct, seed)
@@ -204,11 +209,26 @@ def compare(
         "metrics_gated": [m for m in CHOICES if m in gated],
         "runs": {"a": len(ra), "b": len(rb)},
         "samples": {"a": da.n, "b": db.n},
+        "values": {"a": VALUES[len(ra) > 1], "b": VALUES[len(rb) > 1]},
         "provisional": provisional,
         "runs_to_settle": settle,  # runs a side that would settle the first gated metric (None: decided)
         "metrics": {n: out[n] for n in (*PERCENTILES, "throughput") if n in gated or n in chosen or n in SHOWN},
         "verdict": overall,
     }
+
+
+def _points(runs: list[dict], pooled: Distribution) -> np.ndarray:
+    """The figures a side shows: one run's percentiles and mean as it recorded them (from every sample, the figures
+    its own table prints: issue 25, compare said 205.0 where the table said 205.4), else, and for any the record
+    lacks, the pooled 1-us histograms' (nearest rank)."""
+    points = _statistics(pooled.values_us, pooled.counts)[0]
+    if len(runs) == 1:
+        recorded = runs[0].get("latency_us") or {}
+        for k, name in enumerate(PERCENTILES):
+            value = recorded.get(name)
+            if isinstance(value, int | float) and math.isfinite(value) and value > 0:
+                points[k] = float(value)
+    return points
 
 
 def _why_not_gated(name: str, chosen: tuple, closed: bool, pct: float | None) -> str:

@@ -19,7 +19,8 @@ COMMANDS = {
     ),
     "targets": (
         "bench.cli.targets",
-        "reachable? what board, CPUs, backends and versions, link quality; exit 1 if any is not reachable",
+        "reachable? what board, CPUs, backends and versions, link quality; exit 1 if one is not reachable, 2 if one "
+        "refused the token or cannot be used here",
     ),
     "compare": (
         "bench.cli.compare",
@@ -29,7 +30,10 @@ COMMANDS = {
         "bench.cli.report",
         "stored runs as a table, HTML with plots, Markdown, CSV or JSON (the latest when no RUN is given)",
     ),
-    "baseline": ("bench.cli.baseline", "name a run as a baseline (set NAME RUN), list them, or show one"),
+    "baseline": (
+        "bench.cli.baseline",
+        "name a run as a baseline (set NAME RUN; --replace to move a name), list them, or show one",
+    ),
 }
 DESCRIPTION = (
     "Host harness: drive boards (the agent over serial or TCP) and this machine (local:) through campaigns, keep every "

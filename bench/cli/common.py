@@ -127,3 +127,12 @@ def open_store(args, create: bool = False):
         )
     return Store(args.store)
 
+
+def say_written(outs) -> None:
+    """One line on stderr for each output written to a file, with its absolute path (issue 25: `--html` wrote its
+    file without saying where). Standard output is not named: what went there is in front of the user."""
+    import os
+
+    for out in outs.values():
+        if not out.is_stdout and sys.stderr is not None:
+            print(f"edge-bench: report: {os.path.abspath(out.dest)}", file=sys.stderr)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-from bench.cli.common import add_store, open_store
+from bench.cli.common import add_store, open_store, say_written
 from bench.compare import RUN_SPREAD_PCT
 from edge_runtime.errors import UsageError, UserError
 from edge_runtime.program.args import add_json, plan_outputs, real
@@ -154,6 +154,7 @@ def run(args) -> int:
     }
     if "--json" in outs:
         write_json(doc, outs["--json"])
+    say_written(outs)
     if not ("--json" in outs and outs["--json"].is_stdout):
         sys.stdout.write(render(doc))
     return 1 if doc["verdict"] == "regression" else 0
@@ -196,5 +197,9 @@ def render(doc: dict) -> str:
         )  # fmt: skip
     elif doc["runs_to_settle"] and doc["verdict"] != "regression":
         lines.append(f"         about {doc['runs_to_settle']} runs a side would settle what is not decided here")
+    pooled = [side for side in ("a", "b") if doc.get("values", {}).get(side) != "as recorded"]
+    if pooled:  # a single run's figures are its table's; a pool's are read from 1-us buckets, and say so
+        lines.append(f"values:  {' and '.join(s.upper() for s in pooled)} from the runs' pooled 1-us histograms; a "
+                     "single run's as recorded")  # fmt: skip
     lines.append(f"method:  {doc['method']}")
     return "\n".join(lines) + "\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from bench.cli.common import add_store, open_store
+from bench.cli.common import add_store, open_store, say_written
 from edge_runtime.program.args import add_json, integer, path_arg, plan_outputs
 
 
@@ -46,6 +46,7 @@ def run(args) -> int:
             write_output(out, md)
         else:
             write_output(out, edge_vs_server.csv_text(rows, items))
+    say_written(outs)
     if not any(o.is_stdout for o in outs.values()):
         sys.stdout.write(report.table(rows) + edge_vs_server.text(comps) if rows else f"no runs in {args.store}\n")
     return 0

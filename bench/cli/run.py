@@ -1,24 +1,25 @@
 """`edge-bench run CAMPAIGN.toml [--store F] [--json F] [--html F] [--md F] [--csv F] [--junit F]`: a campaign,
 interleaved, every run stored and checked against its SLOs (exit 1 on a miss). `edge-bench run --target URL --model
 PATH [bench options] [--html F]`: one bench on a target, printed as `edge-runtime bench` prints it, with the link it
-crossed."""
+crossed. Both forms are parsed here; a campaign is run by run_campaign.py."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 from bench.cli.common import (
     add_store,
     add_target_options,
-    campaign_progress,
     check_reconnect,
     open_store,
     progress_printer,
+    say_written,
     token,
 )
 from bench.cli.flags import header_flags, slo_flags
 from bench.slo import nothing_succeeded, verdict_lines
-from edge_runtime.errors import UsageError
+from edge_runtime.errors import UsageError, UserError
 from edge_runtime.program.args import Parser, integer, path_arg
 
 # Flags of `edge-runtime bench` that name files or facts of the machine that runs the command, not of the board.
@@ -34,10 +35,40 @@ BOARD_ONLY = ("cpus", "threads", "backend", "device", "delegate", "rt_priority",
               "thermal_limit", "cooldown_to")  # fmt: skip
 
 
+USAGE = (
+    "%(prog)s CAMPAIGN.toml [--store F] [--html F] [--md F] [--csv F] [--junit F] [--json [F]]\n"
+    "       %(prog)s --target URL --model PATH [--slo KEY=VALUE] [--store F] [--html F] [--json [F]] [bench options]"
+)
+
+
 def add_arguments(p) -> None:
-    p.add_argument("--target", metavar="URL", help="tcp://HOST:PORT, serial:///dev/ttyUSB0?baud=921600, socket://...")
-    p.add_argument("--model", type=path_arg, metavar="PATH", help="the model file on this host (uploaded by hash)")
-    p.add_argument("--html", type=path_arg, metavar="FILE", help="one self-contained HTML file with plots (matplotlib)")
+    """What `edge-bench run --help` shows: both forms, the campaign file and every report flag (issue 25: the help
+    showed neither the CAMPAIGN argument nor --md/--junit/--csv). `parse` reads the words itself, in two steps."""
+    p.usage = USAGE
+    p.add_argument(
+        "campaign",
+        nargs="?",
+        metavar="CAMPAIGN.toml",
+        help="a campaign file: targets, models, scenarios, repetitions, SLOs (campaigns/*.toml)",
+    )
+    reports = p.add_argument_group("reports (each says where it wrote; a one-off run takes --html and --json)")
+    _add_first(p, reports)
+    reports.add_argument("--md", metavar="FILE", help="a campaign: Markdown (tables, SLO verdicts), for a pull request")
+    reports.add_argument("--csv", metavar="FILE", help="a campaign: one row per run")
+    reports.add_argument("--junit", metavar="FILE", help="a campaign: JUnit XML, one test case per SLO check, for CI")
+    reports.add_argument("--json", nargs="?", const="-", metavar="FILE",
+                         help="the runs (a one-off: its record) as JSON; no FILE: standard output")  # fmt: skip
+
+
+def _add_first(p, reports) -> None:
+    """The flags `parse` reads first (the one-off's target options, --html, the store); the rest are edge-runtime
+    bench's, or a campaign's report flags."""
+    p.add_argument("--target", metavar="URL", help="one-off: tcp://HOST:PORT, serial:///dev/ttyUSB0?baud=921600, "
+                   "local:, kserve+http://HOST:PORT/MODEL ... (edge-bench targets --schemes)")  # fmt: skip
+    p.add_argument("--model", type=path_arg, metavar="PATH", help="one-off: the model file on this host (uploaded by "
+                   "hash)")  # fmt: skip
+    reports.add_argument("--html", type=path_arg, metavar="FILE",
+                         help="one self-contained HTML file with plots (matplotlib)")  # fmt: skip
     p.add_argument(
         "--slo",
         action="append",
@@ -59,9 +90,9 @@ def add_arguments(p) -> None:
     add_target_options(p)
     add_store(p)
     p.epilog = (
-        "Every other flag is edge-runtime bench's (--cpus, --iterations, --duration, --scenario, --rate, --json ...). "
-        "A server target (kserve+http://HOST:PORT/MODEL) names its model: --model is then optional (given, its hash "
-        "ties the run to a board's runs of the same file)."
+        "Every other flag of the one-off form is edge-runtime bench's (--cpus, --iterations, --duration, --scenario, "
+        "--rate ...). A server target (kserve+http://HOST:PORT/MODEL) names its model: --model is then optional "
+        "(given, its hash ties the run to a board's runs of the same file)."
     )
 
 
@@ -69,7 +100,7 @@ def parse(argv: list[str]):
     """Two steps: the target options here, every bench option by edge-runtime bench's own parser (`args.rest`, read in
     `run`). `args.json`: where --json sends the result, as the program's check of a closed stdout wants to know."""
     first = Parser(prog="edge-bench run", add_help=False)
-    add_arguments(first)
+    _add_first(first, first)
     args, rest = first.parse_known_args(argv)
     # A campaign is the one positional; bench options keep theirs for the second parser (`--cpus 1`).
     args.campaign = rest.pop(0) if rest and not rest[0].startswith("-") and args.target is None else None
@@ -93,9 +124,14 @@ def run(args) -> int:
     from bench.targets import TargetOptions
 
     if args.campaign is not None:
+        from bench.cli.run_campaign import run_campaign
+
         return run_campaign(args)
     cls, bargs, store, outs, request, slo = _one_off(args)
-    key = RunKey(args.target, args.target, scenario_label(request, bargs))
+    # A short name and the model's (a server's URL names it), not the URL with its options (issue 25); the URL is kept
+    # whole as the run's target_url.
+    model_name = os.path.basename(str(args.model).rstrip("/")) or str(args.model)
+    key = RunKey(cls.short_name(args.target), args.target, scenario_label(request, bargs), model_name=model_name)
     say, done = progress_printer()
     secret = token(args) if "token" in cls.info.takes else None
     options = TargetOptions(token=secret, reconnect_for=args.reconnect_for, headers=header_flags(args.header), log=say)
@@ -126,8 +162,11 @@ def _one_off(args):
     from edge_runtime.program.args import plan_outputs
 
     cls = registry.check(args.target) if args.target else None
-    if cls is None or not (args.model or cls.named_model(args.target)):
-        raise UsageError("give --target URL and --model PATH")
+    if cls is None:  # neither form: both are said (the campaign's was the one nobody found, issue 25)
+        raise UsageError("give a campaign (edge-bench run CAMPAIGN.toml) or one target and model (--target URL "
+                         "--model PATH)", hint="see 'edge-bench run --help'")  # fmt: skip
+    if not (args.model or cls.named_model(args.target)):
+        raise UsageError(f"--target {args.target}: give --model PATH (the model file on this host)")
     check_target_flags(cls, args)
     if args.model:  # what the path is, as `edge-runtime run` says it (a directory or a fifo was "missing" on a board)
         from edge_runtime.files.inputs import check_input
@@ -139,6 +178,7 @@ def _one_off(args):
     args.model = args.model or cls.named_model(args.target)  # a server's URL names the model; no file on this host
     bargs = bp.parse_args([args.model, *args.rest])
     check_bench_flags(cls, bargs)
+    preflight(cls, args.target, bargs)
     store = open_store(args, create=True)  # a store that cannot be used is an error before the run, not after it
     outs = plan_outputs(
         [("--json", bargs.json), ("--prom", bargs.prom), ("--html", args.html)],
@@ -184,6 +224,7 @@ def _print_one_off(kept, outs, args, cls, store) -> int:
     for w in got.warnings:
         print(f"edge-bench: warning: {w}", file=sys.stderr)
     print(f"edge-bench: stored as run {got.store_id} in {args.store}", file=sys.stderr)
+    say_written(outs)
     on_stdout = any(outs[f].is_stdout for f in ("--json", "--html") if f in outs)
     if not on_stdout:
         from bench.report import gpu_text, server_text
@@ -239,6 +280,22 @@ def check_bench_flags(cls, bargs) -> None:
         raise UsageError("--cpus board: name the CPUs (see the board's profile in `edge-bench targets URL`)")
 
 
+def preflight(cls, url: str, bargs) -> None:
+    """What the target refuses before anything runs (local: a backend, CPUs or a GPU this machine lacks), in the words
+    `edge-bench targets URL` says it with (issue 25: targets passed what run refused, and they said it differently).
+    A malformed --cpus is left to the bench's own check, which names the flag."""
+    from edge_runtime.system.cpulist import parse_cpu_list
+
+    try:
+        cpus = tuple(parse_cpu_list(bargs.cpus)) if bargs.cpus else None
+    except ValueError:
+        cpus = None
+    try:
+        cls.preflight(url, backend=bargs.backend, cpus=cpus)
+    except UserError as err:
+        raise UserError(f"{url}: {err.one_line()}") from None
+
+
 def scenario_label(request, bargs) -> str:
     """The one-off run's scenario as the store and reports name it (as a campaign's would be)."""
     from bench.scenarios import Scenario
@@ -264,88 +321,3 @@ def format_link(url: str, link: dict, rerun: bool) -> str:
     if rerun:
         text += "\n             the agent restarted during the run: this result is from running it again"
     return text + "\n"
-
-
-CAMPAIGN_OUTPUTS = ("--json", "--html", "--md", "--csv", "--junit")
-
-
-def run_campaign(args) -> int:
-    from bench import report
-    from bench.campaign import load
-    from bench.campaign.runner import run as run_plan
-    from bench.report import edge_vs_server, html
-    from bench.report.answer import ranked
-    from edge_runtime.files.outputs import write_json, write_output
-    from edge_runtime.program.args import plan_outputs
-
-    if args.target or args.model:
-        raise UsageError("a campaign names its targets and models: --target/--model go with the one-off form")
-    if args.slo:
-        raise UsageError("--slo goes with the one-off form: a campaign's SLOs are in its [slo] and [target.slo] tables")
-    flags = {**_campaign_flags(args.rest), "--html": args.html}  # --html: parsed with --target (both forms take it)
-    campaign = load(args.campaign)
-    store = open_store(args, create=True)
-    outs = plan_outputs([(f, v) for f, v in flags.items()], [("the campaign", args.campaign), ("the store", args.store),
-                        *[("a model", m.path) for m in campaign.models]])  # fmt: skip
-    if "--html" in outs:
-        html.require()
-    plan = campaign.plan()
-    progress, done = campaign_progress(campaign.name, len(plan))
-    print(f"edge-bench: campaign {campaign.name}: {len(plan)} runs ({len(campaign.targets)} targets x "
-          f"{len(campaign.models)} models x {len(campaign.scenarios)} scenarios x {campaign.repetitions})",
-          file=sys.stderr)  # fmt: skip
-    try:
-        result = run_plan(campaign, store, progress)
-    finally:
-        done()
-        store.close()
-    rows = [o.row() for o in result.outcomes]
-    cases = report.slo_cases(result.outcomes)
-    answer = ranked(result.outcomes)  # the campaign's answer, first in every report (issue 25)
-    items = [(o.target, o.result) for o in result.outcomes]  # aligned with rows (a failed run's result is None)
-    comps = edge_vs_server.pairs(items)
-    docs = {
-        "--json": lambda: None,
-        "--md": lambda: report.markdown(f"Campaign {campaign.name}", rows, cases, answer)
-        + edge_vs_server.markdown(comps),
-        "--csv": lambda: edge_vs_server.csv_text(rows, items),
-        "--junit": lambda: report.junit(campaign.name, cases, result.seconds, rows),
-        "--html": lambda: html.render(f"Campaign {campaign.name}", rows, [o.result for o in result.outcomes], cases),
-    }
-    for flag, out in outs.items():
-        if flag == "--json":
-            write_json({"schema": "edge-bench/campaign/1", "campaign": campaign.name, "store": args.store,
-                        "answer": answer, "edge_vs_server": comps,
-                        "runs": [{**r, "slo_detail": o.slo, "result": o.result} for r, o in
-                                 zip(rows, result.outcomes, strict=True)]}, out)  # fmt: skip
-        else:
-            write_output(out, docs[flag]())
-    if not any(o.is_stdout for o in outs.values()):
-        sys.stdout.write(report.table(rows, answer) + edge_vs_server.text(comps))
-        sys.stdout.write(f"{report.verdict_line(rows, cases)}; stored in {args.store}\n")
-    if result.stopped_by is not None:
-        print(f"edge-bench: interrupted: {len(rows)} of {len(plan)} runs kept", file=sys.stderr)
-        return 128 + result.stopped_by
-    failed = [f"{o.target} {o.scenario}: {why}" for o in result.outcomes if (why := nothing_succeeded(o.result))]
-    for line in failed:
-        print(f"edge-bench: {line}", file=sys.stderr)
-    return 1 if result.slo_failed or failed else 0
-
-
-def _campaign_flags(rest: list[str]) -> dict[str, str]:
-    """--json/--md/--csv/--junit FILE (--json alone: stdout). Anything else is a mistake, named."""
-    flags, i = {}, 0
-    while i < len(rest):
-        flag = rest[i]
-        if flag == "--debug":
-            i += 1
-            continue
-        if flag not in CAMPAIGN_OUTPUTS:
-            raise UsageError(f"{flag!r}: a campaign takes {', '.join(CAMPAIGN_OUTPUTS)} FILE (bench options belong "
-                             "in the campaign file)")  # fmt: skip
-        value = rest[i + 1] if i + 1 < len(rest) and not rest[i + 1].startswith("--") else None
-        if value is None and flag != "--json":
-            raise UsageError(f"{flag}: a FILE is needed")
-        flags[flag] = value or "-"
-        i += 2 if value is not None else 1
-    return flags

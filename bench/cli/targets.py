@@ -1,6 +1,8 @@
 """`edge-bench targets URL...`: is each target reachable, what board, CPUs, backends and versions, and how good is
 the link (round trip, retransmissions, CRC errors seen while asking); for a KServe v2 server, what server, the model's
-inputs and the round trip. Exit 1 when one is unreachable. Each kind says this in its own words (describe_text).
+inputs and the round trip. Exit 1 when one is unreachable, 2 when one refused the token or cannot be used here
+(`local:?device=cuda` without an NVIDIA GPU: what `run` refuses, said in the same words). Each kind says this in its
+own words (describe_text).
 `edge-bench targets --schemes`: the URL schemes this edge-bench knows, built in and from entry points."""
 
 from __future__ import annotations
@@ -51,6 +53,16 @@ def run(args) -> int:
         write_json(doc, outs["--json"])
     if not ("--json" in outs and outs["--json"].is_stdout):
         sys.stdout.write(render(rows))
+    return exit_code(rows)
+
+
+def exit_code(rows: list[dict]) -> int:
+    """0 when every target can be used; 2 when one needs the user to fix something (a token refused, a device this
+    machine lacks: `run` exits 2 for the same); else 1 when one is unreachable."""
+    from bench.targets.base import REFUSED_KINDS
+
+    if any(not r["reachable"] and r.get("kind") in REFUSED_KINDS for r in rows):
+        return 2
     return 0 if all(r["reachable"] for r in rows) else 1
 
 
@@ -80,12 +92,19 @@ def list_schemes(args) -> int:
 
 def render(rows: list[dict]) -> str:
     from bench.targets import registry
+    from bench.targets.agent import token_refused
+    from bench.targets.base import REFUSED_KINDS
     from bench.transports import bare
 
     lines = []
     for r in rows:
-        if not r["reachable"]:
-            lines.append(f"{r['url']}  UNREACHABLE  {bare(r['url'], r['error'])}")  # the URL once
+        if not r["reachable"]:  # the URL once, and what is wrong in the words `run` uses for it
+            if r.get("kind") == "auth":
+                why = r["error"].removeprefix(token_refused(r["url"], ""))
+                lines.append(f"{r['url']}  TOKEN REFUSED  {why}")
+            else:
+                word = "UNUSABLE HERE" if r.get("kind") in REFUSED_KINDS else "UNREACHABLE"
+                lines.append(f"{r['url']}  {word}  {bare(r['url'], r['error'])}")
         else:
             lines += registry.target_class(r["url"]).describe_text(r)
     return "\n".join(lines) + "\n"

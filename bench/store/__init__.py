@@ -260,17 +260,26 @@ class Store:
         return [_run(r, self.path) for r in self.db.execute(q, (limit,) if limit else ())]
 
     # ------------------------------------------------------------------------------------------------ baselines
-    def set_baseline(self, name: str, run_ref: str | int) -> Run:
+    def set_baseline(self, name: str, run_ref: str | int, *, replace: bool = False) -> tuple[Run, int | None]:
+        """Name run `run_ref` as baseline `name`; (the run, the run the name held before or None). A name that holds
+        another run is refused, naming that run, unless `replace` (issue 25: a baseline was silently overwritten,
+        and every later compare against it changed meaning)."""
         if not name or not all(c.isalnum() or c in "._-" for c in name) or name.isdigit() or len(name) > 64:
             raise UserError(f"baseline name {name!r}: letters, digits, . _ - (not a number: runs are numbers)")
         run = self.run(run_ref)
-        with self._transaction():
+        with self._transaction():  # read and written under one write lock: two setters cannot both see it free
+            row = self.db.execute("SELECT run_id FROM baselines WHERE name = ?", (name,)).fetchone()
+            before = int(row[0]) if row else None
+            if before is not None and before != run.id and not replace:
+                held = self.run(before)
+                raise UserError(f"baseline {name} is run {before} ({held.target}, {held.model_name}, {held.scenario}): "
+                                f"not replaced by run {run.id}", hint=f"--replace to make it run {run.id}")  # fmt: skip
             self.db.execute(
                 "INSERT INTO baselines (name, run_id, created_at) VALUES (?, ?, ?) "
                 "ON CONFLICT(name) DO UPDATE SET run_id = excluded.run_id, created_at = excluded.created_at",
                 (name, run.id, time.time()),
             )
-        return run
+        return run, before
 
     def baselines(self) -> list[dict]:
         rows = self.db.execute("SELECT name, run_id, created_at FROM baselines ORDER BY name").fetchall()

@@ -82,11 +82,18 @@ class AgentTarget(Target):
             raise TargetError(named(self.url, str(err)), "unreachable") from None
         except RemoteError as err:
             conn.close()
+            if err.kind == "auth":  # its own words, not "unreachable" (issue 25): the agent is there and said no
+                raise TargetError(token_refused(self.url, err.message), "auth", hint=self._token_hint()) from None
             raise TargetError(f"{self.url}: {err.message}", err.kind) from None
         except ConnectRefused as err:
             raise TargetError(named(self.url, str(err)), "refused") from None
         self.conn = conn
         return self.identity
+
+    def _token_hint(self) -> str:
+        if self.token is None:
+            return "none was given; --token-file FILE, or a campaign target's token_file, names the agent's secret"
+        return "the secret given is not the one the agent was started with"
 
     def close(self) -> None:
         if self.conn is not None:
@@ -356,6 +363,12 @@ class AgentTarget(Target):
             self.ack([item["id"]])
             done.append(item["id"])
         return done
+
+
+def token_refused(url: str, why: str) -> str:
+    """The one line for an agent that refused the host's token (or its lack of one): `edge-bench targets` shows the
+    part after the prefix beside the URL."""
+    return f"agent at {url} refused the token: {why}"
 
 
 def after_stalls(link: dict) -> str:

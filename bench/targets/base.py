@@ -19,7 +19,10 @@ Progress = Callable[[str], None]
 
 # The kinds a user fixes (exit 2). Every other kind (unreachable, refused, timeout, crashed, internal, cancelled)
 # is a failed check (exit 1): DESIGN.md, "1 failed check or unreachable target".
-USER_KINDS = frozenset({"user-error", "bad-path", "no-model", "hash-mismatch", "too-large", "auth"})
+USER_KINDS = frozenset({"user-error", "bad-path", "no-model", "hash-mismatch", "too-large", "auth", "unusable"})
+# Of those, what `edge-bench targets` says apart from "unreachable" (exit 2 there too): the far end said no to the
+# token, or this machine lacks what the URL asks for (a GPU), which `run` would refuse in the same words.
+REFUSED_KINDS = frozenset({"auth", "unusable"})
 
 
 class TargetError(EdgeRuntimeError):
@@ -92,6 +95,24 @@ class Target(abc.ABC):
     @classmethod  # noqa: B027 - optional: a URL with nothing to check
     def check_url(cls, url: str) -> None:
         """Refuse, with one UserError line, a URL of this scheme that names nothing."""
+
+    @classmethod
+    def short_name(cls, url: str) -> str:
+        """What a run without a campaign (which names its targets) calls this target: the scheme and where it is
+        (`kserve:127.0.0.1:8000`, `tcp:10.0.0.2:7000`, `serial:/dev/ttyUSB0`, `local`), never the URL's options or
+        its model (issue 25: the run's target column showed the whole URL); the whole URL stays the run's
+        target_url."""
+        import urllib.parse
+
+        try:
+            u = urllib.parse.urlsplit(url)
+        except ValueError:  # a URL only its own target can read (checked before any run): said as it is
+            return url
+        scheme = u.scheme.lower().partition("+")[0]
+        where = u.netloc.rpartition("@")[2] or u.path  # credentials are never part of a name
+        if not scheme:
+            return where or url  # a device path
+        return f"{scheme}:{where}" if where not in ("", "/") else scheme
 
     @classmethod
     def named_model(cls, url: str) -> str | None:

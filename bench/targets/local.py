@@ -92,7 +92,8 @@ class LocalTarget(Target):
     @classmethod
     def preflight(cls, url: str, *, backend: str | None = None, cpus: tuple[int, ...] | None = None,
                   models: Mapping[str, str] | None = None) -> None:  # fmt: skip
-        """A backend this machine lacks or that cannot read a model, or CPUs it lacks: refused before any run."""
+        """A backend this machine lacks or that cannot read a model, CPUs it lacks, or the NVIDIA GPU the URL's device
+        or gpu= asks for: refused before any run (by `run`, a campaign when read, and `edge-bench targets`)."""
         from edge_runtime.runtime import backends
         from edge_runtime.system.cpulist import format_cpu_list
         from edge_runtime.system.root import SystemRoot
@@ -108,10 +109,10 @@ class LocalTarget(Target):
         online = SystemRoot("/").online_cpus()
         if cpus and online and set(cpus) - set(online):
             raise UserError(f"cpus {format_cpu_list(cpus)}: this machine has CPUs {format_cpu_list(online)}")
-        if "gpu" in opts:  # a GPU this host lacks: NVML says so before anything runs
-            from bench.metrics.nvml import check
+        if "gpu" in opts or (opts.get("device") or "").lower() in GPU_DEVICES:  # a GPU this host lacks: NVML says so
+            from bench.metrics.nvml import check  # before anything runs (a run needs NVML for its gpu section)
 
-            check(opts["gpu"])
+            check(opts.get("gpu", 0))
 
     def connect(self) -> dict:
         from edge_runtime.measure.child import ChildError, board_info
@@ -123,7 +124,14 @@ class LocalTarget(Target):
         return self.identity
 
     def describe(self) -> dict:
-        return {"kind": "local", **self.connect()}  # this machine, as the local: target runs it (no link)
+        """This machine, as the local: target runs it (no link); refused, in the words `run` would use, when the URL
+        asks for what this machine lacks (issue 25: `targets 'local:?device=cuda'` said fine where `run` refused)."""
+        identity = self.connect()
+        try:
+            self.preflight(self.url)
+        except UserError as err:
+            raise TargetError(f"{self.url}: {err.one_line()}", "unusable") from None
+        return {"kind": "local", **identity}
 
     @classmethod
     def describe_text(cls, r: dict) -> list[str]:

@@ -33,7 +33,7 @@ def start_sampler(index: int, url: str, progress=None):
     try:
         gpu = GpuSampler(index)
     except UserError as err:
-        raise TargetError(f"{url}: {err.one_line()}", "user-error") from None
+        raise TargetError(f"{url}: {err.one_line()}", "unusable") from None
     if progress is not None:
         progress(f"GPU {index}: idle power over {IDLE_WINDOW_S:g} s before the model loads")
     gpu.measure_idle()

@@ -145,7 +145,7 @@ def test_html_escapes_every_name(store):
     tmp, db, ids = store
     page = tmp / "r.html"
     proc = edge_bench("report", *ids, "--html", str(page), "--store", str(db))
-    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert proc.returncode == 0 and proc.stderr == f"edge-bench: report: {page}\n", proc.stderr  # only where it wrote
     text = page.read_text()
     assert "<img" not in text and "<b>" not in text and "&lt;img src=x onerror=alert(1)&gt;" in text
     assert "pi5 | 2 cores" in text and "=HYPERLINK(&quot;http://127.0.0.1:9/x&quot;,&quot;click&quot;)" in text

@@ -18,6 +18,7 @@ from agentkit import free_port
 from conftest import MODELS, ROOT
 from helpers import assert_one_line_error, read_until, reaped
 
+from bench.store import Store
 from bench.targets import TargetError, registry
 from bench.transports import parse_endpoint
 from edge_runtime.errors import EdgeRuntimeError, UserError
@@ -89,7 +90,11 @@ def test_a_plugin_kind_runs_into_the_store_and_reads_back_as_a_built_in_one(tmp_
     assert doc["scenario"]["kind"] == "server" and doc["scenario"]["latency_from"].startswith("intended send time")
     assert doc["errors"]["kinds"] == {"status 503": calls // 7} and doc["failed_queries"] == calls // 7, doc["errors"]
     report = edge_bench("report", *runs, str(doc["run"]), *store)
-    assert report.returncode == 0 and report.stdout.count("echo://t?latency_us=") == 3, report.stdout
+    # A one-off is named short, by scheme and place (issue 25: the whole URL was its name); the URL is kept whole.
+    assert report.returncode == 0 and report.stdout.count(" echo:t ") == 3, report.stdout
+    assert "latency_us=" not in report.stdout
+    with Store(tmp_path / "s.sqlite") as st:
+        assert st.run(runs[0]).target_url == "echo://t?latency_us=200"
     compared = edge_bench("compare", *runs, *store)
     assert compared.returncode in (0, 1) and "p99 us" in compared.stdout, compared.stderr  # 1: a change was found
 

@@ -1,0 +1,96 @@
+"""`edge-bench run CAMPAIGN.toml [--store F] [--json F] [--html F] [--md F] [--csv F] [--junit F]`: a campaign,
+interleaved, every run stored and checked against its SLOs (exit 1 on a miss), its reports written (each said with
+where it went). Apart from run.py, which parses both forms and runs the one-off."""
+
+from __future__ import annotations
+
+import sys
+
+from bench.cli.common import campaign_progress, open_store, say_written
+from bench.slo import nothing_succeeded
+from edge_runtime.errors import UsageError
+
+CAMPAIGN_OUTPUTS = ("--json", "--html", "--md", "--csv", "--junit")
+
+
+def run_campaign(args) -> int:
+    from bench import report
+    from bench.campaign import load
+    from bench.campaign.runner import run as run_plan
+    from bench.report import edge_vs_server, html
+    from bench.report.answer import ranked
+    from edge_runtime.files.outputs import write_json, write_output
+    from edge_runtime.program.args import plan_outputs
+
+    if args.target or args.model:
+        raise UsageError("a campaign names its targets and models: --target/--model go with the one-off form")
+    if args.slo:
+        raise UsageError("--slo goes with the one-off form: a campaign's SLOs are in its [slo] and [target.slo] tables")
+    flags = {**_campaign_flags(args.rest), "--html": args.html}  # --html: parsed with --target (both forms take it)
+    campaign = load(args.campaign)
+    store = open_store(args, create=True)
+    outs = plan_outputs([(f, v) for f, v in flags.items()], [("the campaign", args.campaign), ("the store", args.store),
+                        *[("a model", m.path) for m in campaign.models]])  # fmt: skip
+    if "--html" in outs:
+        html.require()
+    plan = campaign.plan()
+    progress, done = campaign_progress(campaign.name, len(plan))
+    print(f"edge-bench: campaign {campaign.name}: {len(plan)} runs ({len(campaign.targets)} targets x "
+          f"{len(campaign.models)} models x {len(campaign.scenarios)} scenarios x {campaign.repetitions})",
+          file=sys.stderr)  # fmt: skip
+    try:
+        result = run_plan(campaign, store, progress)
+    finally:
+        done()
+        store.close()
+    rows = [o.row() for o in result.outcomes]
+    cases = report.slo_cases(result.outcomes)
+    answer = ranked(result.outcomes)  # the campaign's answer, first in every report (issue 25)
+    items = [(o.target, o.result) for o in result.outcomes]  # aligned with rows (a failed run's result is None)
+    comps = edge_vs_server.pairs(items)
+    docs = {
+        "--json": lambda: None,
+        "--md": lambda: report.markdown(f"Campaign {campaign.name}", rows, cases, answer)
+        + edge_vs_server.markdown(comps),
+        "--csv": lambda: edge_vs_server.csv_text(rows, items),
+        "--junit": lambda: report.junit(campaign.name, cases, result.seconds, rows),
+        "--html": lambda: html.render(f"Campaign {campaign.name}", rows, [o.result for o in result.outcomes], cases),
+    }
+    for flag, out in outs.items():
+        if flag == "--json":
+            write_json({"schema": "edge-bench/campaign/1", "campaign": campaign.name, "store": args.store,
+                        "answer": answer, "edge_vs_server": comps,
+                        "runs": [{**r, "slo_detail": o.slo, "result": o.result} for r, o in
+                                 zip(rows, result.outcomes, strict=True)]}, out)  # fmt: skip
+        else:
+            write_output(out, docs[flag]())
+    say_written(outs)
+    if not any(o.is_stdout for o in outs.values()):
+        sys.stdout.write(report.table(rows, answer) + edge_vs_server.text(comps))
+        sys.stdout.write(f"{report.verdict_line(rows, cases)}; stored in {args.store}\n")
+    if result.stopped_by is not None:
+        print(f"edge-bench: interrupted: {len(rows)} of {len(plan)} runs kept", file=sys.stderr)
+        return 128 + result.stopped_by
+    failed = [f"{o.target} {o.scenario}: {why}" for o in result.outcomes if (why := nothing_succeeded(o.result))]
+    for line in failed:
+        print(f"edge-bench: {line}", file=sys.stderr)
+    return 1 if result.slo_failed or failed else 0
+
+
+def _campaign_flags(rest: list[str]) -> dict[str, str]:
+    """--json/--md/--csv/--junit FILE (--json alone: stdout). Anything else is a mistake, named."""
+    flags, i = {}, 0
+    while i < len(rest):
+        flag = rest[i]
+        if flag == "--debug":
+            i += 1
+            continue
+        if flag not in CAMPAIGN_OUTPUTS:
+            raise UsageError(f"{flag!r}: a campaign takes {', '.join(CAMPAIGN_OUTPUTS)} FILE (bench options belong "
+                             "in the campaign file)")  # fmt: skip
+        value = rest[i + 1] if i + 1 < len(rest) and not rest[i + 1].startswith("--") else None
+        if value is None and flag != "--json":
+            raise UsageError(f"{flag}: a FILE is needed")
+        flags[flag] = value or "-"
+        i += 2 if value is not None else 1
+    return flags
