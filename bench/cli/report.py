@@ -22,6 +22,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from bench import report
     from bench.report import edge_vs_server, html
+    from bench.report.answer import ranked
     from bench.store import default_path
     from edge_runtime.files.outputs import write_json, write_output
 
@@ -33,20 +34,24 @@ def run(args) -> int:
     with open_store(args) as store:
         runs = [store.run(r) for r in args.runs] if args.runs else list(reversed(store.runs(args.last)))
     rows = [report.stored_row(r) for r in runs]
+    answer = ranked(runs)  # the runs' answer first, as the campaign's own report gives it (issue 25)
     items = [(r.target, r.result) for r in runs]
     comps = edge_vs_server.pairs(items)
     for flag, out in outs.items():
         if flag == "--json":
             listed = [{**row, "result": r.result} for row, r in zip(rows, runs, strict=True)]
-            write_json({"schema": "edge-bench/report/1", "edge_vs_server": comps, "runs": listed}, out)
+            doc = {"schema": "edge-bench/report/1", "answer": answer, "edge_vs_server": comps, "runs": listed}
+            write_json(doc, out)
         elif flag == "--html":
             write_output(out, html.render_stored("edge-bench runs", runs))
         elif flag == "--md":
-            md = report.markdown("edge-bench runs", rows, report.stored_cases(runs)) + edge_vs_server.markdown(comps)
+            md = report.markdown("edge-bench runs", rows, report.stored_cases(runs), answer)
+            md += edge_vs_server.markdown(comps)
             write_output(out, md)
         else:
             write_output(out, edge_vs_server.csv_text(rows, items))
     say_written(outs)
     if not any(o.is_stdout for o in outs.values()):
-        sys.stdout.write(report.table(rows) + edge_vs_server.text(comps) if rows else f"no runs in {args.store}\n")
+        text = report.table(rows, answer) + edge_vs_server.text(comps) if rows else f"no runs in {args.store}\n"
+        sys.stdout.write(text)
     return 0

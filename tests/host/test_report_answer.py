@@ -60,7 +60,8 @@ p99_ms = 1000
     with Store(tmp / "s.sqlite") as st:
         stored = st.runs()
     return {"doc": json.loads(out["json"].read_text()), "md": out["md"].read_text(), "csv": out["csv"],
-            "junit": ET.parse(out["junit"]).getroot(), "term": proc, "stored": stored}  # fmt: skip
+            "junit": ET.parse(out["junit"]).getroot(), "term": proc, "stored": stored,
+            "store": tmp / "s.sqlite"}  # fmt: skip
 
 
 def test_the_answer_ranks_the_targets_by_p50_and_weighs_the_lead_with_compare(campaign):
@@ -91,6 +92,16 @@ def test_the_answer_comes_first_in_the_terminal_and_the_markdown(campaign):
     assert out.index("fast fastest") < out.index("\nrun ")
     md = campaign["md"]
     assert md.index("## Answer (p50, best first)") < md.index("| run |") and "- digits, single-stream: fast" in md
+
+
+def test_edge_bench_report_of_stored_runs_opens_with_the_same_answer(campaign):
+    """`edge-bench report` of the stored runs: the campaign's answer first, in the terminal and its JSON."""
+    proc = subprocess.run([sys.executable, "-m", "bench.cli", "report", "--store", str(campaign["store"])],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout.startswith("Answer (p50, best first):\n  digits, single-stream: fast")
+    doc = subprocess.run([sys.executable, "-m", "bench.cli", "report", "--store", str(campaign["store"]), "--json"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)  # fmt: skip
+    assert json.loads(doc.stdout)["answer"] == campaign["doc"]["answer"]
 
 
 def test_one_run_a_side_is_provisional_and_says_so(campaign):
