@@ -260,11 +260,11 @@ def test_a_15pct_slower_configuration_is_found_in_nine_of_ten_trials_with_three_
     """B's model does 15% more of the same work (23 layers against 20: a slower configuration); 30 runs of each,
     interleaved. Each of 10 trials compares three runs a side through the CLI (--force: two model files): never
     "improvement", and found in 9 of 10 where this machine's run-to-run spread lets three runs a side find 15% at
-    all (80% power by the compare's own rule); all 30 a side: found. Under a neighbour's load (colleagues' stress-ng on
-    this VM: per-run medians switching between two levels 1.6x apart, a log spread of 0.2) no test can find 15% with
-    three runs a side, and compare says so (not significant, the runs that would settle it; where two levels split the
-    three runs of each side the data themselves may even point the other way): then this is an xfail naming the
-    spread it measured and the trials' answers."""
+    all (80% power by the compare's own rule); all 30 a side: found where 30 suffice by that rule. On this VM they do
+    not: per-run medians switch between two levels about 1.6x apart for seconds at a time, quiet or not (a neighbour
+    on the host: a spinner of ours on the other vCPU does not hold the level), a log spread of 0.16 to 0.26 between
+    runs; 15% then needs 29 to 72 runs a side, and compare says so (not significant, the runs that would settle it).
+    Then this is an xfail naming the spread it measured and the trials' answers; "improvement" is never allowed."""
     need("onnxruntime")
     pytest.importorskip("onnx")
     from bench.compare import ALPHA, runs_to_settle
@@ -280,11 +280,16 @@ def test_a_15pct_slower_configuration_is_found_in_nine_of_ten_trials_with_three_
         found += rc == 1 and doc["verdict"] == "regression"
     rc, _, doc = in_process("compare", "--a", "campaign:slowdown/t/fast", "--b", "campaign:slowdown/t/slow", "--force",
                             store=store)  # fmt: skip
-    assert rc == 1 and doc["verdict"] == "regression" and doc["runs"] == {"a": 30, "b": 30}, doc["metrics"]["p50"]
+    pooled = (rc, doc["verdict"], doc["metrics"]["p50"]["change_pct"], doc["runs"])
     with Store(store) as st:
         p50 = {m: np.log([st.run(i).result["latency_us"]["p50"] for i in ids]) for m, ids in (("a", fast), ("b", slow))}
     sigma = float(np.sqrt((np.var(p50["a"], ddof=1) + np.var(p50["b"], ddof=1)) / 2))
     needed = runs_to_settle(0.15, sigma, 5.0, ALPHA / len(doc["metrics_gated"]))
+    assert pooled[1] != "improvement", pooled
+    if needed > 30:  # not even 30 a side can find it here: compare must then not claim it either way
+        pytest.xfail(f"run-to-run spread here: log sd {sigma:.3f}; 15% needs about {needed} runs a side; 30 a side: "
+                     f"{pooled}; 3 a side: {trials}")  # fmt: skip
+    assert pooled[0] == 1 and pooled[1] == "regression" and pooled[3] == {"a": 30, "b": 30}, pooled
     if needed > 3:
         pytest.xfail(f"run-to-run spread here: log sd {sigma:.3f}; 15% needs about {needed} runs a side; {trials}")
     assert found >= 9 and all(v != "improvement" for v, _, _ in trials), (found, sigma, trials)
