@@ -119,6 +119,25 @@ def test_the_bench_engineers_quick_start_runs_as_written(tmp_path):
     assert all("verdict:" in out for out in compares), compares
     assert "3 runs" in compares[0] and "backend onnxruntime vs openvino" in compares[0], compares[0]
     assert (tmp_path / "runs.sqlite").exists() and (tmp_path / "backends.html").stat().st_size > 10_000
+    ran = next(out for cmd, _, out in results if cmd.startswith("edge-bench run"))
+    assert_sample_holds(ROOT / "docs" / "harness.md", ran)
+
+
+# A value in a sample (2,000; 14.8; 60,010.7), not a name that holds digits (p50, p99.9, resnet8)
+VALUE = re.compile(r"(?<![A-Za-z.\d])\d[\d,]*(?:\.\d+)?")
+
+
+def assert_sample_holds(doc: Path, out: str) -> None:
+    """The sample output marked in `doc` against a real run's: every line of the sample that holds no value (the
+    answer's heading, the table's header, the legend) is in the real output as written, so the words, columns and
+    units a reader is shown cannot drift from what edge-bench prints. Lines with values are one run's, illustrative."""
+    text = doc.read_text()
+    sample = text.split("<!-- sample:", 1)[1].split("```\n", 1)[1].split("```", 1)[0]
+    real = {" ".join(line.split()) for line in out.splitlines()}  # a column's width is its values': spaces may differ
+    lines = [ln for ln in sample.splitlines() if ln.strip() not in ("", "...") and not VALUE.search(ln)]
+    fixed = [" ".join(ln.split()) for ln in lines]
+    assert len(fixed) >= 5, fixed
+    assert [ln for ln in fixed if ln not in real] == [], out
 
 
 def test_the_host_harness_quick_start_runs_as_written(tmp_path):
