@@ -58,19 +58,30 @@ def legend(rows: list[dict]) -> list[str]:
 
 
 def quality_notes(rows: list[dict]) -> list[tuple[str, str]]:
-    """The runs' quality warnings as (who, text): those every measured run shares once, as ("every run", ...);
-    then one per run that has others, its warnings joined."""
+    """The runs' quality warnings as (who, text), each warning said once: those every measured run shares as
+    ("every run", ...), those several share as ("runs 1, 2, 5", ...) (a machine's own: CPU 1 not isolated, on all its
+    runs but not a server's), then one per run for what is its alone, joined."""
     measured = [r for r in rows if r.get("quality") is not None]
     if not measured:
         return []
-    shared = [w for w in measured[0].get("quality_warnings") or []
-              if len(measured) > 1 and all(w in (r.get("quality_warnings") or []) for r in measured)]  # fmt: skip
-    out = [("every run", w) for w in shared]
+    holders: dict[str, list[dict]] = {}
     for r in measured:
-        own = [w for w in r.get("quality_warnings") or [] if w not in shared]
+        for w in r.get("quality_warnings") or []:
+            holders.setdefault(w, []).append(r)
+    shared = [w for w, rs in holders.items() if len(rs) == len(measured) > 1]
+    several = [w for w, rs in holders.items() if 1 < len(rs) < len(measured)]
+    out = [("every run", w) for w in shared] + [(_runs_named(holders[w]), w) for w in several]
+    for r in measured:
+        own = [w for w in r.get("quality_warnings") or [] if len(holders[w]) == 1]
         if own:
             out.append((f"run {cell(r.get('run'))} {r.get('target')}", "; ".join(own)))
     return out
+
+
+def _runs_named(runs: list[dict], most: int = 10) -> str:
+    ids = [cell(r.get("run")) for r in runs]
+    more = f" and {len(ids) - most} more" if len(ids) > most else ""
+    return f"runs {', '.join(ids[:most])}{more}"
 
 
 def table(rows: list[dict], answer: list[dict] | None = None) -> str:

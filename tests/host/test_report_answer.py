@@ -186,3 +186,15 @@ def test_a_latency_column_takes_one_unit_for_its_largest_value(values, unit, sho
                                                       ("p9999", 9999, False), ("max_us", 1, True)])  # fmt: skip
 def test_a_percentile_is_shown_only_where_the_run_holds_it_as_more_than_its_max(key, count, shown):
     assert shown_for(key, count) is shown
+
+
+def test_a_warning_several_runs_share_is_said_once_naming_them():
+    """A board's 'CPU 1 not isolated' on its runs but not on a server's: one line naming the runs, not one a run."""
+    from bench.report.tables import quality_notes
+
+    iso, irq = "CPU 1 not isolated", "19 IRQ(s) may be delivered to CPU 1"
+    rows = [{"run": 1, "target": "board", "quality": "UNSTABLE", "quality_warnings": [iso, irq, "unstable: std 17%"]},
+            {"run": 2, "target": "triton", "quality": "stable", "quality_warnings": [irq]},
+            {"run": 3, "target": "board", "quality": "stable", "quality_warnings": [iso, irq]},
+            {"run": 4, "target": "gone", "quality": None, "quality_warnings": None}]  # fmt: skip
+    assert quality_notes(rows) == [("every run", irq), ("runs 1, 3", iso), ("run 1 board", "unstable: std 17%")]
