@@ -2,9 +2,11 @@
 
 Comparing configurations is a first-class use (issue 25): runs of the same model on the same board with different
 backends, backend versions, devices, delegates, threads, CPUs, precisions, model formats or targets compare as they
-are; what differs is said above the table (`differs`). A comparison is refused (exit 2 unless --force) when the runs
-are of different models, input shapes (samples per inference), boards, CPUs, scenarios or rates: those answer
-another question.
+are; what differs is said above the table (`differs`). Two different targets on different boards or CPUs (a board
+against its sibling or against a GPU server: the edge-versus-server question) compare too, the boards said in
+`differs`. A comparison is refused (exit 2 unless --force) when the runs are of different models, input shapes
+(samples per inference), scenarios or rates, or of one target whose board or CPU changed: those answer another
+question.
 
 Decided here:
 - Device names compare case-insensitively ('cpu' and 'CPU' are one device: ONNX Runtime and OpenVINO spell it so).
@@ -49,8 +51,11 @@ def _norm(value):
     return value.lower() if isinstance(value, str) else value
 
 
-def refusals(a: dict, b: dict, name_a: str | None = None, name_b: str | None = None) -> list[str]:
-    """Why two results answer different questions (one line each); empty when they may be compared."""
+def refusals(a: dict, b: dict, name_a: str | None = None, name_b: str | None = None,
+             targets: tuple[str | None, str | None] = (None, None)) -> list[str]:  # fmt: skip
+    """Why two results answer different questions (one line each); empty when they may be compared. `targets`: the
+    runs' target names; two different targets on different boards or CPUs are the comparison itself (a board against
+    its sibling, a board against a server), said in `differences`; one target whose board changed is refused."""
     why = []
     ma, mb = a.get("model") or {}, b.get("model") or {}
     if ma.get("sha256") != mb.get("sha256"):
@@ -64,8 +69,9 @@ def refusals(a: dict, b: dict, name_a: str | None = None, name_b: str | None = N
     if _shape(a) != _shape(b):
         why.append(f"different input shapes (batch {_shape(a)[0]} vs {_shape(b)[0]})")
     ea, eb = a.get("environment") or {}, b.get("environment") or {}
+    two_targets = targets[0] is not None and targets[1] is not None and targets[0] != targets[1]
     for key, what in (("board", "boards"), ("cpu_model", "CPUs")):
-        if ea.get(key) != eb.get(key):
+        if ea.get(key) != eb.get(key) and not two_targets:
             why.append(f"different {what} ({ea.get(key)!r} vs {eb.get(key)!r})")
     sa, sb = a.get("scenario") or {}, b.get("scenario") or {}
     if _kind(a) != _kind(b):
@@ -81,8 +87,11 @@ def differences(a: dict, b: dict, target_a: str | None = None, target_b: str | N
     ba, bb = a.get("backend") or {}, b.get("backend") or {}
     ca, cb = a.get("config") or {}, b.get("config") or {}
     ma, mb = a.get("model") or {}, b.get("model") or {}
+    ea, eb = a.get("environment") or {}, b.get("environment") or {}
     pairs = {
         "target": (target_a, target_b),
+        "board": (ea.get("board"), eb.get("board")),
+        "CPU": (ea.get("cpu_model"), eb.get("cpu_model")),
         "backend": (ba.get("name"), bb.get("name")),
         "backend version": (ba.get("version"), bb.get("version")),
         "device": (ba.get("device"), bb.get("device")),

@@ -103,6 +103,10 @@ def _ids(store, ref: str) -> list[str]:
 
 def _load(store, refs: list[str], side: str) -> list:
     runs = [store.run(i) for ref in refs for i in _ids(store, ref)]
+    ids = [r.id for r in runs]
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:  # the same run counted twice is evidence made up: three copies of one run are not three runs
+        raise UsageError(f"{side}: run {twice[0]} is given twice (each run counts once)")
     if len(runs) > MAX_RUNS:
         raise UsageError(f"{side}: {len(runs)} runs; at most {MAX_RUNS} a side")
     return runs
@@ -130,10 +134,13 @@ def run(args) -> int:
     outs = plan_outputs([("--json", args.json)], [("the store", args.store)])
     with open_store(args) as store:
         a, b = _load(store, refs_a, "A"), _load(store, refs_b, "B")
+    both = sorted({r.id for r in a} & {r.id for r in b})
+    if both:
+        raise UsageError(f"run {both[0]} is on both sides: A and B must be different runs")
     if not args.force:
         _alike(a, "A")
         _alike(b, "B")
-    why = refusals(a[0].result, b[0].result, a[0].model_name, b[0].model_name)
+    why = refusals(a[0].result, b[0].result, a[0].model_name, b[0].model_name, (a[0].target, b[0].target))
     if why and not args.force:
         raise UsageError(
             f"runs {a[0].id} and {b[0].id} are not comparable: {'; '.join(why)}", hint="--force to compare"

@@ -179,6 +179,13 @@ def test_configurations_compare_and_what_differs_is_said_but_models_and_shapes_d
     assert refusals(base, resnet) == ["different models (digits_cnn vs resnet8)"]
     batched = {**base, "config": {"batch": 8}}
     assert refusals(base, batched) == ["different input shapes (batch 1 vs 8)"]
+    # another board: the comparison itself between two targets (a sibling board, a GPU server), said in `differs`;
+    # one target whose board changed between runs answers another question
+    other = {**base, "environment": {"board": "rock-5b", "cpu_model": "Cortex-A76"}}
+    assert refusals(base, other, targets=("pi", "rock")) == []
+    assert differences(base, other, "pi", "rock")["board"] == ["board", "rock-5b"]
+    assert refusals(base, other, targets=("pi", "pi")) == ["different boards ('board' vs 'rock-5b')",
+                                                           "different CPUs ('cpu' vs 'Cortex-A76')"]  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------ real runs, the CLI
@@ -334,6 +341,8 @@ def test_usage_mistakes_are_one_line_and_exit_2(tmp_path):
         (("compare", "--a", "5-1", "--b", str(two)), "run range '5-1'"),
         (("compare", str(one), str(two), "--metrics", "p42"), "unknown 'p42'"),
         (("compare", str(one), str(two), "--run-spread", "-1"), "run-spread"),
+        (("compare", "--a", str(one), str(one), "--b", str(two)), f"A: run {one} is given twice"),
+        (("compare", "--a", str(one), "--b", f"{one}-{two}"), f"run {one} is on both sides"),
     ):
         proc = edge_bench(*args, store=store)
         lines = proc.stderr.strip().splitlines()
