@@ -165,7 +165,11 @@ def test_compare_prints_a_single_runs_figures_as_the_run_table_does(runs):
     p50 = next(line for line in text.splitlines() if line.startswith("p50 "))
     assert p50.split()[2:4] == [f"{table[first]['p50_us']:,.1f}", f"{table[second]['p50_us']:,.1f}"], text
     assert "values:" not in text
-    pooled = edge_bench("compare", "--a", first, second, "--b", second, first, store=store).stdout
+    more = []
+    for _ in range(2):  # two more runs: a side pools only runs of its own (a run on both sides is refused)
+        proc = edge_bench("run", "--target", LOCAL, "--model", DIGITS, "--iterations", "400", store=store)
+        more.append(re.search(r"stored as run (\d+)", proc.stderr).group(1))
+    pooled = edge_bench("compare", "--a", first, second, "--b", *more, store=store).stdout
     assert "values:  A and B from the runs' pooled 1-us histograms" in pooled, pooled
 
 

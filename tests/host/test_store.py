@@ -253,7 +253,8 @@ def test_runs_are_stored_compared_and_named_as_baselines(tmp_path):
     proc = edge_bench("report", str(ids[0]), "baseline:digits-main", "--csv", "-", store=store)
     assert proc.returncode == 0 and proc.stdout.count(f"\n{ids[0]},") == 2, proc.stderr
     proc = edge_bench("report", "--last", "2", store=store)
-    assert proc.returncode == 0 and proc.stdout.splitlines()[1].split()[0] == str(ids[1])
+    table = proc.stdout.split("\n\n", 1)[1].splitlines()  # after the answer: the runs' header, then the runs
+    assert proc.returncode == 0 and table[1].split()[0] == str(ids[1]), proc.stdout
     bad = tmp_path / "bad.sqlite"
     bad.write_text("hello")
     proc = edge_bench("baseline", "list", store=bad)
