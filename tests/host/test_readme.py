@@ -23,8 +23,10 @@ README = ROOT / "README.md"
 LINKED = ("models", "campaigns", "tests", ".venv", ".venv-triton")
 FRESH_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # What a quick start's command may exit with beyond 0: compare says 1 for a regression, and which of two backends is
-# slower is this machine's to say, not the README's.
+# slower is this machine's to say, not the README's; a campaign says 1 for an SLO missed, a finding on a loaded
+# machine (a CPU Triton's p99 at 100 queries/s went from 10 to 38 ms under a neighbour's tests), said in its output.
 MAY_EXIT_1 = re.compile(r"^edge-bench compare ")
+MISSED = re.compile(r"^edge-bench run .*\.toml")
 
 
 def quick_starts() -> dict[str, str]:
@@ -90,7 +92,8 @@ def run_block(cwd: Path, block: str, timeout: float) -> list[tuple[str, int, str
 
 def check(results: list[tuple[str, int, str]]) -> None:
     for cmd, rc, out in results:
-        allowed = {0, 1} if MAY_EXIT_1.match(cmd) else {0}
+        missed = MISSED.match(cmd) and "SLO missed:" in out
+        allowed = {0, 1} if MAY_EXIT_1.match(cmd) or missed else {0}
         assert rc in allowed, f"{cmd!r} exit {rc}:\n{out[-3000:]}"
         assert "Traceback" not in out, f"{cmd!r}:\n{out[-3000:]}"
 
