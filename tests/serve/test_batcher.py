@@ -121,6 +121,19 @@ def test_a_lone_request_waits_out_the_window_and_no_longer(dyn):
         assert f.times.held_ns <= HOLD_RATIO * delay_us * 1000
 
 
+def test_the_window_runs_from_the_oldest_request(dyn):
+    """A request that comes during the window joins the batch but does not restart the window: the batch starts
+    when the first request's window ends, before the second's would (a trickle must not hold the first forever)."""
+    delay_ns = 100_000_000
+    with batcher(dyn, max_batch=8, max_delay_us=delay_ns / 1000) as b:
+        first = b.submit({"input": rows(1, 0)})
+        time.sleep(0.08)  # within the first's window, most of the way through it
+        second = b.submit({"input": rows(1, 1)})
+        first.result(timeout=60), second.result(timeout=60)
+    assert first.times.batch_rows == second.times.batch_rows == 2
+    assert first.times.enqueued_ns + delay_ns <= first.times.started_ns < second.times.enqueued_ns + delay_ns
+
+
 def test_a_full_batch_does_not_wait_for_the_window(dyn):
     """max_batch rows queued: the batch runs at once, long before a window of a minute."""
     with batcher(dyn, max_batch=4, max_delay_us=60e6) as b:
