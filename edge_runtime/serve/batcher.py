@@ -197,21 +197,28 @@ class Batcher:
     def _serve(self, index: int, session) -> None:
         while True:
             free_ns = time.monotonic_ns()
-            batch = self._gather()
+            batch, expired, now = self._gather()
+            if expired:  # failed outside the lock: a future runs its callbacks in the thread that sets it
+                self._expire(expired, now)
             if batch is None:
                 return
-            self._run(index, session, batch, free_ns)
+            if batch:
+                self._run(index, session, batch, free_ns)
 
-    def _gather(self) -> list[Request] | None:
+    def _gather(self) -> tuple[list[Request] | None, list[Request], int]:
         """Wait for the next batch: max_batch rows, or the head of the queue that fits once its oldest request has
-        waited max_delay; at close, what is there at once. None when closed and empty."""
+        waited max_delay; at close, what is there at once. Returns (batch, requests found expired, when); batch is
+        None when closed and empty, and empty when only expired requests were found."""
+        expired: list[Request] = []
         with self._cond:
             while True:
-                while not self._pending and not self._closing:
-                    self._cond.wait()
-                if not self._pending:
-                    return None
                 now = time.monotonic_ns()
+                expired += self._purge(now)  # before planning: a dropped request must not count as a companion
+                if not self._pending:
+                    if self._closing or expired:
+                        return (None if self._closing else []), expired, now
+                    self._cond.wait()
+                    continue
                 rows, fit = 0, 0
                 for r in self._pending:
                     if rows + r.rows > self.max_batch:
@@ -220,32 +227,40 @@ class Batcher:
                 full = rows == self.max_batch or fit < len(self._pending)  # the next one would not fit anyway
                 due = self._pending[0].enqueued_ns + self._max_delay_ns
                 if full or self._closing or now >= due:
-                    batch = self._take(now)
+                    batch = self._take()
                     if batch:
-                        return batch
-                    continue  # all dropped (expired or cancelled): wait for more
+                        return batch, expired, now
+                    continue  # all cancelled meanwhile: plan again
                 self._cond.wait((due - now) / 1e9)
 
-    def _take(self, now: int) -> list[Request]:
-        """Take the head of the queue up to max_batch rows, dropping expired and cancelled requests (lock held)."""
-        batch, expired, cancelled, rows = [], [], 0, 0
-        while self._pending:
-            r = self._pending[0]
-            if r.deadline_ns is not None and now >= r.deadline_ns:
-                expired.append(self._pending.popleft())
-                continue
-            if rows + r.rows > self.max_batch:
-                break
-            self._pending.popleft()
-            if not r.future.set_running_or_notify_cancel():
+    def _purge(self, now: int) -> list[Request]:
+        """Take expired and cancelled requests out of the queue, wherever they are (lock held); return the expired."""
+        if not any(r.future.cancelled() or (r.deadline_ns is not None and now >= r.deadline_ns) for r in self._pending):
+            return []
+        keep: deque[Request] = deque()
+        expired, cancelled = [], 0
+        for r in self._pending:
+            if r.future.cancelled():
                 cancelled += 1
+            elif r.deadline_ns is not None and now >= r.deadline_ns:
+                expired.append(r)
+            else:
+                keep.append(r)
+        self._pending = keep
+        if cancelled:
+            self._stats.count_cancelled(cancelled)
+        return expired
+
+    def _take(self) -> list[Request]:
+        """Take the head of the queue up to max_batch rows (lock held)."""
+        batch, rows = [], 0
+        while self._pending and rows + self._pending[0].rows <= self.max_batch:
+            r = self._pending.popleft()
+            if not r.future.set_running_or_notify_cancel():  # cancelled since the purge
+                self._stats.count_cancelled()
                 continue
             batch.append(r)
             rows += r.rows
-        if cancelled:
-            self._stats.count_cancelled(cancelled)
-        if expired:
-            self._expire(expired, now)
         return batch
 
     def _expire(self, requests: list[Request], now: int) -> None:
