@@ -24,6 +24,7 @@ import time
 from collections import deque
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 
 import numpy as np
 
@@ -90,7 +91,11 @@ class Batcher:
             t.start()
         self._workers_started.set()  # every worker's thread id is known now: none counts another's as its own
         try:
-            sessions = [f.result(timeout=start_timeout_s) for f in ready]
+            end = time.monotonic() + start_timeout_s
+            sessions = [f.result(timeout=max(0.0, end - time.monotonic())) for f in ready]
+        except FutureTimeout as err:
+            self.close(drain=False, timeout_s=0)  # the late loads end their own workers when they finish
+            raise UserError(f"model instances not loaded within start_timeout_s {start_timeout_s:g} s") from err
         except BaseException:
             self.close(drain=False)
             raise
