@@ -31,6 +31,8 @@ ALLOWED = {
     # addresses and reads the one small secret file through files.inputs
     "wire": {"errors", "files"},
     "agent": {"errors", "files", "limits", "system", "results", "runtime", "measure", "wire", "__init__"},
+    # the dynamic batcher and (to come) the KServe v2 endpoint: sessions on pinned threads, no host code (issue 26)
+    "serve": {"errors", "system", "runtime"},
     # what every command-line program is made of (edge-runtime's and edge-bench's): main, args, signals
     "program": {"errors", "files", "limits", "system", "results", "runtime", "measure", "__init__"},
     "cli": {"errors", "files", "limits", "system", "results", "runtime", "measure", "quantize", "agent", "wire",
@@ -388,7 +390,8 @@ def test_every_module_says_what_it_is_for():
 
 def test_subpackages_show_the_layers():
     parts = {p.name for p in PACKAGE.iterdir() if p.is_dir() and not p.name.startswith("__")}
-    assert parts == {"runtime", "measure", "system", "files", "quantize", "cli", "wire", "agent", "program", "_data"}
+    assert parts == {"runtime", "measure", "system", "files", "quantize", "cli", "wire", "agent", "program", "serve",
+                     "_data"}
     # _data holds data, not code: links to the top-level boards/ and system_tuning/ that a wheel build copies.
     assert {p.name: os.readlink(p) for p in (PACKAGE / "_data").iterdir()} == {
         "boards": "../../boards",
