@@ -117,7 +117,10 @@ def test_a_lone_request_waits_out_the_window_and_no_longer(dyn):
             futures[-1].result(timeout=60)
     for f in futures:
         assert f.times.batch_rows == 1
-        assert f.times.held_ns >= delay_us * 1000, "ran before its window closed, with no batch to gain"
+        # the window runs from its arrival (a worker busy elsewhere, or held off its CPU by a loaded machine, may
+        # come to it later: then it waits the rest of the window only)
+        waited = f.times.started_ns - f.times.enqueued_ns
+        assert waited >= delay_us * 1000, "ran before its window closed, with no batch to gain"
         assert f.times.held_ns <= HOLD_RATIO * delay_us * 1000
 
 
