@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import MODELS, ROOT, need
+from records import result
 
 from bench.comparable import differences, refusals
 from bench.compare import compare, needed_samples, parse_metrics
@@ -23,20 +24,6 @@ from edge_runtime.errors import UserError
 
 DIGITS = MODELS / "digits_cnn" / "digits_cnn_int8.onnx"
 RESNET = MODELS / "resnet8" / "resnet8_int8.onnx"
-
-
-def result(samples, sha: str = "a" * 64, board: str = "board", **extra) -> dict:
-    us = np.round(samples).astype(int)
-    v, c = np.unique(us, return_counts=True)
-    return {
-        "schema": "edge-runtime/bench/1",
-        "model": {"path": "/m/model.tflite", "sha256": sha},
-        "backend": {"name": "tflite", "device": "cpu"},
-        "environment": {"board": board, "cpu_model": "cpu"},
-        "latency_us": {"p50": float(np.percentile(us, 50)), "p99": float(np.percentile(us, 99)), "count": len(us)},
-        "histogram_us": [[int(a), int(b)] for a, b in zip(v, c, strict=True)],
-        **extra,
-    }
 
 
 def work(rng, n, scale=1.0):  # like a model's latency: a lognormal body and a tail of interruptions

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from agentkit import AgentProcess
 from conftest import MODELS, ROOT, need
+from records import result
 
 from bench.store import SCHEMA_VERSION, Store
 from edge_runtime.errors import UserError
@@ -25,19 +26,6 @@ RESNET = MODELS / "resnet8" / "resnet8_int8.tflite"
 # What bench/scenarios/record.py:host_result wrote for host_record() before issue 23 (its environment, which is this
 # machine's, with neutral values): a server's record as the store keeps it.
 HOST_RECORD = ROOT / "tests" / "data" / "host-kserve-v1.json"
-
-
-def result(samples, sha: str = "a" * 64, board: str = "board") -> dict:
-    us = np.round(samples).astype(int)
-    v, c = np.unique(us, return_counts=True)
-    return {
-        "schema": "edge-runtime/bench/1",
-        "model": {"path": "/m/model.tflite", "sha256": sha},
-        "backend": {"name": "tflite", "device": "cpu"},
-        "environment": {"board": board, "cpu_model": "cpu"},
-        "latency_us": {"p50": float(np.percentile(us, 50)), "p99": float(np.percentile(us, 99)), "count": len(us)},
-        "histogram_us": [[int(a), int(b)] for a, b in zip(v, c, strict=True)],
-    }
 
 
 def host_record(
