@@ -32,10 +32,10 @@ ALLOWED = {
     "wire": {"errors", "files"},
     "agent": {"errors", "files", "limits", "system", "results", "runtime", "measure", "wire", "__init__"},
     # the dynamic batcher and (to come) the KServe v2 endpoint: sessions on pinned threads, no host code (issue 26)
-    "serve": {"errors", "system", "runtime"},
+    "serve": {"errors", "files", "limits", "system", "runtime", "wire"},
     # what every command-line program is made of (edge-runtime's and edge-bench's): main, args, signals
     "program": {"errors", "files", "limits", "system", "results", "runtime", "measure", "__init__"},
-    "cli": {"errors", "files", "limits", "system", "results", "runtime", "measure", "quantize", "agent", "wire",
+    "cli": {"errors", "files", "limits", "system", "results", "runtime", "measure", "quantize", "agent", "wire", "serve",
             "program", "__init__"},
     "__init__": {"errors", "runtime"},
 }

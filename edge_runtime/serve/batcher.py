@@ -101,6 +101,7 @@ class Batcher:
             raise
         first = sessions[0]
         self.inputs, self.outputs = list(first.inputs), list(first.outputs)
+        self.backend = first.backend  # the BackendInfo of what runs (every instance loads the same way)
         self.unbatched_reason = batching_refusal(self.inputs, self.outputs)
         self.max_batch = 1 if self.unbatched_reason else max_batch
         self.instances.sort(key=lambda inst: inst.index)
