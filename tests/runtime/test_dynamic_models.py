@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -110,3 +111,19 @@ def test_dynamic_only_rebuilds_the_committed_bytes_without_tensorflow(tmp_path):
         for suffix in ("_int8_dynamic.onnx", "_int8_dynamic.xml", "_int8_dynamic.bin"):
             made, committed = tmp_path / model / f"{model}{suffix}", MODELS / model / f"{model}{suffix}"
             assert made.read_bytes() == committed.read_bytes(), made.name
+
+
+def test_batchmodels_copies_the_committed_variant_and_derives_the_same_bytes(tmp_path):
+    """tests/batchmodels.py hands out the committed variants, and for a model without one derives the same way: from
+    a copy of the fixed model with no committed variant beside it, it writes the committed bytes."""
+    pytest.importorskip("onnx", reason="onnx is in the dev extra: pip install 'edge-runtime[dev]'")
+    from batchmodels import committed_dynamic, dynamic_batch
+
+    for model in DYNAMIC:
+        src, committed = MODELS / model / f"{model}_int8.onnx", MODELS / model / f"{model}_int8_dynamic.onnx"
+        assert committed_dynamic(src) == committed
+        assert dynamic_batch(src, tmp_path / "copied" / src.name).read_bytes() == committed.read_bytes()
+        alone = shutil.copy(src, tmp_path / src.name)
+        assert committed_dynamic(Path(alone)) is None
+        assert dynamic_batch(Path(alone), tmp_path / "derived" / src.name).read_bytes() == committed.read_bytes()
+    assert committed_dynamic(MODELS / "dscnn_kws" / "dscnn_kws_int8.onnx") is None
