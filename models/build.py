@@ -532,6 +532,42 @@ def write_openvino_ir(int8_onnx: Path, xml_path: Path) -> None:
     ov.save_model(model, str(xml_path), compress_to_fp16=False)
 
 
+# The models given a dynamic-batch variant (issue 26, `edge-runtime serve` batches requests): every op of their graphs
+# keeps the batch axis apart, so a symbolic first dimension is all they need. BATCH_SAFE_OPS is checked, not assumed: a
+# Reshape with a constant shape, for one, would pin the batch again.
+DYNAMIC_BATCH = ("digits_cnn", "resnet8", "fc_autoencoder_ad")
+BATCH_SAFE_OPS = {"Add", "Conv", "DequantizeLinear", "Flatten", "Gemm", "GlobalAveragePool", "MaxPool",
+                  "QuantizeLinear", "Relu", "Softmax", "Transpose"}  # fmt: skip
+
+
+def dynamic_paths(d: Path, name: str) -> dict[str, Path]:
+    return {"int8_dynamic_onnx": d / f"{name}_int8_dynamic.onnx", "int8_dynamic_ir": d / f"{name}_int8_dynamic.xml"}
+
+
+def write_dynamic_batch(int8_onnx: Path, onnx_dst: Path, xml_dst: Path) -> None:
+    """The INT8 ONNX with the first dimension of every input and output the symbolic `batch` (its inferred inner
+    shapes dropped, so runtimes infer them again), and its OpenVINO IR, where that dimension stays dynamic (-1)."""
+    import onnx
+    import openvino as ov
+
+    m = onnx.load(str(int8_onnx))
+    unsafe = sorted({n.op_type for n in m.graph.node} - BATCH_SAFE_OPS)
+    if unsafe:
+        raise SystemExit(f"{int8_onnx.name}: ops {unsafe} may fix the batch; not in BATCH_SAFE_OPS")
+    for v in (*m.graph.input, *m.graph.output):
+        dim = v.type.tensor_type.shape.dim[0]
+        dim.ClearField("dim_value")
+        dim.dim_param = "batch"
+    del m.graph.value_info[:]
+    onnx.checker.check_model(m, full_check=True)
+    onnx.save(m, str(onnx_dst))
+    write_openvino_ir(onnx_dst, xml_dst)
+    ir = ov.Core().read_model(str(xml_dst))
+    fixed = [p.get_any_name() for p in (*ir.inputs, *ir.outputs) if not p.get_partial_shape()[0].is_dynamic]
+    if fixed:
+        raise SystemExit(f"{xml_dst.name}: the first dimension of {fixed} is not dynamic after conversion")
+
+
 # ---------------------------------------------------------------------------------------------------------- manifest
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
@@ -572,7 +608,7 @@ def tensor_specs(path: Path, fmt: str) -> tuple[list[dict], list[dict]]:
     with edge_runtime.load(path, backend=backend, sandbox=False) as s:
 
         def spec(t):
-            d = {"name": t.name, "shape": [int(x) for x in t.shape], "dtype": str(t.dtype)}
+            d = {"name": t.name, "shape": [-1 if x is None else int(x) for x in t.shape], "dtype": str(t.dtype)}
             if t.quantization is not None:
                 d["scale"] = float(t.quantization.scale)
                 d["zero_point"] = int(t.quantization.zero_point)
@@ -686,6 +722,10 @@ def build_one(name: str, outdir: Path, log, retrain: bool = False) -> dict:
     write_onnx_int8(paths["fp32_onnx"], calib, paths["int8_onnx"])
     write_openvino_ir(paths["int8_onnx"], paths["int8_ir"])
     write_tflite(net, model, calib, paths["fp32_tflite"], paths["int8_tflite"])
+    if name in DYNAMIC_BATCH:
+        dyn = dynamic_paths(d, name)
+        write_dynamic_batch(paths["int8_onnx"], dyn["int8_dynamic_onnx"], dyn["int8_dynamic_ir"])
+        paths.update(dyn)
     log(f"  {name}: wrote {', '.join(p.name for p in paths.values())}")
 
     accuracy = digits_accuracy(paths, x_te, y_te) if trained else None
@@ -699,11 +739,70 @@ def build_one(name: str, outdir: Path, log, retrain: bool = False) -> dict:
     }
 
 
+MANIFEST_COMMENT = [
+    "# Reference models, written by `models/build.py` (`make models`). Do not edit by hand: rebuild.",
+    "# Each [[artifact]] is one file the runtime loads; tests check every sha256 and the digits accuracy below.",
+    "# A dimension of -1 in a shape is dynamic (the first one, the batch, of the *_dynamic files).",
+]
+
+
+def provenance(key: str, name: str) -> tuple[str, str, str]:
+    """(format, precision, how it was made) of model `name`'s artifact `key` (a key of build_one's paths)."""
+    derived = f"derived from {name}/{name}_int8.onnx by models/build.py:write_dynamic_batch"
+    derived += " (first dimension made dynamic)"
+    kinds = {
+        "fp32_onnx": ("onnx", "fp32", "exported from the Keras model by models/build.py:to_onnx (batch norm folded)"),
+        "int8_onnx": (
+            "onnx",
+            "int8",
+            "onnxruntime.quantization.quantize_static " + toml_value(ORT_QUANT).replace('"', "'"),
+        ),
+        "int8_ir": ("openvino", "int8", "openvino.convert_model of the INT8 QDQ ONNX, saved without FP16 compression"),
+        "fp32_tflite": ("tflite", "fp32", "tf.lite.TFLiteConverter from the Keras model"),
+        "int8_tflite": (
+            "tflite",
+            "int8",
+            "tf.lite.TFLiteConverter full-integer (TFLITE_BUILTINS_INT8, int8 input and output)",
+        ),
+        "int8_dynamic_onnx": ("onnx", "int8", derived),
+        "int8_dynamic_ir": (
+            "openvino",
+            "int8",
+            derived + f"; openvino.convert_model of {name}_int8_dynamic.onnx, saved without FP16 compression",
+        ),
+    }
+    return kinds[key]
+
+
+def artifact_lines(model: str, key: str, path: Path, outdir: Path, calibration: int) -> list[str]:
+    """One [[artifact]] entry of the manifest, a blank line after it."""
+    fmt, precision, how = provenance(key, model)
+    inputs, outputs = tensor_specs(path, fmt)
+    lines = ["[[artifact]]", f"model = {toml_value(model)}"]
+    lines.append(f"file = {toml_value(path.relative_to(outdir).as_posix())}")
+    lines.append(f"sha256 = {toml_value(sha256(path))}")
+    if fmt == "openvino":
+        bin_path = path.with_suffix(".bin")
+        lines.append(f"weights_file = {toml_value(bin_path.relative_to(outdir).as_posix())}")
+        lines.append(f"weights_sha256 = {toml_value(sha256(bin_path))}")
+    lines.append(f"format = {toml_value(fmt)}")
+    lines.append(f"precision = {toml_value(precision)}")
+    if precision == "int8":  # the INT8 flavour: ONNX and its IR are U8S8; full-integer TFLite is S8S8
+        acts = "s8" if fmt == "tflite" else "u8"
+        lines.append(f'activations = "{acts}"')
+        lines.append('weights = "s8"')
+    lines.append(f"calibration_samples = {calibration if precision == 'int8' else 0}")
+    lines.append(f"provenance = {toml_value(how)}")
+    lines.append(f"inputs = {toml_value(inputs)}")
+    lines.append(f"outputs = {toml_value(outputs)}")
+    lines.append("")
+    return lines
+
+
 def write_manifest(results: list[dict], outdir: Path) -> None:
     vers = versions()
     lines = [
-        "# Reference models, written by `models/build.py` (`make models`). Do not edit by hand: rebuild.",
-        "# Each [[artifact]] is one file the runtime loads; tests check every sha256 and the digits accuracy below.",
+        *MANIFEST_COMMENT,
         "",
         "schema = 1",
         f"seed = {SEED}",
@@ -737,52 +836,47 @@ def write_manifest(results: list[dict], outdir: Path) -> None:
                 for k, v in acc.items():
                     lines.append(f"{k} = {toml_value(round(v, 6))}")
                 lines.append("")
-        kinds = {
-            "fp32_onnx": (
-                "onnx",
-                "fp32",
-                "exported from the Keras model by models/build.py:to_onnx (batch norm folded)",
-            ),
-            "int8_onnx": (
-                "onnx",
-                "int8",
-                "onnxruntime.quantization.quantize_static " + toml_value(ORT_QUANT).replace('"', "'"),
-            ),
-            "int8_ir": (
-                "openvino",
-                "int8",
-                "openvino.convert_model of the INT8 QDQ ONNX, saved without FP16 compression",
-            ),
-            "fp32_tflite": ("tflite", "fp32", "tf.lite.TFLiteConverter from the Keras model"),
-            "int8_tflite": (
-                "tflite",
-                "int8",
-                "tf.lite.TFLiteConverter full-integer (TFLITE_BUILTINS_INT8, int8 input and output)",
-            ),
-        }
         for key, path in r["paths"].items():
-            fmt, precision, how = kinds[key]
-            inputs, outputs = tensor_specs(path, fmt)
-            lines.append("[[artifact]]")
-            lines.append(f"model = {toml_value(name)}")
-            lines.append(f"file = {toml_value(path.relative_to(outdir).as_posix())}")
-            lines.append(f"sha256 = {toml_value(sha256(path))}")
-            if fmt == "openvino":
-                bin_path = path.with_suffix(".bin")
-                lines.append(f"weights_file = {toml_value(bin_path.relative_to(outdir).as_posix())}")
-                lines.append(f"weights_sha256 = {toml_value(sha256(bin_path))}")
-            lines.append(f"format = {toml_value(fmt)}")
-            lines.append(f"precision = {toml_value(precision)}")
-            if precision == "int8":  # the INT8 flavour: ONNX and its IR are U8S8; full-integer TFLite is S8S8
-                acts = "s8" if fmt == "tflite" else "u8"
-                lines.append(f'activations = "{acts}"')
-                lines.append('weights = "s8"')
-            lines.append(f"calibration_samples = {r['calibration'] if precision == 'int8' else 0}")
-            lines.append(f"provenance = {toml_value(how)}")
-            lines.append(f"inputs = {toml_value(inputs)}")
-            lines.append(f"outputs = {toml_value(outputs)}")
-            lines.append("")
+            lines += artifact_lines(name, key, path, outdir, r["calibration"])
     (outdir / "manifest.toml").write_text("\n".join(lines))
+
+
+def refresh_dynamic_entries(outdir: Path, names: list[str]) -> None:
+    """Rewrite just the *_dynamic entries of `names` in outdir/manifest.toml, where write_manifest would put them (after
+    the model's other artifacts), leaving every other entry as it is: `--dynamic-only` runs without TensorFlow, so
+    it cannot rebuild the rest. The result is the text write_manifest writes for the same files."""
+    import tomllib
+
+    path = outdir / "manifest.toml"
+    chunks = path.read_text().rstrip("\n").split("\n\n")  # entries are separated by one blank line
+    head = [line for line in chunks[0].split("\n") if not line.startswith("#")]
+    chunks[0] = "\n".join(MANIFEST_COMMENT + head)
+    doc = tomllib.loads("\n\n".join(chunks))
+    calibration = {m["name"]: m["calibration_samples"] for m in doc["model"]}
+    new = {name: dynamic_paths(outdir / name, name) for name in names}
+    files = {p.relative_to(outdir).as_posix() for paths in new.values() for p in paths.values()}
+
+    def entry(chunk: str) -> dict:
+        return tomllib.loads(chunk)["artifact"][0] if chunk.startswith("[[artifact]]") else {}
+
+    chunks = [c for c in chunks if entry(c).get("file") not in files]
+    for name, paths in new.items():
+        last = max(i for i, c in enumerate(chunks) if entry(c).get("model") == name)
+        lines = [line for key, p in paths.items() for line in artifact_lines(name, key, p, outdir, calibration[name])]
+        chunks.insert(last + 1, "\n".join(lines).rstrip("\n"))
+    path.write_text("\n\n".join(chunks) + "\n")
+
+
+def write_dynamic_only(names: list[str], outdir: Path, log) -> None:
+    """`--dynamic-only`: the dynamic-batch variants from the committed INT8 ONNX files (onnx and openvino only, no
+    TensorFlow), and their manifest entries."""
+    names = [n for n in names if n in DYNAMIC_BATCH]
+    for name in names:
+        d = outdir / name
+        dyn = dynamic_paths(d, name)
+        write_dynamic_batch(d / f"{name}_int8.onnx", dyn["int8_dynamic_onnx"], dyn["int8_dynamic_ir"])
+        log(f"  {name}: wrote {', '.join(p.name for p in dyn.values())}")
+    refresh_dynamic_entries(outdir, names)
 
 
 # ---------------------------------------------------------------------------------------------------------- speed-up
@@ -860,6 +954,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="measure the committed INT8 files against FP32 here and write speedup.toml (builds nothing)",
     )
+    ap.add_argument(
+        "--dynamic-only",
+        action="store_true",
+        help="write only the dynamic-batch variants (*_int8_dynamic.onnx/.xml) from the committed INT8 ONNX files and "
+        "their manifest entries: needs onnx and openvino, not TensorFlow",
+    )
     args = ap.parse_args(argv)
     names = args.only or ["digits_cnn", *MLPERF_TINY]
 
@@ -869,6 +969,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.speedup:
         measure_speedups(names, args.out, log)
         log(f"wrote {args.out / 'speedup.toml'}")
+        return 0
+    if args.dynamic_only:
+        write_dynamic_only(names, args.out, log)
+        log(f"wrote {args.out / 'manifest.toml'} (the *_dynamic entries)")
         return 0
 
     import tensorflow as tf

@@ -1,5 +1,5 @@
-"""Issue 26, the dynamic batcher (edge_runtime/serve/batcher.py) on real models: a dynamic-batch copy of resnet8 made
-with onnx tools (tests/batchmodels.py) and the committed fixed-batch resnet8, run by ONNX Runtime in real worker
+"""Issue 26, the dynamic batcher (edge_runtime/serve/batcher.py) on real models: the committed dynamic-batch resnet8
+(resnet8_int8_dynamic.onnx) and the committed fixed-batch resnet8, run by ONNX Runtime in real worker
 threads. Outputs are checked against a local Session run on each request alone; the window, the bound on the queue,
 deadlines and draining are checked from the batcher's own timestamps and statistics.
 
@@ -18,13 +18,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from batchmodels import dynamic_batch
 from conftest import MODELS, need
 
 from edge_runtime.errors import FeedError, PinningError, UserError
 from edge_runtime.serve import Batcher, BatcherClosed, DeadlineExpired, QueueFull, session_loader
 
 RESNET = MODELS / "resnet8" / "resnet8_int8.onnx"
+RESNET_DYNAMIC = MODELS / "resnet8" / "resnet8_int8_dynamic.onnx"
 SHAPE = (32, 32, 3)
 # A request may be held up to HOLD_RATIO x max_delay_us while its worker is free: the window plus the time it takes
 # the worker thread to be woken and scheduled (stated as a ratio of the window, not as an absolute speed).
@@ -32,10 +32,9 @@ HOLD_RATIO = 3.0
 
 
 @pytest.fixture(scope="module")
-def dyn(tmp_path_factory) -> Path:
+def dyn() -> Path:
     need("onnxruntime")
-    pytest.importorskip("onnx")
-    return dynamic_batch(RESNET, tmp_path_factory.mktemp("models") / "resnet8_int8_dynbatch.onnx")
+    return RESNET_DYNAMIC
 
 
 @pytest.fixture(scope="module")
