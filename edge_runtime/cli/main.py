@@ -43,6 +43,10 @@ COMMANDS = {
         "edge_runtime.cli.agent",
         "serve a host over a serial port or TCP (models by hash, benches, results kept until acknowledged)",
     ),
+    "serve": (
+        "edge_runtime.cli.serve",
+        "serve models over KServe v2 (REST and gRPC, as Triton), with a dynamic batcher and a thermal limit",
+    ),
 }
 
 

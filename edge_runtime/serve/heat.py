@@ -77,12 +77,14 @@ class HeatGate:
                 continue
 
     def read_once(self) -> float | None:
-        t = read_snapshot(self.root).max_c
+        t = read_snapshot(self.root).max_c()
         now = time.monotonic()
         with self._lock:
             self.readings += 1
+            if t is None:  # no sensor read this time (one vanished for a moment): the last reading and state stand
+                return t
             self.temperature_c = t
-            if t is None or self.limit_c is None:
+            if self.limit_c is None:
                 return t
             if not self.refusing and t >= self.limit_c:
                 self.refusing, self._since = True, now
