@@ -73,11 +73,13 @@ def perf_analyzer():
 
 @contextlib.contextmanager
 def edge_server(window_us: int, cpu: int, model: Path = MODEL, name: str = NAME):
-    exe = Path(sys.executable).with_name("edge-runtime")
+    """`edge-runtime serve` (REST only) with its whole process on `cpu`, its one instance pinned there too."""
+    # `python -m` from the checkout (serverkit runs servers there): this tree's edge_runtime, not the one the venv's
+    # `edge-runtime` script was installed from
     (http,) = servers.free_ports(1)
-    argv = ["taskset", "-c", str(cpu), str(exe), "serve", f"{name}={model}", "--http", f"{servers.HOST}:{http}",
-            "--grpc", "off", "--max-batch", str(MAX_BATCH), "--max-delay-us", str(window_us),
-            "--cpus", str(cpu)]  # fmt: skip
+    argv = ["taskset", "-c", str(cpu), sys.executable, "-m", "edge_runtime.cli", "serve", f"{name}={model}",
+            "--http", f"{servers.HOST}:{http}", "--grpc", "off", "--max-batch", str(MAX_BATCH),
+            "--max-delay-us", str(window_us), "--cpus", str(cpu)]  # fmt: skip
     with servers._serve(
         "edge", argv, session=False, name=name, token=None, http=f"{servers.HOST}:{http}", grpc="", metrics=None
     ) as server:
@@ -86,6 +88,7 @@ def edge_server(window_us: int, cpu: int, model: Path = MODEL, name: str = NAME)
 
 @contextlib.contextmanager
 def triton_server(window_us: int, cpu: int):
+    """PyTriton's tritonserver with the same model, maximum batch and window, its whole process tree on `cpu`."""
     python = servers._venv_python(servers.TRITON_VENV)
     http, grpc, metrics = servers.free_ports(3)
     argv = [str(python), str(servers.SERVERS / "triton_server.py"), "--model", str(MODEL), "--name", NAME,
@@ -161,7 +164,10 @@ def perf(exe: Path, http: str, concurrency: int, out: Path, cpu: int, period_ms:
         (row,) = list(csv.DictReader(f))
     got = {"throughput": float(row["Inferences/Second"]), "p50_us": float(row["p50 latency"]),
            "p99_us": float(row["p99 latency"]), "queue_us": float(row["Server Queue"]),
-           "compute_us": float(row["Server Compute Infer"])}  # fmt: skip
+           "compute_us": float(row["Server Compute Infer"]),
+           # the client's time outside the server's own request time: the wire, the HTTP stack, (de)serialisation
+           "network_us": float(row["Network+Server Send/Recv"]),
+           "compute_io_us": float(row["Server Compute Input"]) + float(row["Server Compute Output"])}  # fmt: skip
     counts = [re.search(rf"{what} count: (\d+)", proc.stdout) for what in ("Inference", "Execution")]
     if all(counts) and int(counts[1].group(1)):
         got["avg_batch"] = round(int(counts[0].group(1)) / int(counts[1].group(1)), 2)
@@ -173,8 +179,10 @@ def verdict(ok: bool) -> str:
 
 
 def write_results(tmp_path_factory) -> Path:
+    """Every figure as JSON, and the tables as Markdown beside it (.md), for the README."""
     path = Path(os.environ.get("EDGE_SERVE_BENCH_JSON") or tmp_path_factory.getbasetemp() / "serve_bench.json")
     path.write_text(json.dumps(RESULTS, indent=2) + "\n")
+    path.with_suffix(".md").write_text("".join(f"### {title}\n\n{table}\n\n" for title, table in TABLES.items()))
     return path
 
 
@@ -287,11 +295,11 @@ def session_p50_us(session, feeds: dict, iterations: int = 3000) -> float:
 
 def protocol_table(rows: list[dict]) -> str:
     lines = ["| round | Session.infer p50 us | client p50 us | client / Session (goal <= 1.3) | server compute us "
-             "| compute / Session | server queue us |", "|" + "---|" * 7]  # fmt: skip
+             "| compute / Session | server queue us | network + HTTP us |", "|" + "---|" * 8]  # fmt: skip
     for i, r in enumerate(rows):
         lines.append(f"| {i + 1} | {r['session_p50_us']:.0f} | {r['p50_us']:.0f} | {r['p50_ratio']:.2f} "
                      f"{verdict(r['p50_ratio'] <= 1.3)} | {r['compute_us']:.0f} | {r['compute_ratio']:.2f} "
-                     f"| {r['queue_us']:.0f} |")  # fmt: skip
+                     f"| {r['queue_us']:.0f} | {r['network_us']:.0f} |")  # fmt: skip
     return "\n".join(lines)
 
 
