@@ -214,6 +214,25 @@ def test_raw_contents_of_the_wrong_length_are_refused(served, size):
     assert err is None and list(reply.outputs[0].shape) == [1, 10]
 
 
+@pytest.mark.parametrize("field,value", [("string_param", "soon"), ("int64_param", -5), ("double_param", float("nan"))])
+def test_a_timeout_parameter_that_is_not_microseconds_is_refused(served, field, value):
+    req = raw_request(FIX, [1, 8, 8, 1], "FP32", rng_x(1, 8, 8, 1).tobytes())
+    setattr(req.parameters["timeout"], field, value)
+    _, err = stub_call(served.server.address, req)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "parameter 'timeout'" in err.details()
+
+
+def test_a_message_over_max_message_bytes_is_refused_by_grpc(dyn_path):
+    s = serve([DIGITS], Settings(max_batch=1, queue=4), max_message_bytes=1024)
+    try:
+        _, err = stub_call(s.server.address, raw_request(FIX, [1, 8, 8, 1], "FP32", b"\0" * 2048))
+        assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        reply, err = stub_call(s.server.address, raw_request(FIX, [1, 8, 8, 1], "FP32", rng_x(1, 8, 8, 1).tobytes()))
+        assert err is None and list(reply.outputs[0].shape) == [1, 10]
+    finally:
+        stop(s)
+
+
 def test_a_huge_declared_shape_is_refused_without_allocating(served):
     _, err = stub_call(served.server.address, raw_request(FIX, [1 << 40, 1 << 20], "FP32", b"\0" * 16))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "bytes of raw contents" in err.details()
