@@ -88,9 +88,9 @@ def _timeout_s(request, context) -> float | None:
             raise BadRequest(f"parameter 'timeout' {value!r}: expected microseconds >= 0")
         if value > 0:
             found.append(value / 1e6)
-    # A deadline already past still goes to the core, as 1 us: the batcher drops it as expired and counts it there, so
-    # every DEADLINE_EXCEEDED this face answers is in the statistics' `expired` (the core refuses a timeout <= 0)
-    return max(min(found), 1e-6) if found else None
+    # A deadline already past still goes to the core (a timeout <= 0): the batcher drops it as expired and counts it,
+    # so every DEADLINE_EXCEEDED this face answers is in the statistics' `expired`
+    return min(found) if found else None
 
 
 def _shape(t, what: str) -> tuple[int, ...]:
