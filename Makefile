@@ -1,6 +1,6 @@
 # make demo   set up, then load one reference model on every backend and compare; a pinned bench; a board's agent
 #             driven by the host over a software serial cable
-# make test   set up, then lint and run the tests (both TFLite flavours)
+# make test   set up, then lint and run the tests (both TFLite flavours; perf_analyzer against edge-runtime serve)
 # make bench  the project's own benchmarks (pytest-benchmark; not part of make test)
 # make gpu-check  on a machine with an NVIDIA GPU: the GPU targets and NVML (tests/gpu; skips elsewhere)
 # make models rebuild the reference models in their own environment (TensorFlow; ~1.5 GB)
@@ -112,7 +112,7 @@ sys-libs:
 		echo "could not install$$missing: perf_analyzer will not start"; \
 	else echo "not root: perf_analyzer needs$$missing (sudo apt-get install$$missing)"; fi
 
-test: $(VENV)/.done $(TFLRT)/.done $(TRITON)/.done $(MLSERVER)/.done sys-tools lint
+test: $(VENV)/.done $(TFLRT)/.done $(TRITON)/.done $(MLSERVER)/.done $(PERF)/.done sys-tools sys-libs lint
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests --ignore=tests/benchmarks
 	EDGE_RUNTIME_TFLITE_IMPL=tflite-runtime $(TFLRT)/bin/pytest -q -p no:cacheprovider -m tflite_runtime \
 		tests/runtime/test_tflite_runtime.py

@@ -35,8 +35,8 @@ ALLOWED = {
     "serve": {"errors", "files", "limits", "system", "runtime", "wire"},
     # what every command-line program is made of (edge-runtime's and edge-bench's): main, args, signals
     "program": {"errors", "files", "limits", "system", "results", "runtime", "measure", "__init__"},
-    "cli": {"errors", "files", "limits", "system", "results", "runtime", "measure", "quantize", "agent", "wire", "serve",
-            "program", "__init__"},
+    "cli": {"errors", "files", "limits", "system", "results", "runtime", "measure", "quantize", "agent", "wire",
+            "serve", "program", "__init__"},
     "__init__": {"errors", "runtime"},
 }
 MAX_LINES = 400

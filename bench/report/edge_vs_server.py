@@ -25,7 +25,7 @@ from bench.report.boards_per_gpu import line as boards_line
 
 
 def side_of(res: dict) -> str:
-    """"server" for a run the host timed as a client (any server target), or one this host's own NVIDIA GPU ran
+    """ "server" for a run the host timed as a client (any server target), or one this host's own NVIDIA GPU ran
     (local:?device=cuda|tensorrt: a `gpu` section); "board" for a run a board timed itself. Read from the record, so
     a stored run says its side whatever target kinds this edge-bench knows."""
     b = res.get("backend") or {}
@@ -40,6 +40,13 @@ def _client_timed(res: dict) -> bool:
     return "client" in measured_on or (res.get("backend") or {}).get("name") == "kserve"
 
 
+def serving_board(res: dict) -> bool:
+    """A board serving its model over KServe (`edge-runtime serve`): timed as a client like a server, yet a board. It
+    may stand on either side: the server against a board's own run, the board against a GPU server."""
+    b = res.get("backend") or {}
+    return _client_timed(res) and (b.get("details") or {}).get("server") == "edge-runtime"
+
+
 def _key(res: dict) -> str | None:
     return (res.get("model") or {}).get("sha256")
 
@@ -52,11 +59,15 @@ def pairs(items: list[tuple[str, dict]]) -> list[dict]:
 
 def indexed_pairs(items: list[tuple[str, dict]]) -> list[tuple[int, int, dict]]:
     """pairs(), with the index in `items` of the board run and of the server run each comparison was made from."""
-    boards = [(i, lbl, r) for i, (lbl, r) in enumerate(items) if r and side_of(r) == "board" and _key(r)]
+    boards = [
+        (i, lbl, r) for i, (lbl, r) in enumerate(items) if r and _key(r) and (side_of(r) == "board" or serving_board(r))
+    ]
     servers = [(i, lbl, r) for i, (lbl, r) in enumerate(items) if r and side_of(r) == "server" and _key(r)]
     out, seen = [], set()
     for ib, bl, b in boards:
         for is_, sl, s in servers:
+            if ib == is_ or (serving_board(b) and serving_board(s)):  # a board against itself, or two boards
+                continue
             kind = (
                 (b.get("scenario") or {}).get("kind") or "single-stream",
                 (s.get("scenario") or {}).get("kind") or "single-stream",
@@ -141,9 +152,20 @@ def compare(board_label: str, board: dict, server_label: str, server: dict) -> d
         "total_ms": _ms(bl.get("mean")),
         "note": "inputs bound once: pre- and post-processing are not in the measured call",
     }
+    # A serving board was timed as a client over the network: on the board itself its callers skip that round trip.
+    board_rtt_us = 0.0
+    if _client_timed(board):
+        board_rtt_us = (((board.get("server") or {}).get("network") or {}).get("rtt_ms") or 0) * 1000
+        mean = bl.get("mean")
+        board_budget.update(
+            link_ms=_ms(board_rtt_us),
+            inference_ms=None if mean is None else _ms(mean - board_rtt_us),
+            note="served over KServe (edge-runtime serve): timed as a client, less its measured round trip",
+        )
     crossover = {}
     for p in ("p50", "p99"):
         b, s = bl.get(p), sl.get(p)
+        b = None if b is None else b - board_rtt_us
         if b is None or s is None:
             crossover[p] = None
             continue

@@ -127,15 +127,15 @@ def run(args) -> int:
             print(f"{PROG} serve: {text}", file=sys.stderr, flush=True)
 
     say = (lambda _t: None) if args.quiet else log
-    gate = _heat_gate(args, say)
-    core = _load(args, gate, say)
+    gate, heat_line = _heat_gate(args)  # said once the models are loaded: a refusal at start is one line alone
+    core, lines = _load(args, gate, heat_line)
     try:
-        return _serve(args, core, http, grpc, token, log, say)
+        return _serve(args, core, http, grpc, token, log, lambda: [say(line) for line in lines])
     finally:
         core.close(timeout_s=0)
 
 
-def _heat_gate(args, say):
+def _heat_gate(args):
     from edge_runtime.cli.common import sysroot
     from edge_runtime.serve.heat import HeatGate
     from edge_runtime.system.thermal import read_snapshot, thermal_limit
@@ -151,43 +151,52 @@ def _heat_gate(args, say):
     if limit is None:
         trip, why = thermal_limit(None, None, read_snapshot(root))
         known = f"; {why}: {trip:g} C" if trip is not None else ""
-        say(f"thermal: no limit (--thermal-limit C refuses new work when hot); hottest sensor {_c(t)}{known}")
-    else:
-        if t is None:
-            raise UserError(f"--thermal-limit {limit:g}: no temperature sensor found under {args.sysroot}")
-        say(f"thermal: refusing new work at {limit:g} C, again below {limit - gate.hysteresis_c:g} C; now {_c(t)}")
-    return gate
+        return gate, f"thermal: no limit (--thermal-limit C refuses new work when hot); hottest sensor {_c(t)}{known}"
+    if t is None:
+        gate.stop()
+        raise UserError(f"--thermal-limit {limit:g}: no temperature sensor found under {args.sysroot}")
+    return gate, f"thermal: refusing new work at {limit:g} C, again below {limit - gate.hysteresis_c:g} C; now {_c(t)}"
 
 
 def _c(t) -> str:
     return "unknown (no sensor)" if t is None else f"{t:.1f} C"
 
 
-def _load(args, gate, say):
+def _load(args, gate, heat_line: str):
+    """The Core with every model loaded, and the lines that say how each is served (said once it listens)."""
     from edge_runtime.runtime.sandbox import can_fork
     from edge_runtime.serve.app import Settings, build_core, model_specs
 
     kwargs = load_kwargs(args)
-    specs = model_specs(args.models)
+    try:
+        specs = model_specs(args.models)
+    except BaseException:
+        gate.stop()
+        raise
     if can_fork():  # a model that crashes its backend is refused here, in a child, before anything listens
         from edge_runtime.runtime.load import load
 
         for _name, path in specs:
             load(path, **{**kwargs, "sandbox": True}).close()
     settings = Settings(args.max_batch, args.max_delay_us, args.queue, args.instances, args.cpus)
-    core = build_core(args.models, settings, kwargs, gate)
+    try:
+        core = build_core(args.models, settings, kwargs, gate)
+    except BaseException:
+        gate.stop()
+        raise
+    lines = [heat_line]
     for m in core.models.values():
         b = m.batcher
         cpus = ", ".join("all" if i.cpus is None else ",".join(map(str, i.cpus)) for i in b.instances)
         how = f"batches up to {m.max_batch}, window {args.max_delay_us:g} us" if m.batching else b.unbatched_reason
-        say(
+        lines.append(
             f"model {m.name}: {m.path} on {b.backend.name} {b.backend.device}; {how}; queue {args.queue}; "
             f"{len(b.instances)} instance(s) on CPUs {cpus}"
         )
-    return core
+    return core, lines
 
 
-def _serve(args, core, http, grpc, token, log, say) -> int:
+def _serve(args, core, http, grpc, token, log, say_loaded) -> int:
     import signal
 
     stop = threading.Event()
@@ -202,7 +211,9 @@ def _serve(args, core, http, grpc, token, log, say) -> int:
     servers = _listen(args, core, http, grpc, token, log)
     hosts = {"http": http, "grpc": grpc}
     where = " ".join(f"{k}={hosts[k][0]}:{s.port}" for k, s in servers.items())
+    say_loaded()
     print(f"ready {where}", flush=True)
+    say = (lambda _t: None) if args.quiet else log
     say(f"serving {', '.join(core.models)} on {where}; {'token required' if token else 'no token'}; pid {os.getpid()}")
     while not stop.wait(3600):
         pass

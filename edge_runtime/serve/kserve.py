@@ -218,9 +218,12 @@ class Core:
         self.admit()
         deadline = None
         if timeout_s is not None:
-            if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s > 0):
-                raise BadRequest(f"timeout {timeout_s!r}: expected a positive number of seconds")
-            deadline = time.monotonic() + min(timeout_s, 3600.0)
+            if not (
+                isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool) and math.isfinite(timeout_s)
+            ):
+                raise BadRequest(f"timeout {timeout_s!r}: expected a number of seconds")
+            # a deadline already passed (a client's that ran out on the way) is dropped by the batcher, and counted
+            deadline = time.monotonic() + min(max(timeout_s, 0.0), 3600.0)
         try:
             return m.batcher.submit(feeds, deadline)
         except QueueFull as err:
