@@ -241,7 +241,7 @@ def memory_table() -> str:
 @pytest.mark.parametrize("window_us", WINDOWS_US)
 def test_the_batching_window_against_triton(benchmark, perf_analyzer, tmp_path, tmp_path_factory, window_us):
     server_cpu, client_cpu = cpus()
-    with edge_server(window_us, server_cpu) as edge, triton_server(window_us, server_cpu) as triton:
+    with triton_server(window_us, server_cpu) as triton, edge_server(window_us, server_cpu) as edge:
         up = {"edge": edge, "triton": triton}
         for who, srv in up.items():
             RESULTS["memory"].append({"server": who, "window_us": window_us, "when": "idle", **idle(srv)})
