@@ -127,7 +127,7 @@ def tree_cpu_s(server) -> float:
 def idle(server) -> dict:
     """Memory after start, and the CPU the idle server takes (while the other one is measured)."""
     before, t = tree_cpu_s(server), time.monotonic()
-    time.sleep(1.0)
+    time.sleep(0.5)
     cpu_pct = 100 * (tree_cpu_s(server) - before) / (time.monotonic() - t)
     return {**tree_memory_kb(server), "idle_cpu_pct": round(cpu_pct, 1)}
 
