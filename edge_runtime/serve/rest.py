@@ -77,7 +77,7 @@ class Rest:
     def __init__(self, core: Core, *, token: bytes | None = None, log=None, max_body_bytes: int = 64 << 20):
         self.core = core
         self.token = token
-        self.log = log or stderr_log
+        self.log = log if log is not None else stderr_log
         self.max_body_bytes = max_body_bytes
 
     # -- the transport's two calls ------------------------------------------------------------------------------------
