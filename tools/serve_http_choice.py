@@ -5,7 +5,7 @@ same `Rest` handler over the same Core on models/digits_cnn/digits_cnn_int8.onnx
 Measured, each server in a child process of its own: requests/s, p50 and p99 at concurrency 1 and 8 (a pool of
 keep-alive http.client connections sending the binary tensor extension), the server's RSS idle and with 1000 idle
 keep-alive connections open, and whether a client sending its head one byte a second delays another client.
-Prints a table. Usage: .venv/bin/python tools/serve_http_choice.py [--seconds 3]
+Prints a table. Usage: .venv/bin/python tools/serve_http_choice.py [--seconds 3] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -35,49 +35,55 @@ def _core():
     return build_core([str(MODEL)], Settings(max_batch=8, max_delay_us=0, queue=64))
 
 
-def serve_aiohttp(core, port: int = 0) -> int:
-    """aiohttp's low-level server (one loop in a background thread) with the same Rest handler: what was measured
-    against the standard library's (http_server.py) before the choice, kept to measure again."""
-    import asyncio
-
-    from aiohttp import web
+def serve_stdlib(core, port: int = 0) -> int:
+    """The standard library's ThreadingHTTPServer with the same Rest handler: what was measured against aiohttp
+    (http_server.py) before the choice, kept to measure again."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from edge_runtime.serve.rest import Pending, Rest
 
     rest = Rest(core, log=lambda line: None)
-    loop = asyncio.new_event_loop()
 
-    async def handle(request):
-        headers = {k.lower(): v for k, v in request.headers.items()}
-        peer = request.remote or "?"
-        answer = rest.check_head(request.method, request.raw_path, headers, peer)
-        if answer is None:
-            n = rest.body_length(headers)
-            body = await request.content.readexactly(n) if n else b""
-            answer = rest.handle(request.method, request.raw_path, headers, body, peer)
-            if isinstance(answer, Pending):
-                try:
-                    await asyncio.wrap_future(answer.future)
-                except Exception:  # noqa: BLE001 - respond() turns it into the answer
-                    pass
-                answer = answer.respond()
-        return web.Response(status=answer.status, body=answer.body, headers=answer.headers)
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True
+        timeout = 60
 
-    async def start():
-        server = web.Server(handle, access_log=None, keepalive_timeout=60)
-        return await loop.create_server(server, "127.0.0.1", port, backlog=1024)
+        def _one(self) -> None:
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            peer = self.client_address[0]
+            answer = rest.check_head(self.command, self.path, headers, peer)
+            if answer is None:
+                body = self.rfile.read(rest.body_length(headers))
+                answer = rest.handle(self.command, self.path, headers, body, peer)
+                if isinstance(answer, Pending):
+                    answer.future.exception()  # waits; respond() reads the outcome
+                    answer = answer.respond()
+            self.send_response(answer.status)
+            for k, v in answer.headers.items():
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(len(answer.body)))
+            self.end_headers()
+            self.wfile.write(answer.body)
 
-    listener = loop.run_until_complete(start())
-    threading.Thread(target=loop.run_forever, daemon=True).start()
-    return listener.sockets[0].getsockname()[1]
+        do_GET = do_POST = _one
+
+        def log_message(self, *args) -> None:
+            pass
+
+    ThreadingHTTPServer.request_queue_size = 1024  # as aiohttp's backlog: the default 5 drops SYNs of 1000 clients
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server.server_address[1]
 
 
 def child(kind: str) -> None:
     """Run one server, print its port, serve until stdin closes."""
     resource.setrlimit(resource.RLIMIT_NOFILE, (8192, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
     core = _core()
-    if kind == "aiohttp":
-        port = serve_aiohttp(core)
+    if kind == "stdlib":
+        port = serve_stdlib(core)
     else:
         from edge_runtime.serve.http_server import start_http
 
@@ -184,16 +190,21 @@ def measure(kind: str, seconds: float) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--repeat", type=int, default=3, help="rounds, the servers' order alternating (default 3)")
     ap.add_argument("--child", choices=SERVERS, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         child(args.child)
         return
     resource.setrlimit(resource.RLIMIT_NOFILE, (8192, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-    rows = {kind: measure(kind, args.seconds) for kind in SERVERS}
+    rows = []
+    for i in range(args.repeat):  # alternating, so a neighbour's load on the machine falls on both
+        for kind in SERVERS if i % 2 == 0 else SERVERS[::-1]:
+            rows.append((kind, measure(kind, args.seconds)))
+    rows.sort(key=lambda kv: kv[0])
     print(f"{'server':8} {'c1 req/s':>9} {'p50 us':>7} {'p99 us':>7} {'c8 req/s':>9} {'p50 us':>7} {'p99 us':>7} "
           f"{'RSS MB':>7} {'+1000 idle':>10} {'c1 p99 w/1000':>13}  slow client blocks others")  # fmt: skip
-    for kind, r in rows.items():
+    for kind, r in rows:
         c1, c8 = r["c1"], r["c8"]
         print(f"{kind:8} {c1['rps']:9.0f} {c1['p50']:7.0f} {c1['p99']:7.0f} {c8['rps']:9.0f} {c8['p50']:7.0f} "
               f"{c8['p99']:7.0f} {r['rss_idle']:7.1f} {r['rss_1000']:10.1f} {r['c1_1000']['p99']:13.0f}  "
