@@ -107,6 +107,8 @@ class Rest:
             return self._route(method, target, headers, body, peer)
         except ServeError as err:
             return self.refusal(err, method, target, peer)
+        except Exception as err:  # noqa: BLE001 - a fault of ours: one line and a 500, never a traceback on the wire
+            return self.refusal(_Refused(500, f"internal error: {type(err).__name__}: {err}"), method, target, peer)
 
     def refusal(self, err: ServeError, method: str, target: str, peer: str) -> Response:
         self.log(f"{PREFIX}: {err.status} {printable(method, 10)} {printable(target)} from {peer}: {err}")
@@ -184,10 +186,11 @@ class Rest:
 
         def respond() -> Response:
             try:
-                outputs = self.core.outcome(future)
+                return encode_response(name, request.get("id"), self.core.outcome(future), wanted)
             except ServeError as err:
                 return self.refusal(err, "POST", *where)
-            return encode_response(name, request.get("id"), outputs, wanted)
+            except Exception as err:  # noqa: BLE001 - as in handle()
+                return self.refusal(_Refused(500, f"internal error: {type(err).__name__}: {err}"), "POST", *where)
 
         return Pending(future, respond)
 
