@@ -29,6 +29,7 @@ is dropped with one log line.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 
 from edge_runtime.errors import UserError
@@ -62,13 +63,30 @@ class HttpServer:
                     self.head_started = outer._loop.time()
                 super().data_received(data)
 
+            def handle_error(self, request, status=500, exc=None, message=None):
+                """A request aiohttp could not parse (bad request line, too many headers, TLS on this port): one
+                line and a JSON error, not aiohttp's traceback."""
+                why = printable(" ".join(str(getattr(exc, "message", None) or exc or message or "").split()), 120)
+                outer.rest.log(f"{PREFIX}: {status} from {request.remote}: malformed request: {why}")
+                if request.writer.output_size > 0:
+                    raise ConnectionError("response already started")
+                resp = web.json_response({"error": f"malformed request: {why}"}, status=status)
+                resp.force_close()
+                return resp
+
         class Server(web.Server):
             def __call__(self):
                 return Handler(self, loop=self._loop, **self._kwargs)
 
+        quiet = logging.Logger("edge_runtime.serve.http", logging.CRITICAL + 1)  # our faults: one line in Rest
         self._server = Server(
-            self._serve, loop=self._loop, keepalive_timeout=idle_timeout_s, access_log=None, lingering_time=0
-        )  # lingering_time 0: a refused body is not read on (a declared 10^12 bytes would be, for 10 s)
+            self._serve,
+            loop=self._loop,
+            keepalive_timeout=idle_timeout_s,
+            access_log=None,
+            logger=quiet,
+            lingering_time=0,  # a refused body is not read on (a declared 10^12 bytes would be, for 10 s)
+        )
         started = threading.Event()
         failure: list[BaseException] = []
         self._thread = threading.Thread(

@@ -266,3 +266,22 @@ def test_an_idle_connection_is_closed_after_idle_timeout(tmp_path):
     finally:
         srv.close()
         core.close()
+
+
+GARBAGE = {
+    "not HTTP": b"HELLO\r\n\r\n",
+    "a 20 kB request line": b"GET /" + b"a" * 20_000 + b" HTTP/1.1\r\n\r\n",
+    "200 headers": b"GET /v2 HTTP/1.1\r\n" + b"X-A: b\r\n" * 200 + b"\r\n",
+    "TLS on the HTTP port": bytes.fromhex("16030100a5010000a10303") + b"\0" * 40,
+}
+
+
+@pytest.mark.parametrize("case", list(GARBAGE))
+def test_a_malformed_request_is_one_line_and_a_400_without_a_traceback(server, case, capfd):
+    srv, lines = server
+    before = len(lines)
+    answer = raw(srv.port, GARBAGE[case])
+    assert answer.split(b" ")[1] == b"400" and b'"error": "malformed request' in answer
+    assert len(lines) == before + 1 and lines[-1].startswith("edge-runtime serve: 400 from 127.0.0.1: malformed")
+    assert "Traceback" not in capfd.readouterr().err
+    assert_serves_good(srv.port)
