@@ -86,6 +86,7 @@ class HttpServer:
             access_log=None,
             logger=quiet,
             lingering_time=0,  # a refused body is not read on (a declared 10^12 bytes would be, for 10 s)
+            auto_decompress=False,  # a compressed body is refused (415), never inflated
         )
         started = threading.Event()
         failure: list[BaseException] = []

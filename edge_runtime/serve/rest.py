@@ -87,6 +87,9 @@ class Rest:
             self._authorize(target, headers)
             if "transfer-encoding" in headers and headers["transfer-encoding"].strip().lower() != "identity":
                 raise _Refused(411, "chunked bodies are not taken: send Content-Length")
+            encoding = headers.get("content-encoding", "identity").strip().lower()
+            if encoding not in ("", "identity"):
+                raise _Refused(415, f"Content-Encoding {printable(encoding, 20)!r}: not taken (send it uncompressed)")
             self.body_length(headers)
         except ServeError as err:
             return self.refusal(err, method, target, peer)
@@ -176,9 +179,6 @@ class Rest:
     # -- inference ----------------------------------------------------------------------------------------------------
     def _infer(self, name: str, version: str | None, headers: Mapping[str, str], body: bytes, where) -> Pending:
         model = self.core.model(name, version)  # an unknown model is 404 before the body is looked at
-        encoding = headers.get("content-encoding", "identity").strip().lower()
-        if encoding not in ("", "identity"):
-            raise _Refused(415, f"Content-Encoding {printable(encoding, 20)!r}: not taken (send it uncompressed)")
         request, binary = split_body(headers, body)
         feeds = decode_inputs(request, binary, {t.name: t for t in model.tensors("inputs")})
         wanted = requested_outputs(request, [t.name for t in model.tensors("outputs")])

@@ -285,3 +285,13 @@ def test_a_malformed_request_is_one_line_and_a_400_without_a_traceback(server, c
     assert len(lines) == before + 1 and lines[-1].startswith("edge-runtime serve: 400 from 127.0.0.1: malformed")
     assert "Traceback" not in capfd.readouterr().err
     assert_serves_good(srv.port)
+
+
+def test_a_compressed_body_is_refused_before_it_is_read(server):
+    import gzip
+
+    srv, lines = server
+    status, _, answer = request(srv.port, "POST", "/v2/models/digits_cnn_int8/infer", gzip.compress(GOOD.encode()),
+                                {"Content-Encoding": "gzip"})  # fmt: skip
+    assert status == 415 and "Content-Encoding 'gzip'" in json.loads(answer)["error"] and "415 POST" in lines[-1]
+    assert_serves_good(srv.port)
