@@ -89,7 +89,7 @@ class HttpServer:
             auto_decompress=False,  # a compressed body is refused (415), never inflated
         )
         started = threading.Event()
-        failure: list[BaseException] = []
+        failure: list = []
         self._thread = threading.Thread(
             target=self._run, args=(port, started, failure), name="edge-runtime-http", daemon=True
         )
@@ -108,7 +108,8 @@ class HttpServer:
                 self._loop.create_server(self._server, self.host, port, backlog=1024, reuse_address=True)
             )
         except OSError as err:
-            failure.append(err)
+            failure.append(str(err).rsplit(": ", 1)[-1])  # asyncio wraps the errno text in its own words
+            self._loop.close()
             started.set()
             return
         self._sweeper = self._loop.create_task(self._sweep())
