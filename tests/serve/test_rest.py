@@ -112,6 +112,23 @@ def test_http_client_json_nested_data_equals_a_local_session(server, digits_dyn)
     assert "id" not in json.loads(body)
 
 
+def test_a_large_json_body_decoded_off_the_loop_equals_a_local_session(digits_dyn):
+    core, srv, _ = serve([RESNET], max_batch=1)
+    x = np.random.default_rng(5).random((1, 32, 32, 3), dtype=np.float32)
+    req = {"inputs": [{"name": "input", "shape": [1, 32, 32, 3], "datatype": "FP32", "data": x.tolist()}]}
+    body = json.dumps(req, indent=1).encode()
+    assert len(body) > 1 << 16  # above http_server's _OFFLOAD_BYTES: decoded in a worker thread
+    try:
+        status, _, answer = post(srv, "/v2/models/resnet8_int8/infer", body)
+    finally:
+        srv.close()
+        core.close()
+    assert status == 200
+    (out,) = json.loads(answer)["outputs"]
+    want = local(RESNET, x)[out["name"]]
+    np.testing.assert_array_equal(np.array(out["data"], np.float32).reshape(out["shape"]), want)
+
+
 def test_binary_data_output_for_the_whole_request_answers_octet_stream(server):
     srv, _, _ = server
     x = np.zeros((1, 8, 8, 1), np.float32)
