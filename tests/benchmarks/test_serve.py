@@ -214,7 +214,7 @@ def batching_table() -> str:
     lines = [head, "|" + "---|" * 11]
     for c in sorted(RESULTS["cells"], key=lambda c: (c["window_us"], c["concurrency"])):
         e, t, tr, pr = c["edge"], c["triton"], c["throughput_ratio"], c["p99_ratio"]
-        batch = f"{e.get('avg_batch', '-')} / {t.get('avg_batch', '-')}"
+        batch = " / ".join(f"{r['avg_batch']:.2f}" if "avg_batch" in r else "-" for r in (e, t))
         lines.append(f"| {c['window_us']} us | {c['concurrency']} | {e['throughput']:.0f} | {t['throughput']:.0f} "
                      f"| {tr:.2f} {verdict(tr >= 1.0)} | {e['p99_us'] / 1e3:.2f} | {t['p99_us'] / 1e3:.2f} "
                      f"| {pr:.2f} {verdict(pr <= 1.0)} | {e['p50_us'] / 1e3:.2f} | {t['p50_us'] / 1e3:.2f} "
@@ -303,6 +303,10 @@ def protocol_table(rows: list[dict]) -> str:
         lines.append(f"| {i + 1} | {r['session_p50_us']:.0f} | {r['p50_us']:.0f} | {r['p50_ratio']:.2f} "
                      f"{verdict(r['p50_ratio'] <= 1.3)} | {r['compute_us']:.0f} | {r['compute_ratio']:.2f} "
                      f"| {r['queue_us']:.0f} | {r['network_us']:.0f} |")  # fmt: skip
+    med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+    lines.append(f"| median | {med['session_p50_us']:.0f} | {med['p50_us']:.0f} | {med['p50_ratio']:.2f} "
+                 f"{verdict(med['p50_ratio'] <= 1.3)} | {med['compute_us']:.0f} | {med['compute_ratio']:.2f} "
+                 f"| {med['queue_us']:.0f} | {med['network_us']:.0f} |")  # fmt: skip
     return "\n".join(lines)
 
 
