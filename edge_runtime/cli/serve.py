@@ -255,4 +255,7 @@ def _bind(flag: str, addr: tuple[str, int], start):
     try:
         return start()
     except OSError as err:
-        raise UserError(f"{flag} {addr[0]}:{addr[1]}: cannot listen: {err.strerror or err}") from None
+        why = err.strerror or str(err)
+    except UserError as err:  # the face's own words: "... cannot listen ...: address already in use"
+        why = err.message.rsplit(": ", 1)[-1]
+    raise UserError(f"{flag} {addr[0]}:{addr[1]}: cannot listen: {why}")

@@ -238,7 +238,7 @@ class Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         def infer():
             model = self.core.model(request.model_name, request.model_version)
             feeds, timeout_s = feeds_of(request), _timeout_s(request, context)
-            future = self.core.submit(model.name, request.model_version, feeds, timeout_s)
+            future = self.core.submit(model.name, request.model_version, feeds, timeout_s, inline=True)
             context.add_callback(future.cancel)  # a client gone before its batch ran frees its place in the queue
             return response_of(model, request, self.core.outcome(future))
 

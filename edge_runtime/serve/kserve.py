@@ -212,8 +212,17 @@ class Core:
         return m
 
     # -- inference ---------------------------------------------------------------------------------------------------
-    def submit(self, name: str, version: str | None, feeds: Mapping[str, np.ndarray], timeout_s: float | None = None):
-        """Queue one request; a Future of its outputs. Refusals raise ServeError at once (nothing queued)."""
+    def submit(
+        self,
+        name: str,
+        version: str | None,
+        feeds: Mapping[str, np.ndarray],
+        timeout_s: float | None = None,
+        inline: bool = False,
+    ):
+        """Queue one request; a Future of its outputs. Refusals raise ServeError at once (nothing queued). With
+        `inline` a lone request may run in the caller's thread (Batcher.submit): for a face with a thread per call
+        (gRPC's pool), never for an event loop (it would run a burst one by one, each alone, the queue bypassed)."""
         m = self.model(name, version)
         self.admit()
         deadline = None
@@ -225,7 +234,7 @@ class Core:
             # a deadline already passed (a client's that ran out on the way) is dropped by the batcher, and counted
             deadline = time.monotonic() + min(max(timeout_s, 0.0), 3600.0)
         try:
-            return m.batcher.submit(feeds, deadline)
+            return m.batcher.submit(feeds, deadline, inline=inline)
         except QueueFull as err:
             raise QueueFullError(f"model {name!r}: {err}", retry_after_s=1) from None
         except BatcherClosed:
