@@ -5,6 +5,8 @@ from __future__ import annotations
 import statistics
 
 RATIOS: list[dict] = []
+# Tables a benchmark file builds (title -> Markdown), printed in the summary.
+TABLES: dict[str, str] = {}
 
 
 def report_ratio(
@@ -45,6 +47,10 @@ def _goal(r: dict) -> str:
 
 
 def pytest_terminal_summary(terminalreporter):
+    for title, table in TABLES.items():
+        terminalreporter.section(title)
+        for line in table.splitlines():
+            terminalreporter.write_line(line)
     if not RATIOS:
         return
     tr = terminalreporter

@@ -3,14 +3,17 @@
 Run with .venv-triton's Python (numpy 1; `make test` builds it):
 
     .venv-triton/bin/python tests/servers/triton_server.py --model M.onnx --name NAME \
-        --http-port P --grpc-port P --metrics-port P [--token T | --no-token] [--max-batch N]
+        --http-port P --grpc-port P --metrics-port P [--token T | --no-token] [--max-batch N] [--max-delay-us U]
+        [--stack-requests] [--cpus LIST]
 
 The model runs in ONNX Runtime (CPU, one thread) inside this process; Triton gets its inputs and outputs named, typed
 and shaped as in the ONNX file (a dynamic dimension becomes -1). Statistics, model repository, shared memory, trace and
 logging want the access token (header `triton-access-token`, gRPC `triton-grpc-protocol-triton-access-token`) unless
 --no-token. Every endpoint listens on 127.0.0.1 only. When the model answers ready through Triton's own HTTP endpoint
 (and the gRPC and metrics ports accept connections), one line `ready http=H:P grpc=H:P metrics=H:P` goes to stdout;
-logs go to stderr. SIGTERM (or SIGINT) stops Triton and exits 0; a Triton that dies on its own exits 1.
+logs go to stderr. SIGTERM (or SIGINT) stops Triton and exits 0; a Triton that dies on its own exits 1. --cpus pins
+this process before Triton starts, so tritonserver and the Python backend's stub (its children) inherit the CPUs: the
+whole server runs on them, as `edge-runtime serve` does under taskset.
 
 This is test scaffolding: it never binds a non-loopback address and never runs outside the tests' own venv.
 """
@@ -58,6 +61,20 @@ def _on_signal(signum: int, _frame: object) -> None:
     raise _Stop(signal.Signals(signum).name)
 
 
+def _cpu_list(text: str) -> set[int]:
+    """`1`, `0-1`, `0,2-3` -> a set of CPU numbers (argparse type)."""
+    cpus: set[int] = set()
+    try:
+        for part in text.split(","):
+            lo, _, hi = part.partition("-")
+            cpus.update(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a CPU list: {text!r} (e.g. 1 or 0-1,3)") from None
+    if not cpus:
+        raise argparse.ArgumentTypeError(f"not a CPU list: {text!r} (e.g. 1 or 0-1,3)")
+    return cpus
+
+
 def _dims(shape: list) -> list[int]:
     """ONNX dims -> Triton dims: a symbolic or unknown dimension becomes -1."""
     return [d if isinstance(d, int) and d >= 0 else -1 for d in shape]
@@ -73,7 +90,7 @@ def _dtype(ort_type: str) -> type:
 class OnnxModel:
     """An ONNX Runtime session (CPU, one thread) and the inference callable PyTriton binds."""
 
-    def __init__(self, path: Path, max_batch: int) -> None:
+    def __init__(self, path: Path, max_batch: int, stack_requests: bool = False) -> None:
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = 1
         opts.inter_op_num_threads = 1
@@ -81,6 +98,7 @@ class OnnxModel:
         self.inputs = [(i.name, _dtype(i.type), _dims(i.shape)) for i in self.session.get_inputs()]
         self.outputs = [(o.name, _dtype(o.type), _dims(o.shape)) for o in self.session.get_outputs()]
         self.max_batch = max_batch
+        self.stack_requests = stack_requests
         if max_batch:
             first = {d[0] if d else None for _, _, d in self.inputs + self.outputs}
             if not first <= {1, -1}:
@@ -105,11 +123,19 @@ class OnnxModel:
 
     def infer(self, requests: list) -> list[dict[str, np.ndarray]]:
         """PyTriton's callable: a list of requests (a dynamic batch) in, one dict of outputs per request out."""
-        answers = []
-        for request in requests:
-            feeds = {name: np.ascontiguousarray(request[name], dtype=dtype) for name, dtype, _ in self.inputs}
-            answers.append(self._run_request(feeds))
-        return answers
+        feeds = [{name: np.ascontiguousarray(r[name], dtype=dtype) for name, dtype, _ in self.inputs} for r in requests]
+        if self.stack_requests and len(feeds) > 1:
+            return self._run_stacked(feeds)
+        return [self._run_request(f) for f in feeds]
+
+    def _run_stacked(self, feeds: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        """The requests of a dynamic batch as one ONNX Runtime call (what pytriton.decorators.batch does), split back
+        into one answer per request by their batch sizes."""
+        stacked = {name: np.concatenate([f[name] for f in feeds]) for name, _, _ in self.inputs}
+        outputs = self._run_request(stacked)
+        ends = np.cumsum([next(iter(f.values())).shape[0] for f in feeds])[:-1]
+        split = {name: np.split(out, ends) for name, out in outputs.items()}
+        return [{name: parts[i] for name, parts in split.items()} for i in range(len(feeds))]
 
 
 def _python_libdir_first() -> None:
@@ -215,7 +241,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--max-batch", type=int, default=0, help="Triton max_batch_size, dynamic batcher on (default 0: no batching)"
     )
+    parser.add_argument(
+        "--max-delay-us",
+        type=int,
+        default=0,
+        help="the dynamic batcher's max_queue_delay_microseconds (with --max-batch; default 0: no wait)",
+    )
+    parser.add_argument(
+        "--stack-requests",
+        action="store_true",
+        help="run the requests of a dynamic batch as one ONNX Runtime call (default: one call per request)",
+    )
+    parser.add_argument("--cpus", type=_cpu_list, help="pin the server (this process and its children) to these CPUs")
     args = parser.parse_args(argv)
+    if args.cpus:
+        os.sched_setaffinity(0, args.cpus)
 
     # stdout carries the ready line only: PyTriton echoes tritonserver's log to stdout, so fd 1 becomes stderr and the
     # ready line goes to a private copy of the original stdout.
@@ -237,10 +277,10 @@ def main(argv: list[str] | None = None) -> int:
 def serve(args: argparse.Namespace, ready_out: typing.TextIO) -> int:
     """Load the model, start Triton, say ready, and serve until Triton dies (1) or a signal raises _Stop."""
     # PyTriton imported late: it reads its environment (and ours, above) when the server starts.
-    from pytriton.model_config import ModelConfig, Tensor
+    from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
     from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
 
-    model = OnnxModel(args.model, args.max_batch)
+    model = OnnxModel(args.model, args.max_batch, args.stack_requests)
     config = TritonConfig(
         http_address=HOST,
         http_port=args.http_port,
@@ -258,7 +298,13 @@ def serve(args: argparse.Namespace, ready_out: typing.TextIO) -> int:
         return [Tensor(name=n, dtype=t, shape=tuple(d[1:] if args.max_batch else d)) for n, t, d in specs]
 
     model_config = (
-        ModelConfig(batching=True, max_batch_size=args.max_batch) if args.max_batch else ModelConfig(batching=False)
+        ModelConfig(
+            batching=True,
+            max_batch_size=args.max_batch,
+            batcher=DynamicBatcher(max_queue_delay_microseconds=args.max_delay_us),
+        )
+        if args.max_batch
+        else ModelConfig(batching=False)
     )
     model_dirs: set[Path] = set()
     with tempfile.TemporaryDirectory(prefix="triton-test-") as workspace:
