@@ -76,15 +76,22 @@ def perf_analyzer():
 
 @contextlib.contextmanager
 def edge_server(window_us: int, cpu: int, model: Path = MODEL, name: str = NAME):
-    """`edge-runtime serve` (REST only) with its whole process on `cpu`, its one instance pinned there too."""
+    """`edge-runtime serve` (REST and gRPC) with its whole process on `cpu`, its one instance pinned there too."""
     # `python -m` from the checkout (serverkit runs servers there): this tree's edge_runtime, not the one the venv's
     # `edge-runtime` script was installed from
-    (http,) = servers.free_ports(1)
+    http, grpc = servers.free_ports(2)
     argv = ["taskset", "-c", str(cpu), sys.executable, "-m", "edge_runtime.cli", "serve", f"{name}={model}",
-            "--http", f"{servers.HOST}:{http}", "--grpc", "off", "--max-batch", str(MAX_BATCH),
+            "--http", f"{servers.HOST}:{http}", "--grpc", f"{servers.HOST}:{grpc}", "--max-batch", str(MAX_BATCH),
             "--max-delay-us", str(window_us), "--cpus", str(cpu)]  # fmt: skip
     with servers._serve(
-        "edge", argv, session=False, name=name, token=None, http=f"{servers.HOST}:{http}", grpc="", metrics=None
+        "edge",
+        argv,
+        session=False,
+        name=name,
+        token=None,
+        http=f"{servers.HOST}:{http}",
+        grpc=f"{servers.HOST}:{grpc}",
+        metrics=None,
     ) as server:
         yield server
 
@@ -155,10 +162,11 @@ class RssPeak:
         self._thread.join(timeout=2.0)
 
 
-def perf(exe: Path, http: str, concurrency: int, out: Path, cpu: int, period_ms: int = PERIOD_MS) -> dict:
+def perf(exe: Path, http: str, concurrency: int, out: Path, cpu: int, period_ms: int = PERIOD_MS,
+         protocol: str = "http") -> dict:  # fmt: skip
     """One perf_analyzer run on `cpu`: throughput, client p50/p99, the server's queue and compute (us, its averages
     from the statistics extension) and the average batch (its inference count over its execution count)."""
-    args = ["-m", NAME, "-u", http, "-i", "http", "--concurrency-range", f"{concurrency}:{concurrency}", "-p",
+    args = ["-m", NAME, "-u", http, "-i", protocol, "--concurrency-range", f"{concurrency}:{concurrency}", "-p",
             str(period_ms), "-s", "50", "--max-trials", "10", "-f", str(out)]  # fmt: skip
     # 10 windows at most, then it gives up: 150 s is far beyond
     proc = subprocess.run(["taskset", "-c", str(cpu), str(exe), *args], capture_output=True, text=True, timeout=150)
@@ -297,16 +305,15 @@ def session_p50_us(session, feeds: dict, iterations: int = 3000) -> float:
 
 
 def protocol_table(rows: list[dict]) -> str:
-    lines = ["| round | Session.infer p50 us | client p50 us | client / Session (goal <= 1.3) | server compute us "
-             "| compute / Session | server queue us | network + HTTP us |", "|" + "---|" * 8]  # fmt: skip
-    for i, r in enumerate(rows):
-        lines.append(f"| {i + 1} | {r['session_p50_us']:.0f} | {r['p50_us']:.0f} | {r['p50_ratio']:.2f} "
-                     f"{verdict(r['p50_ratio'] <= 1.3)} | {r['compute_us']:.0f} | {r['compute_ratio']:.2f} "
-                     f"| {r['queue_us']:.0f} | {r['network_us']:.0f} |")  # fmt: skip
+    lines = ["| round | Session.infer p50 us | HTTP client p50 us | HTTP / Session (goal <= 1.3) | gRPC client p50 us "
+             "| gRPC / Session | server compute us | compute / Session | server queue us | network + HTTP us |",
+             "|" + "---|" * 10]  # fmt: skip
     med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
-    lines.append(f"| median | {med['session_p50_us']:.0f} | {med['p50_us']:.0f} | {med['p50_ratio']:.2f} "
-                 f"{verdict(med['p50_ratio'] <= 1.3)} | {med['compute_us']:.0f} | {med['compute_ratio']:.2f} "
-                 f"| {med['queue_us']:.0f} | {med['network_us']:.0f} |")  # fmt: skip
+    for label, r in [*((str(i + 1), r) for i, r in enumerate(rows)), ("median", med)]:
+        lines.append(f"| {label} | {r['session_p50_us']:.0f} | {r['p50_us']:.0f} | {r['p50_ratio']:.2f} "
+                     f"{verdict(r['p50_ratio'] <= 1.3)} | {r['grpc_p50_us']:.0f} | {r['grpc_ratio']:.2f} "
+                     f"{verdict(r['grpc_ratio'] <= 1.3)} | {r['compute_us']:.0f} | {r['compute_ratio']:.2f} "
+                     f"| {r['queue_us']:.0f} | {r['network_us']:.0f} |")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -326,10 +333,14 @@ def test_the_protocol_cost_against_session_infer(benchmark, perf_analyzer, tmp_p
                 for who in ("server", "session") if r % 2 == 0 else ("session", "server"):
                     if who == "server":
                         got.update(perf(perf_analyzer, edge.http, 1, tmp_path / f"p{r}.csv", client_cpu, 1000))
+                        # gRPC: a lone request runs in its call's thread (no hand-off to the batcher's worker)
+                        g = perf(perf_analyzer, edge.grpc, 1, tmp_path / f"g{r}.csv", client_cpu, 1000, "grpc")
+                        got.update(grpc_p50_us=g["p50_us"], grpc_network_us=g["network_us"])
                     else:
                         with pinned(server_cpu):
                             got["session_p50_us"] = session_p50_us(session, feeds)
                 got["p50_ratio"] = got["p50_us"] / got["session_p50_us"]
+                got["grpc_ratio"] = got["grpc_p50_us"] / got["session_p50_us"]
                 got["compute_ratio"] = got["compute_us"] / got["session_p50_us"]
                 rows.append(got)
         with pinned(server_cpu):
@@ -339,6 +350,8 @@ def test_the_protocol_cost_against_session_infer(benchmark, perf_analyzer, tmp_p
     col = lambda k: [r[k] for r in rows]  # noqa: E731
     report_ratio(benchmark, "serve protocol: client p50 / Session.infer p50, c=1, window 0", col("session_p50_us"),
                  col("p50_us"), goal=1.3, per_round=col("p50_ratio"))  # fmt: skip
+    report_ratio(benchmark, "serve protocol: gRPC client p50 / Session.infer p50, c=1, window 0",
+                 col("session_p50_us"), col("grpc_p50_us"), goal=1.3, per_round=col("grpc_ratio"))  # fmt: skip
     report_ratio(benchmark, "serve protocol: server compute / Session.infer p50, c=1, window 0",
                  col("session_p50_us"), col("compute_us"), goal=None, per_round=col("compute_ratio"))  # fmt: skip
     RESULTS["protocol"] = {"model": RESULTS["model"], "rounds": rows}
