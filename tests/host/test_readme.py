@@ -59,6 +59,7 @@ def test_the_readme_opens_with_its_title_a_line_and_the_two_commands():
         "Quick start: a firmware team, a model on a board",
         "Quick start: a bench engineer, which backend is faster and did it change",
         "Quick start: the host harness, a board against a GPU server",
+        "Quick start: serving a model on a board",
     }
 
 
@@ -153,6 +154,20 @@ def test_the_host_harness_quick_start_runs_as_written(tmp_path):
     table = ran.split("edge vs server")[0].splitlines()
     said = [line for line in table if "saturated" in line and not line.lstrip().startswith("run ")]
     assert not said, f"the server at 100 queries/s is below saturation here: {said}"
+
+
+def test_the_serving_quick_start_runs_as_written(tmp_path):
+    """A board's server started as written, the harness's KServe target against it at concurrency 8, then its own
+    statistics: batches above 1 row formed, none above the maximum, and the server stopped."""
+    needs(".venv/bin/edge-runtime", ".venv/bin/edge-bench")
+    block = quick_starts()["Quick start: serving a model on a board"]
+    results = run_block(scratch(tmp_path), block, 600)
+    check(results)
+    ran = next(out for cmd, _, out in results if cmd.startswith("edge-bench run"))
+    assert "resnet8_int8_dynamic" in ran and "p99" in ran, ran
+    stats = next(out for cmd, _, out in results if "/stats" in cmd)
+    sizes = [int(n) for n in re.findall(r'"batch_size":\s*(\d+)', stats)]
+    assert sizes and max(sizes) > 1 and max(sizes) <= 8, stats
 
 
 def test_the_example_campaign_holds_every_key_edge_bench_reads_and_loads(monkeypatch):
