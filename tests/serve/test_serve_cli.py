@@ -244,3 +244,58 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_the_openvino_ir_variant_serves_batches_too(tmp_path):
+    """The dynamic-batch IR (make models) through OpenVINO behind the same protocol: three rows in one request."""
+    import tritonclient.http as httpclient
+
+    need("openvino")
+    proc, where, log = started(str(RESNET_DYN_IR), "--max-batch", "4")
+    try:
+        x = np.random.default_rng(3).standard_normal((3, 32, 32, 3)).astype(np.float32)
+        c = httpclient.InferenceServerClient(where["http"])
+        inp = httpclient.InferInput("input", [3, 32, 32, 3], "FP32")
+        inp.set_data_from_numpy(x)
+        got = c.infer("resnet8_int8_dynamic", [inp]).as_numpy("probabilities")
+        np.testing.assert_allclose(got, local(RESNET_DYN_IR, x)["probabilities"], rtol=1e-4, atol=1e-5)
+        assert c.get_model_config("resnet8_int8_dynamic")["max_batch_size"] == 4
+    finally:
+        end(proc)
+    assert re.search(r"model resnet8_int8_dynamic: .* on openvino CPU; batches up to 4", "".join(log)), "".join(log)
+
+
+def test_a_campaign_puts_the_served_board_beside_a_local_run(server, tmp_path):
+    """One campaign: the model run here (local:, the board side) and on the serving board (its server side): the
+    report's edge-versus-server section pairs them."""
+    _, where, _ = server
+    campaign = tmp_path / "c.toml"
+    campaign.write_text(f"""[campaign]
+name = "served"
+repetitions = 1
+
+[[target]]
+name = "here"
+url = "local:"
+
+[[target]]
+name = "served"
+url = "kserve+http://{where["http"]}/resnet8_int8_dynamic"
+
+[[model]]
+name = "resnet8"
+path = "{RESNET_DYN}"
+
+[[scenario]]
+kind = "single-stream"
+iterations = 300
+""")
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.cli", "run", str(campaign), "--store", str(tmp_path / "s.sqlite"),
+         "--html", str(tmp_path / "r.html")],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    section = proc.stdout.split("edge vs server", 1)
+    assert len(section) == 2 and "here" in section[1] and "served" in section[1], proc.stdout[-3000:]
+    assert "edge vs server" in (tmp_path / "r.html").read_text().lower()
