@@ -17,6 +17,8 @@ import threading
 from edge_runtime.errors import UsageError, UserError
 from edge_runtime.program.args import PROG, add_debug, add_sysroot, celsius, integer, path_arg, real, word
 
+MAX_GRPC_WORKERS = 512  # threads for gRPC calls at most: a larger --queue is bounded by gRPC's call limit there
+
 
 def add_arguments(p) -> None:
     p.add_argument(
@@ -60,7 +62,7 @@ def add_arguments(p) -> None:
         "--token-file", type=path_arg, metavar="FILE", help="shared secret (mode 600); required off loopback"
     )
     p.add_argument(
-        "--max-body", type=integer(1, 4096), default=64, metavar="MB", help="largest request body (default 64 MB)"
+        "--max-body", type=integer(1, 4096), default=16, metavar="MB", help="largest request body (default 16 MB)"
     )
     p.add_argument("--backend", type=word, help="onnxruntime, openvino or tflite (default: from the file type)")
     p.add_argument("--device", type=word, help="onnxruntime: cpu|cuda|...; openvino: CPU|GPU|NPU|AUTO")
@@ -97,20 +99,15 @@ def address(text: str, flag: str, token: bytes | None) -> tuple[str, int] | None
 
 
 def load_kwargs(args) -> dict:
-    from edge_runtime.program.bench_flags import key_values
+    """run's load() arguments, less --cpus (the batcher splits them among its instances) and with no crash check in
+    load() itself (it forks: the batcher loads in threads; the check runs first, in _load)."""
+    import argparse
 
-    if args.delegate_option and not args.delegate:
-        raise UsageError("--delegate-option without --delegate: it would be ignored")
-    return {
-        "backend": args.backend,
-        "device": args.device,
-        "delegate": args.delegate,
-        "delegate_options": key_values(args.delegate_option, "--delegate-option"),
-        "options": key_values(args.option, "--option"),
-        "threads": args.threads,
-        "fallback": args.allow_fallback,
-        "sandbox": False,  # a crash check forks: the batcher loads in threads (the check runs first, below)
-    }
+    from edge_runtime.program.bench_flags import load_kwargs as run_kwargs
+
+    kwargs = run_kwargs(argparse.Namespace(**{**vars(args), "cpus": None, "no_sandbox": True}))
+    del kwargs["cpus"]
+    return kwargs
 
 
 def run(args) -> int:
@@ -122,9 +119,20 @@ def run(args) -> int:
     if http is None and grpc is None:
         raise UsageError("--http off and --grpc off: nothing would listen")
 
+    prefix, lock = f"{PROG} serve: ", threading.Lock()
+
     def log(text: str) -> None:
-        if sys.stderr is not None:
-            print(f"{PROG} serve: {text}", file=sys.stderr, flush=True)
+        """One line, whole: the faces' lines come with the prefix already; one write under a lock, so lines from
+        the loop, gRPC's threads and the batcher never interleave."""
+        if sys.stderr is None:
+            return
+        line = (text if text.startswith(prefix) else prefix + text) + "\n"
+        with lock:
+            try:
+                sys.stderr.write(line)
+                sys.stderr.flush()
+            except (OSError, ValueError):  # stderr gone (a closed pipe): the server goes on without its log
+                pass
 
     say = (lambda _t: None) if args.quiet else log
     gate, heat_line = _heat_gate(args)  # said once the models are loaded: a refusal at start is one line alone
@@ -239,10 +247,15 @@ def _listen(args, core, http, grpc, token, log) -> dict:
         if grpc is not None:
             from edge_runtime.serve.grpc_server import start_grpc
 
+            # a thread per call waiting: the queue, the batches in flight and a few health calls, so the batcher's
+            # queue refuses (with retry-after) before gRPC's own call limit does
+            workers = min(args.queue + args.instances * args.max_batch + 8, MAX_GRPC_WORKERS)
             servers["grpc"] = _bind(
                 "--grpc",
                 grpc,
-                lambda: start_grpc(core, grpc[0], grpc[1], token=token, log=log, max_message_bytes=args.max_body << 20),
+                lambda: start_grpc(
+                    core, grpc[0], grpc[1], token=token, log=log, max_message_bytes=args.max_body << 20, workers=workers
+                ),
             )
     except BaseException:
         for s in servers.values():

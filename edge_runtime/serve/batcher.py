@@ -228,8 +228,22 @@ class Batcher:
         try:
             self._go.wait()
             self._serve(index, session)
+        except Exception as err:  # a fault of ours: never leave requests waiting on a worker that is gone
+            self._give_up(f"batcher worker {index} stopped: {type(err).__name__}: {err}")
+            raise
         finally:
             session.close()
+
+    def _give_up(self, why: str) -> None:
+        """Take no more requests and fail those queued (the server answers 503 from then on, and says why)."""
+        with self._cond:
+            self._closing = True
+            dropped = list(self._pending)
+            self._pending.clear()
+            self._cond.notify_all()
+        for r in dropped:
+            if r.future.set_running_or_notify_cancel():
+                r.future.set_exception(BatcherClosed(why))
 
     def _start(self, index: int, cpus: tuple[int, ...] | None, factory: SessionFactory):
         """Pin this thread, load, run once (pools exist after a first run), and note the threads the load started."""
@@ -281,6 +295,8 @@ class Batcher:
                     self._cond.wait()
                     self._idle.discard(index)
                     continue
+                if expired:  # answer those now (outside the lock), then plan the rest
+                    return [], expired, now
                 rows, fit = 0, 0
                 for r in self._pending:
                     if rows + r.rows > self.max_batch:
@@ -293,7 +309,9 @@ class Batcher:
                     if batch:
                         return batch, expired, now
                     continue  # all cancelled meanwhile: plan again
-                self._cond.wait((due - now) / 1e9)
+                # wake at the window's end, or at the first deadline before it (dropped then, not at the window's end)
+                deadlines = [r.deadline_ns for r in self._pending if r.deadline_ns is not None]
+                self._cond.wait((min([due, *deadlines]) - now) / 1e9)
 
     def _purge(self, now: int) -> list[Request]:
         """Take expired and cancelled requests out of the queue, wherever they are (lock held); return the expired."""

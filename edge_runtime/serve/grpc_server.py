@@ -7,8 +7,10 @@ the ServeError's gRPC code with its one-line message (RESOURCE_EXHAUSTED with tr
 full queue); the server keeps serving.
 
 Threads: the server is gRPC's synchronous one. A ModelInfer waits for its batch in a worker thread (Core.infer), so
-`workers` requests can wait at once while the batcher forms batches; a request beyond that waits in gRPC's own queue
-until a worker is free (the batcher's queue bound, and its refusal, apply only to requests that reached a worker).
+`workers` requests can wait at once while the batcher forms batches; a call beyond that is refused at once by gRPC
+itself (RESOURCE_EXHAUSTED, `maximum_concurrent_rpcs`), never queued unbounded. `edge-runtime serve` gives it
+enough workers for the batcher's queue and batches in flight, so the batcher's own bound (with `retry-after`) is the
+one a client meets first.
 
 Measured (digits_cnn_int8.onnx, fixed batch, ONNX Runtime, one instance; 127.0.0.1 on a 2-vCPU x86 VM shared with
 other work, load average 4-5; client in its own process, 4 s after 1 s of warm-up, 3 alternating rounds):
@@ -93,6 +95,9 @@ def _timeout_s(request, context) -> float | None:
     return min(found) if found else None
 
 
+MAX_INPUTS = 64  # a request naming more inputs than any model here has is refused before any is read
+
+
 def _shape(t, what: str) -> tuple[int, ...]:
     if len(t.shape) > MAX_DIMS or any(d < 0 for d in t.shape):
         raise BadRequest(f"{what}: shape {list(t.shape)[:MAX_DIMS]} is not a shape (at most {MAX_DIMS} sizes >= 0)")
@@ -125,6 +130,8 @@ def feeds_of(request) -> dict[str, np.ndarray]:
     """The request's inputs by name, checked against what the request itself declares (the core checks them
     against the model)."""
     raw = request.raw_input_contents
+    if len(request.inputs) > MAX_INPUTS:
+        raise BadRequest(f"request: {len(request.inputs):,} inputs (at most {MAX_INPUTS} taken)")
     if raw and len(raw) != len(request.inputs):
         n = len(request.inputs)
         raise BadRequest(f"request: {len(raw)} raw_input_contents for {n} inputs (one each, in input order)")
@@ -137,13 +144,24 @@ def feeds_of(request) -> dict[str, np.ndarray]:
     return feeds
 
 
-def response_of(model, request, outputs: dict[str, np.ndarray]) -> service_pb2.ModelInferResponse:
-    """The outputs asked for (all, in the model's order, when none is named) as raw_output_contents."""
+def wanted_outputs(model, request) -> list[str]:
+    """The outputs asked for (all, in the model's order, when none is named), checked before anything runs: an
+    unknown name or an extension this server does not do (classification) is refused, not computed for nothing."""
     names = [t.name for t in model.tensors("outputs")]
     wanted = [o.name for o in request.outputs] or names
-    for name in wanted:
-        if name not in outputs:
-            raise BadRequest(f"requested output {name[:80]!r}: the model gives {names!r}")
+    for o in request.outputs:
+        if o.name not in names:
+            raise BadRequest(f"requested output {o.name[:80]!r}: the model gives {names!r}")
+        if "classification" in o.parameters:
+            raise BadRequest(f"requested output {o.name[:80]!r}: the classification extension is not served")
+    if len(set(wanted)) != len(wanted):
+        raise BadRequest("requested outputs: a name given twice")
+    return wanted
+
+
+def response_of(model, request, outputs: dict[str, np.ndarray]) -> service_pb2.ModelInferResponse:
+    """The outputs asked for (wanted_outputs) as raw_output_contents."""
+    wanted = wanted_outputs(model, request)
     reply = service_pb2.ModelInferResponse(model_name=model.name, model_version=VERSION, id=request.id)
     for name in wanted:
         arr = np.asarray(outputs[name])
@@ -237,6 +255,7 @@ class Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     def ModelInfer(self, request, context):
         def infer():
             model = self.core.model(request.model_name, request.model_version)
+            wanted_outputs(model, request)
             feeds, timeout_s = feeds_of(request), _timeout_s(request, context)
             future = self.core.submit(model.name, request.model_version, feeds, timeout_s, inline=True)
             context.add_callback(future.cancel)  # a client gone before its batch ran frees its place in the queue
@@ -303,7 +322,9 @@ def start_grpc(
     size = min(max_message_bytes, 2**31 - 1)  # gRPC's limits are C ints
     options = [("grpc.max_receive_message_length", size), ("grpc.max_send_message_length", size)]
     executor = futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="serve-grpc")
-    server = grpc.server(executor, options=options)
+    # No more calls than threads: beyond, gRPC answers RESOURCE_EXHAUSTED at once instead of holding whole messages in
+    # a queue of its own that nothing bounds (the CLI sizes `workers` so the batcher's --queue fills first)
+    server = grpc.server(executor, options=options, maximum_concurrent_rpcs=workers)
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(Servicer(core, token, log or _stderr), server)
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:

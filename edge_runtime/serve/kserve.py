@@ -89,6 +89,13 @@ class Expired(ServeError):
     grpc_code = "DEADLINE_EXCEEDED"
 
 
+class Cancelled(ServeError):
+    """The client gave up (a gRPC call cancelled, or past its deadline in gRPC's own reckoning) before it ran."""
+
+    status = 499  # nginx's "client closed request": nobody reads it, the log line does
+    grpc_code = "CANCELLED"
+
+
 class Failed(ServeError):
     """The inference itself failed (the backend's own words)."""
 
@@ -252,10 +259,14 @@ class Core:
     @staticmethod
     def outcome(future: Future) -> dict[str, np.ndarray]:
         """The outputs of a finished request, or its end as a ServeError."""
+        from concurrent.futures import CancelledError
+
         from edge_runtime.serve.requests import DeadlineExpired
 
         try:
             return future.result()
+        except CancelledError:
+            raise Cancelled("cancelled by the client before it ran: dropped, counted as cancelled") from None
         except DeadlineExpired as err:
             raise Expired(str(err)) from None
         except BatcherClosed as err:

@@ -75,6 +75,13 @@ def batching_refusal(inputs, outputs) -> str | None:
     return None
 
 
+def _some(names: list, shown: int = 5, width: int = 40) -> str:
+    """Names a client sent, bounded for a log line: a few, each cut short, and how many there were."""
+    cut = [repr(str(n)[:width]) + ("..." if len(str(n)) > width else "") for n in names[:shown]]
+    more = f" and {len(names) - shown:,} more" if len(names) > shown else ""
+    return "[" + ", ".join(cut) + "]" + more
+
+
 def check_request(inputs, feeds, deadline, *, batching: bool, max_batch: int) -> Request:
     """`feeds` as a Request for a model with these `inputs`: names, dtypes (a safe cast is made), shapes and rows
     checked, one FeedError line each. Without `batching` the whole shape is fixed and a request counts one row (the
@@ -83,7 +90,7 @@ def check_request(inputs, feeds, deadline, *, batching: bool, max_batch: int) ->
         raise FeedError(f"request: expected a dict of input arrays, got {type(feeds).__name__}")
     names = [t.name for t in inputs]
     if sorted(feeds) != sorted(names):
-        raise FeedError(f"request inputs {sorted(feeds)!r}: the model takes {names!r}")
+        raise FeedError(f"request inputs {_some(sorted(feeds))}: the model takes {names!r}")
     arrays, rows = {}, set()
     for t in inputs:
         arr = np.asarray(feeds[t.name])

@@ -27,6 +27,7 @@ PREFIX = "edge-runtime serve"
 HEADER_LENGTH = "inference-header-content-length"
 _JSON = {"Content-Type": "application/json"}
 _MAX_DIMS = 16
+MAX_JSON_BYTES = 4 << 20  # the JSON part of a request at most (its tensors parsed take ~10x that)
 
 
 class Unauthorized(ServeError):
@@ -79,6 +80,7 @@ class Rest:
         self.token = token
         self.log = log if log is not None else stderr_log
         self.max_body_bytes = max_body_bytes
+        self.max_json_bytes = min(max_body_bytes, MAX_JSON_BYTES)
 
     # -- the transport's two calls ------------------------------------------------------------------------------------
     def check_head(self, method: str, target: str, headers: Mapping[str, str], peer: str) -> Response | None:
@@ -124,8 +126,9 @@ class Rest:
     def _authorize(self, target: str, headers: Mapping[str, str]) -> None:
         if self.token is None or urlsplit(target).path in ("/v2/health/live", "/v2/health/ready"):
             return
-        given = headers.get("authorization", "").encode("latin-1", "replace")
-        if not hmac.compare_digest(given, b"Bearer " + self.token):
+        scheme, _, given = headers.get("authorization", "").strip().partition(" ")
+        ok = scheme.lower() == "bearer"  # the scheme is case-insensitive (RFC 7235); the token is not
+        if not hmac.compare_digest(given.strip().encode("latin-1", "replace"), self.token) or not ok:
             raise Unauthorized("missing or wrong token: send Authorization: Bearer <token>")
 
     def _route(self, method: str, target: str, headers: Mapping[str, str], body: bytes, peer: str):
@@ -179,7 +182,7 @@ class Rest:
     # -- inference ----------------------------------------------------------------------------------------------------
     def _infer(self, name: str, version: str | None, headers: Mapping[str, str], body: bytes, where) -> Pending:
         model = self.core.model(name, version)  # an unknown model is 404 before the body is looked at
-        request, binary = split_body(headers, body)
+        request, binary = split_body(headers, body, self.max_json_bytes)
         feeds = decode_inputs(request, binary, {t.name: t for t in model.tensors("inputs")})
         wanted = requested_outputs(request, [t.name for t in model.tensors("outputs")])
         future = self.core.submit(name, version, feeds, timeout_of(request))
@@ -205,16 +208,23 @@ def _model_route(parts: list[str], target: str) -> tuple[str, str | None, str]:
     return name, version, tail[0] if tail else ""
 
 
-def split_body(headers: Mapping[str, str], body: bytes) -> tuple[dict, bytes]:
-    """The JSON request and the binary tensors after it (Inference-Header-Content-Length says where they start)."""
+def split_body(headers: Mapping[str, str], body: bytes, max_json_bytes: int = 4 << 20) -> tuple[dict, bytes]:
+    """The JSON request and the binary tensors after it (Inference-Header-Content-Length says where they start). The
+    JSON part is bounded apart from the body: parsed, a JSON list of numbers takes ~10x its bytes in memory."""
     cut = len(body)
     if HEADER_LENGTH in headers:
         text = headers[HEADER_LENGTH].strip()
-        if not text.isdigit() or int(text) > len(body):
+        if not (text.isascii() and text.isdecimal()) or int(text) > len(body):
             raise BadRequest(
                 f"Inference-Header-Content-Length {printable(text, 40)!r}: not within the body's {cut} bytes"
             )
         cut = int(text)
+    if cut > max_json_bytes:
+        raise _Refused(
+            413,
+            f"JSON part of {cut} bytes: above {max_json_bytes} bytes (send large tensors as binary: "
+            "the binary tensor extension)",
+        )
     try:
         request = json.loads(body[:cut])
     except (ValueError, RecursionError) as err:
@@ -297,6 +307,8 @@ def binary_tensor(raw: bytes, shape: tuple[int, ...], dtype: np.dtype, what: str
 def json_tensor(data: object, shape: tuple[int, ...], dtype: np.dtype, what: str) -> np.ndarray:
     """`data` (flat or nested lists) as an array of `dtype` and `shape`, every value checked to fit the dtype."""
     count = math.prod(shape)
+    if isinstance(data, list) and data and not isinstance(data[0], list) and len(data) != count:
+        raise BadRequest(f"{what}: {len(data)} values for shape {list(shape)} (expected {count})")  # before an array
     try:
         arr = np.array(data)
     except (ValueError, OverflowError):
@@ -353,7 +365,10 @@ def requested_outputs(request: dict, names: list[str]) -> list[tuple[str, bool]]
         p = _params(o, what)
         if p.get("classification"):
             raise BadRequest(f"{what}: the classification extension is not served")
-        out.append((o["name"], bool(p.get("binary_data", default_binary))))
+        binary = p.get("binary_data", default_binary)
+        if not isinstance(binary, bool):
+            raise BadRequest(f"{what}: parameter binary_data {printable(repr(binary), 20)}: expected true or false")
+        out.append((o["name"], binary))
     return out
 
 

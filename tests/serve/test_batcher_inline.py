@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -49,6 +50,14 @@ def make():
         b.close(timeout_s=10)
 
 
+def idle(b: Batcher) -> None:
+    """Wait until the worker waits on the empty queue (on a loaded machine it gets there a while after start)."""
+    end = time.monotonic() + 30
+    while not b._idle and time.monotonic() < end:
+        time.sleep(0.005)
+    assert b._idle, "the worker never came to wait for work"
+
+
 def x(seed: int, n: int = 1) -> dict:
     return {"input": np.random.default_rng(seed).standard_normal((n, 32, 32, 3)).astype(np.float32)}
 
@@ -58,6 +67,7 @@ def test_a_lone_request_runs_in_the_callers_thread_on_the_instances_cpus(make):
     cpus = os.sched_getaffinity(0)
     pin = max(cpus)
     b = build(cpus=str(pin))
+    idle(b)
     before = os.sched_getaffinity(0)
     runs.clear()
     f = b.submit(x(1), inline=True)
