@@ -65,8 +65,11 @@ class Message:
     line: str = ""
 
 
-# Where a message starts in a line: `m-` or `e-` not glued to a word before it, so an echo of our own command or a
-# burst of garbage in front ("infer 10 1%m-warmup-start-1", "\xff#m-ready") is skipped and "m-name-dut" is one message.
+# Where a message starts in a line: the leftmost start of a message the protocol has, wherever it is, so an echo of our
+# own command or garbage glued in front ("infer 10 1%m-warmup-start-1", "\xff~~partialm-ready") is skipped; else any
+# `m-` or `e-` not glued to a word (a submitter's own m- lines), so "m-name-dut" stays one message.
+_KNOWN = re.compile(r"m-(?:ready|init-done|load-done|warmup-|infer-|lap-us-|timestamp-mode-|name-|profile-\[|model-\[|"
+                    r"results-\[|\[)|e-\[")  # fmt: skip
 _START = re.compile(r"(?<![A-Za-z0-9])[me]-")
 _NUMBER = {"lap-us": "lap", "warmup-start": "warmup-start", "infer-start": "infer-start"}
 _BARE = {"init-done", "ready", "load-done", "warmup-done", "infer-done"}
@@ -74,7 +77,7 @@ _BARE = {"init-done", "ready", "load-done", "warmup-done", "infer-done"}
 
 def parse_line(line: str) -> Message | None:
     """A device line as a Message, or None for a line that holds none (an echo, garbage, a blank)."""
-    m = _START.search(line)
+    m = _KNOWN.search(line) or _START.search(line)
     if not m:
         return None
     text = line[m.start() :].strip()
