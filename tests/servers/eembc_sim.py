@@ -22,7 +22,7 @@ What goes wrong, on request:
   buffer lost), once;
 - `--hang-after-commands K`: after K commands it reads everything and answers nothing;
 - `--echo`: every byte received is sent back at once, as a terminal-minded firmware does.
-SIGTERM ends it and removes the link."""
+It asks for SCHED_FIFO (`realtime`), as a device's core is its own. SIGTERM ends it and removes the link."""
 
 from __future__ import annotations
 
@@ -193,6 +193,16 @@ def busy(until_ns: int) -> None:
         pass
 
 
+def realtime() -> None:
+    """SCHED_FIFO where allowed (root, CAP_SYS_NICE): a microcontroller's core is its own, and on a loaded host the
+    scheduler's pauses would otherwise land between the laps. Without the right, it runs as it is (a test then bounds
+    rates by ratio and may see the host's pauses)."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+    except (OSError, AttributeError):
+        pass
+
+
 def serve(dev: Device, hang_after: int) -> None:
     pending = b""
     while True:
@@ -234,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     os.symlink(os.ttyname(slave), tmp)
     os.replace(tmp, args.pty_link)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    realtime()
     dev = Device(master, args)
     try:
         print(f"ready {args.pty_link}", flush=True)
