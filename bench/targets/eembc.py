@@ -10,14 +10,16 @@ Never: parse a device line here (eembc_protocol.py does), or time an inference w
 
 from __future__ import annotations
 
+import math
+import statistics
 import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from bench.targets import eembc_protocol as proto
-from bench.targets.base import TargetError
-from bench.transports import Stream, StreamLost, open_stream
+from bench.targets.base import Progress, Target, TargetError, TargetInfo, TargetOptions, TargetResult
+from bench.transports import Stream, StreamLost, open_stream, parse_endpoint
 from edge_runtime.errors import UserError
 
 DEFAULT_TIMEOUT_S = 5.0  # serial_device.py's own: a command the firmware answers at once
@@ -61,6 +63,7 @@ class EembcDevice:
         self.resets_between = 0  # boots seen between commands (a banner that came while nobody asked)
         self.pieces_resent = 0
         self.refused = ""  # the device's words when it last refused a piece
+        self.loaded: bytes | None = None  # what the device holds now (lost with a reset)
 
     @classmethod
     def open(cls, url: str, **kw) -> EembcDevice:
@@ -194,20 +197,100 @@ class EembcDevice:
             raise TargetError(f"{self.name}: {err}", "refused") from None
 
     def loop(self, data: bytes, n: int, warmups: int, timeout_s: float) -> Loop:
-        """Load `data` and run one loop; a reset on the way costs a reload and a retry, at most RETRIES times."""
+        """Run one loop on `data` (loaded unless the device holds it already); a reset on the way costs a sync, a
+        reload and a retry, at most RETRIES times."""
         resets = 0
         while True:
             try:
-                self.load(data)
+                if self.loaded != data:
+                    self.loaded = None
+                    self.load(data)
+                    self.loaded = data
                 return Loop(self.infer(n, warmups, timeout_s), resets)
             except DeviceReset as err:
+                self.loaded = None  # its RAM is gone with it
                 resets += 1
                 if resets >= RETRIES:
                     raise TargetError(f"{err} ({resets} times; no whole loop)", "crashed") from None
-                self.sync()  # its buffer is gone: in step again, then load again
+                self.sync()
+
+    def performance(self, data: bytes, *, loops: int = 5, min_loop_s: float = 10.0, warmups: int = 10,
+                    probe: int = 10) -> list[Loop]:  # fmt: skip
+        """MLPerf Tiny's performance mode: a short probe (`probe` inferences) sizes N so that one loop lasts at least
+        `min_loop_s` by the device's timer, then `loops` loops; a loop found short (the device sped up) is run again
+        with N scaled, once. The median is the caller's to take (`median_ips`)."""
+        first = self.loop(data, probe, warmups, self.timeout_s + 60.0)
+        per_inference_s = max(first.perf.latency_us, 1.0) / 1e6
+        n = max(1, math.ceil(min_loop_s / per_inference_s * 1.05))  # 5%: the probe's own error
+        kept = []
+        for _ in range(loops):
+            budget = (n + warmups) * per_inference_s * 2 + self.timeout_s
+            got = self.loop(data, n, warmups, budget)
+            if got.perf.elapsed_us < min_loop_s * 1e6:
+                n = math.ceil(n * min_loop_s * 1e6 / max(got.perf.elapsed_us, 1) * 1.05)
+                got = self.loop(data, n, warmups, budget * 2)
+            kept.append(got)
+        return kept
+
+
+def median_ips(loops: list[Loop]) -> float:
+    """The median of the loops' inferences per second (MLPerf Tiny reports the median of its loops)."""
+    return statistics.median(loop.perf.inferences_per_s for loop in loops)
 
 
 def proto_words(err: Exception) -> str:
     """An error's text without the stream's own name in front (the target names itself once)."""
     text = " ".join(str(err).split())
     return text.partition(": ")[2] or text
+
+
+class EembcTarget(Target):
+    """`eembc:` URLs: what `edge-bench targets` shows of a device; `bench` records come with issue 27's next part."""
+
+    schemes = ("eembc", "eembc+socket", "eembc+rfc2217")
+    info = TargetInfo(kind="board", summary="eembc:///dev/ttyACM0?baud=115200 for MLPerf Tiny firmware (EEMBC runner)",
+                      scenarios=frozenset({"single-stream"}))  # fmt: skip
+
+    def __init__(self, url: str, options: TargetOptions | None = None):
+        super().__init__(url, options)
+        self.device: EembcDevice | None = None
+
+    @classmethod
+    def check_url(cls, url: str) -> None:
+        parse_endpoint(serial_url(url), "target", listen=False)  # the baud rate checked as a serial target's
+
+    def connect(self) -> dict:
+        if self.device is None:
+            self.device = EembcDevice.open(self.url, timeout_s=self.options.connect_timeout)
+        try:
+            self.identity = {**self.device.identify(), "kind": "eembc"}
+        except TargetError:
+            self.close()
+            raise
+        return self.identity
+
+    def describe(self) -> dict:
+        return {**self.connect(), "modes": ["performance"], "energy": ENERGY}
+
+    @classmethod
+    def describe_text(cls, row: dict) -> list[str]:
+        return [
+            f"{row['url']}  reachable  (MLPerf Tiny firmware: {row.get('profile') or '?'})",
+            f"  board     {row.get('board') or '?'}",
+            f"  model     {row.get('model') or '?'}",
+            f"  modes     {', '.join(row.get('modes') or [])} (the device's own timer); energy: {ENERGY}",
+        ]
+
+    def bench(self, request, *, progress: Progress | None = None, rid: str | None = None,
+              sink: Callable[[TargetResult], None] | None = None) -> TargetResult:  # fmt: skip
+        raise TargetError(f"{self.url}: runs on MLPerf Tiny firmware are not recorded yet (issue 27: the "
+                          "performance and accuracy records come next); `edge-bench targets` names the device",
+                          "unusable")  # fmt: skip
+
+    def close(self) -> None:
+        if self.device is not None:
+            self.device.close()
+            self.device = None
+
+
+ENERGY = "needs a power monitor and the runner's I/O manager between host and device: not offered"

@@ -9,8 +9,8 @@ import os
 import pytest
 from test_eembc_protocol import expected_results, start_sim
 
-from bench.targets.base import TargetError
-from bench.targets.eembc import EembcDevice, serial_url
+from bench.targets.base import TargetError, TargetOptions
+from bench.targets.eembc import EembcDevice, EembcTarget, median_ips, serial_url
 from edge_runtime.errors import UserError
 
 pytest.importorskip("serial")
@@ -83,3 +83,45 @@ def test_the_device_words_and_its_silence_are_one_line(device):
     with pytest.raises(TargetError, match=r": db load 64: no m-ready in 0.3 s; last line 'm-ready'$") as err:
         dev.load(bytes(64))  # the fourth command: never answered
     assert err.value.kind == "timeout" and "\n" not in str(err.value)
+
+
+def test_performance_mode_sizes_each_loop_by_the_device_timer(device):
+    """A probe of 10 inferences sizes N for loops of at least min_loop_s by the device's laps (0.1 s here, MLPerf
+    Tiny's rule is 10 s); one reset in the third loop costs one reload, and the loops stay whole."""
+    dev = device("--us-per-inference", "1000", "--reset-after-infers", "3")
+    dev.identify()
+    loops = dev.performance(os.urandom(256), loops=3, min_loop_s=0.1, warmups=2)
+    assert len(loops) == 3 and [lp.resets for lp in loops] == [0, 1, 0]
+    assert all(lp.perf.elapsed_us >= 100_000 for lp in loops)
+    assert {lp.perf.inferences for lp in loops} == {loops[0].perf.inferences}
+    assert 100 <= loops[0].perf.inferences <= 115  # 0.1 s / 1 ms, 5% over, from the probe's own measure
+    assert median_ips(loops) == pytest.approx(1000.0, rel=0.02)
+
+
+def test_the_target_names_the_device_and_its_model(tmp_path):
+    proc, link = start_sim(tmp_path, "--model", "vww01")
+    target = EembcTarget(f"eembc://{link}?baud=115200", TargetOptions(connect_timeout=5.0))
+    try:
+        row = {"url": target.url, **target.describe()}
+        text = EembcTarget.describe_text(row)
+        with pytest.raises(TargetError, match="not recorded yet") as err:
+            target.bench(None)
+        assert err.value.exit_code == 2
+    finally:
+        target.close()
+        target.close()  # idempotent
+        proc.terminate()
+        proc.wait(10)
+    assert (row["board"], row["model"], row["kind"]) == ("edge_runtime eembc_sim (dut)", "vww01", "eembc")
+    assert text[0].endswith("reachable  (MLPerf Tiny firmware: ULPMark for tinyML Firmware V0.0.1)")
+    assert "  model     vww01" in text and "power monitor" in text[-1]
+    EembcTarget.check_url("eembc:///dev/ttyACM0?baud=115200")
+    with pytest.raises(UserError, match="baud 'fast' is not a baud rate"):
+        EembcTarget.check_url("eembc:///dev/ttyACM0?baud=fast")
+
+
+def test_an_absent_device_is_one_line():
+    with pytest.raises(TargetError) as err:
+        EembcTarget("eembc:///dev/eembc-nothing-here").connect()
+    assert str(err.value).startswith("eembc:///dev/eembc-nothing-here: ") and "\n" not in str(err.value)
+    assert err.value.kind == "unreachable"
