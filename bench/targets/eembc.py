@@ -1,0 +1,296 @@
+"""MLPerf Tiny firmware as a target (issue 27): a microcontroller that speaks the EEMBC runner's UART protocol, reached
+by pyserial URL (`eembc:///dev/ttyACM0?baud=115200`; `eembc+socket://HOST:PORT` and `eembc+rfc2217://HOST:PORT` for
+a device on a remote serial server). The firmware times itself: the host sends commands and reads the device's laps.
+
+EembcDevice is the I/O half over one stream (bench/transports): a command out, its reply in (eembc_protocol's Reply),
+every wait bounded and a timeout saying the last line the device sent; inputs loaded in the runner's pieces, each
+acknowledged; a reset (a new `m-init-done`) seen and the loop retried a bounded number of times.
+
+Never: parse a device line here (eembc_protocol.py does), or time an inference with the host's clock."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bench.targets import eembc_protocol as proto
+from bench.targets.base import Progress, Target, TargetError, TargetInfo, TargetOptions, TargetResult
+from bench.transports import Stream, StreamLost, open_stream, parse_endpoint
+from edge_runtime.errors import UserError
+
+DEFAULT_TIMEOUT_S = 5.0  # serial_device.py's own: a command the firmware answers at once
+RETRIES = 3  # the runner's _retry; also the bound on loops a reset may cost
+
+
+def serial_url(url: str) -> str:
+    """The pyserial URL an `eembc` URL names: `eembc:///dev/X?baud=N` -> `serial:///dev/X?baud=N`,
+    `eembc+socket://H:P` -> `socket://H:P`; one UserError line for anything else."""
+    u = urllib.parse.urlsplit(url)
+    scheme, _, inner = u.scheme.lower().partition("+")
+    if scheme != "eembc" or (not inner and (u.netloc or not u.path)) or (inner and not u.netloc):
+        raise UserError(f"target {url!r}: expected eembc:///dev/DEVICE?baud=N or eembc+socket://HOST:PORT")
+    return (inner or "serial") + url[len(u.scheme) :]  # the rest as written (urlunsplit drops an empty `//`)
+
+
+class DeviceReset(TargetError):
+    """The device booted again (a new `m-init-done`) while it answered a command: what it held is gone."""
+
+    def __init__(self, message: str):
+        super().__init__(message, "crashed")
+
+
+@dataclass
+class Loop:
+    """One `infer N W` loop, kept: the device's figures and the resets it took to get it."""
+
+    perf: proto.Performance
+    resets: int = 0
+
+
+class EembcDevice:
+    """One EEMBC device on one stream. `clock` is the host's monotonic clock, for deadlines only."""
+
+    def __init__(self, stream: Stream, name: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 clock: Callable[[], float] = time.monotonic):  # fmt: skip
+        self.stream, self.name, self.timeout_s, self.clock = stream, name, timeout_s, clock
+        self.splitter = proto.LineSplitter()
+        self.after: list[str] = []  # lines read after a reply's m-ready: stale for the next command
+        self.last_line = ""  # the last line the device sent, in any reply: what a timeout names
+        self.resets_between = 0  # boots seen between commands (a banner that came while nobody asked)
+        self.pieces_resent = 0
+        self.refused = ""  # the device's words when it last refused a piece
+        self.loaded: bytes | None = None  # what the device holds now (lost with a reset)
+
+    @classmethod
+    def open(cls, url: str, **kw) -> EembcDevice:
+        try:
+            return cls(open_stream(serial_url(url)), url, **kw)
+        except StreamLost as err:
+            raise TargetError(f"{url}: {proto_words(err)}") from None
+
+    def close(self) -> None:
+        self.stream.close()
+
+    # ------------------------------------------------------------------ one command, one reply
+    def _drain(self, quiet_s: float = 0.0) -> None:
+        """What came before a command (a banner, garbage, the end of a reply cut short by a reset) is not its reply:
+        read until the device has been quiet `quiet_s`, and judged here."""
+        stale, lines, self.after = proto.Reply("(between commands)"), self.after, []
+        quiet_until = self.clock() + quiet_s
+        while True:
+            for line in lines:
+                stale.feed(line)
+            data = self._read(max(0.0, min(quiet_until - self.clock(), 0.5)))
+            if data:
+                quiet_until = self.clock() + quiet_s
+            elif self.clock() >= quiet_until:
+                break
+            lines = self.splitter.feed(data)
+        if stale.reset:
+            self.resets_between += 1
+        if stale.last_line:
+            self.last_line = stale.last_line
+
+    def _read(self, timeout_s: float) -> bytes:
+        try:
+            return self.stream.read(timeout_s)
+        except StreamLost as err:
+            raise TargetError(f"{self.name}: {proto_words(err)} (last line {self.last_line!r})") from None
+
+    def ask(self, cmd: bytes, timeout_s: float | None = None) -> proto.Reply:
+        """Send one command and collect its reply up to `m-ready`; TargetError (kind timeout) naming the command and
+        the last line the device sent when it does not come in time."""
+        self._drain()
+        text = cmd.decode("ascii").rstrip("%")
+        shown = text if len(text) <= 24 else text[:21] + "..."
+        reply = proto.Reply(shown)
+        try:
+            self.stream.write(cmd)
+        except StreamLost as err:
+            raise TargetError(f"{self.name}: {proto_words(err)}") from None
+        limit = self.timeout_s if timeout_s is None else timeout_s
+        deadline = self.clock() + limit
+        while not reply.done:
+            left = deadline - self.clock()
+            if left <= 0:
+                raise TargetError(f"{self.name}: {shown}: no m-ready in {limit:g} s; last line {self.last_line!r}",
+                                  "timeout")  # fmt: skip
+            lines = self.splitter.feed(self._read(min(left, 0.5)))
+            for i, line in enumerate(lines):
+                if reply.feed(line):
+                    self.after = lines[i + 1 :]
+                    break
+            if reply.last_line:
+                self.last_line = reply.last_line
+        return reply
+
+    def check(self, reply: proto.Reply) -> proto.Reply:
+        """The reply, or a one-line error: DeviceReset for a reset, TargetError with the device's own words."""
+        if reply.reset:
+            raise DeviceReset(f"{self.name}: {reply.command}: the device reset (m-init-done)")
+        if reply.errors:
+            raise TargetError(f"{self.name}: {reply.command}: {reply.said()}", "refused")
+        return reply
+
+    # ------------------------------------------------------------------ what the runner does
+    def sync(self, quiet_s: float = 0.2) -> tuple[str, str]:
+        """Be sure the next line read answers the next command: wait for the device to be quiet (a boot banner on its
+        way), then `name` until one is answered without a reset; its (role, vendor's name)."""
+        for _ in range(RETRIES):
+            self._drain(quiet_s)
+            reply = self.ask(proto.cmd_name())
+            if not reply.reset:
+                self._drain(quiet_s)  # a reply cut short by a banner may still end after it
+                return self.check(reply).value("name")
+        raise DeviceReset(f"{self.name}: name: the device reset {RETRIES} times while asked")
+
+    def identify(self) -> dict:
+        """Sync and say who it is: `name` and `profile`, as the runner asks."""
+        name = self.sync()
+        prof = self.check(self.ask(proto.cmd_profile()))
+        model = prof.value("model")
+        if model not in proto.MODELS:
+            raise TargetError(f"{self.name}: model {model!r} is none of MLPerf Tiny's {', '.join(proto.MODELS)}",
+                              "unusable")  # fmt: skip
+        return {"board": f"{name[1]} ({name[0]})", "profile": prof.value("profile"), "model": model}
+
+    def load(self, data: bytes) -> None:
+        """`db load N`, then `db HH..` pieces, each acknowledged (its m-ready) before the next. A piece refused for an
+        odd number of hex digits (a digit lost on the line) is sent again: the firmware checks the count before it
+        keeps a byte (internally_implemented.cpp, ee_buffer_parse). Any other refusal restarts the load."""
+        for _ in range(RETRIES):
+            if self._load_once(data):
+                return
+        raise TargetError(f"{self.name}: db: {len(data)} bytes not loaded in {RETRIES} tries: {self.refused}",
+                          "refused")  # fmt: skip
+
+    def _load_once(self, data: bytes) -> bool:
+        expecting = self.check(self.ask(proto.cmd_db_load(len(data)))).value("expecting")
+        if expecting != len(data):
+            raise TargetError(f"{self.name}: db load {len(data)}: the device expects {expecting} bytes", "refused")
+        reply = None
+        for piece in proto.db_pieces(data):
+            for _ in range(RETRIES):
+                reply = self.ask(piece)
+                if reply.reset or not any("hex digits" in e for e in reply.errors):
+                    break
+                self.pieces_resent += 1
+            if reply.reset:
+                self.check(reply)  # DeviceReset: the caller loads again
+            if reply.errors:
+                self.refused = reply.said()
+                return False
+        if reply is None or reply.first("load-done") is None:
+            raise TargetError(f"{self.name}: db: {len(data)} bytes sent and no m-load-done (a byte lost on the "
+                              f"line?); last line {self.last_line!r}", "refused")  # fmt: skip
+        return True
+
+    def infer(self, n: int, warmups: int, timeout_s: float) -> proto.Performance:
+        reply = self.check(self.ask(proto.cmd_infer(n, warmups), timeout_s))
+        try:
+            return proto.performance(reply)
+        except proto.ProtocolError as err:
+            raise TargetError(f"{self.name}: {err}", "refused") from None
+
+    def loop(self, data: bytes, n: int, warmups: int, timeout_s: float) -> Loop:
+        """Run one loop on `data` (loaded unless the device holds it already); a reset on the way costs a sync, a
+        reload and a retry, at most RETRIES times."""
+        resets = 0
+        while True:
+            try:
+                if self.loaded != data:
+                    self.loaded = None
+                    self.load(data)
+                    self.loaded = data
+                return Loop(self.infer(n, warmups, timeout_s), resets)
+            except DeviceReset as err:
+                self.loaded = None  # its RAM is gone with it
+                resets += 1
+                if resets >= RETRIES:
+                    raise TargetError(f"{err} ({resets} times; no whole loop)", "crashed") from None
+                self.sync()
+
+    def performance(self, data: bytes, *, loops: int = 5, min_loop_s: float = 10.0, warmups: int = 10,
+                    probe: int = 10) -> list[Loop]:  # fmt: skip
+        """MLPerf Tiny's performance mode: a short probe (`probe` inferences) sizes N so that one loop lasts at least
+        `min_loop_s` by the device's timer, then `loops` loops; a loop found short (the device sped up) is run again
+        with N scaled, once. The median is the caller's to take (`median_ips`)."""
+        first = self.loop(data, probe, warmups, self.timeout_s + 60.0)
+        per_inference_s = max(first.perf.latency_us, 1.0) / 1e6
+        n = max(1, math.ceil(min_loop_s / per_inference_s * 1.05))  # 5%: the probe's own error
+        kept = []
+        for _ in range(loops):
+            budget = (n + warmups) * per_inference_s * 2 + self.timeout_s
+            got = self.loop(data, n, warmups, budget)
+            if got.perf.elapsed_us < min_loop_s * 1e6:
+                n = math.ceil(n * min_loop_s * 1e6 / max(got.perf.elapsed_us, 1) * 1.05)
+                got = self.loop(data, n, warmups, budget * 2)
+            kept.append(got)
+        return kept
+
+
+def median_ips(loops: list[Loop]) -> float:
+    """The median of the loops' inferences per second (MLPerf Tiny reports the median of its loops)."""
+    return statistics.median(loop.perf.inferences_per_s for loop in loops)
+
+
+def proto_words(err: Exception) -> str:
+    """An error's text without the stream's own name in front (the target names itself once)."""
+    text = " ".join(str(err).split())
+    return text.partition(": ")[2] or text
+
+
+class EembcTarget(Target):
+    """`eembc:` URLs: what `edge-bench targets` shows of a device; `bench` records come with issue 27's next part."""
+
+    schemes = ("eembc", "eembc+socket", "eembc+rfc2217")
+    info = TargetInfo(kind="board", summary="eembc:///dev/ttyACM0?baud=115200 for MLPerf Tiny firmware (EEMBC runner)",
+                      scenarios=frozenset({"single-stream"}))  # fmt: skip
+
+    def __init__(self, url: str, options: TargetOptions | None = None):
+        super().__init__(url, options)
+        self.device: EembcDevice | None = None
+
+    @classmethod
+    def check_url(cls, url: str) -> None:
+        parse_endpoint(serial_url(url), "target", listen=False)  # the baud rate checked as a serial target's
+
+    def connect(self) -> dict:
+        if self.device is None:
+            self.device = EembcDevice.open(self.url, timeout_s=self.options.connect_timeout)
+        try:
+            self.identity = {**self.device.identify(), "kind": "eembc"}
+        except TargetError:
+            self.close()
+            raise
+        return self.identity
+
+    def describe(self) -> dict:
+        return {**self.connect(), "modes": ["performance"], "energy": ENERGY}
+
+    @classmethod
+    def describe_text(cls, row: dict) -> list[str]:
+        return [
+            f"{row['url']}  reachable  (MLPerf Tiny firmware: {row.get('profile') or '?'})",
+            f"  board     {row.get('board') or '?'}",
+            f"  model     {row.get('model') or '?'}",
+            f"  modes     {', '.join(row.get('modes') or [])} (the device's own timer); energy: {ENERGY}",
+        ]
+
+    def bench(self, request, *, progress: Progress | None = None, rid: str | None = None,
+              sink: Callable[[TargetResult], None] | None = None) -> TargetResult:  # fmt: skip
+        raise TargetError(f"{self.url}: runs on MLPerf Tiny firmware are not recorded yet (issue 27: the "
+                          "performance and accuracy records come next); `edge-bench targets` names the device",
+                          "unusable")  # fmt: skip
+
+    def close(self) -> None:
+        if self.device is not None:
+            self.device.close()
+            self.device = None
+
+
+ENERGY = "needs a power monitor and the runner's I/O manager between host and device: not offered"
