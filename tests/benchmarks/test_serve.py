@@ -357,3 +357,10 @@ def test_the_protocol_cost_against_session_infer(benchmark, perf_analyzer, tmp_p
     RESULTS["protocol"] = {"model": RESULTS["model"], "rounds": rows}
     TABLES[f"serve: protocol cost ({MODEL.name}, batch 1, c=1, window 0)"] = protocol_table(rows)
     print(f"\nprotocol cost: {json.dumps(rows)}\nfigures: {write_results(tmp_path_factory)}")
+    # What the figures must hold whatever the machine (the 1.3x goal is reported, not asserted: see the README):
+    # every round measured both faces and the reference, a request over the wire costs more than the same call in
+    # process, and the server's own queue + compute fit inside what the client waited
+    assert len(rows) == PROTOCOL_ROUNDS
+    for r in rows:
+        assert r["session_p50_us"] > 0 and r["p50_us"] > r["session_p50_us"] and r["grpc_p50_us"] > r["session_p50_us"]
+        assert 0 < r["queue_us"] + r["compute_us"] < r["p50_us"], r
