@@ -118,6 +118,7 @@ def run(args) -> int:
     grpc = address(args.grpc, "--grpc", token)
     if http is None and grpc is None:
         raise UsageError("--http off and --grpc off: nothing would listen")
+    _need_extra(http is not None, grpc is not None)
 
     prefix, lock = f"{PROG} serve: ", threading.Lock()
 
@@ -141,6 +142,25 @@ def run(args) -> int:
         return _serve(args, core, http, grpc, token, log, lambda: [say(line) for line in lines])
     finally:
         core.close(timeout_s=0)
+
+
+def _need_extra(http: bool, grpc: bool) -> None:
+    """The faces' libraries (the `serve` extra), checked before any model loads: one line naming what is missing."""
+    import importlib
+
+    wanted = [("aiohttp", http), ("grpc", grpc), ("tritonclient.grpc", grpc), ("prometheus_client", http)]
+    missing = []
+    for module, used in wanted:
+        if used:
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                missing.append(module.split(".")[0])
+    if missing:
+        raise UserError(
+            f"serve needs {', '.join(dict.fromkeys(missing))}, not installed here",
+            hint="pip install 'edge-runtime[serve]'",
+        )
 
 
 def _heat_gate(args):

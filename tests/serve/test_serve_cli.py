@@ -299,3 +299,14 @@ iterations = 300
     section = proc.stdout.split("edge vs server", 1)
     assert len(section) == 2 and "here" in section[1] and "served" in section[1], proc.stdout[-3000:]
     assert "edge vs server" in (tmp_path / "r.html").read_text().lower()
+
+
+def test_without_the_serve_extra_it_is_one_line_naming_what_to_install():
+    """A board with only the runtime installed: aiohttp cannot be imported (blocked here in the child)."""
+    code = (
+        "import sys; sys.modules['aiohttp'] = None\n"
+        "from edge_runtime.cli import main\n"
+        f"sys.exit(main(['serve', {str(DIGITS)!r}, '--grpc', 'off', '--http', '127.0.0.1:0']))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert_one_line_error(proc, "serve needs aiohttp, not installed here", "edge-runtime[serve]")
