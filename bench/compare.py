@@ -40,6 +40,7 @@ are shown, not gated. An open loop's throughput is its schedule's: shown, never 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
@@ -168,6 +169,10 @@ def compare(
     significant, gated, verdict; overall: "regression" (exit 1), "improvement", "within threshold", "no significant
     change"; `provisional` with one run a side, and `runs_to_settle`."""
     ra, rb = _as_runs(a), _as_runs(b)
+    from bench.compare_loops import compare_loops, timed_in_loops
+
+    if timed_in_loops(ra + rb):  # MLPerf Tiny firmware: a mean per loop, no histogram (issue 27)
+        return compare_loops(ra, rb, threshold_pct, seed, metrics, run_spread_pct, sys.modules[__name__])
     parts_a = [Distribution.of(r, f"run A{i + 1}") for i, r in enumerate(ra)]
     parts_b = [Distribution.of(r, f"run B{i + 1}") for i, r in enumerate(rb)]
     da, db = Distribution.pooled(parts_a), Distribution.pooled(parts_b)

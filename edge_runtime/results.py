@@ -441,6 +441,10 @@ class BenchResult(Record):
     server: ServerSection | None = field(default=None, metadata=OMIT_NONE)
     # A local NVIDIA GPU's own figures during the run (NVML: utilisation, memory, power, temperature, clocks).
     gpu: Mapping[str, Any] | None = field(default=None, metadata=OMIT_NONE)
+    # A microcontroller's run over the EEMBC runner's protocol (MLPerf Tiny firmware, issue 27): its mode, the loops
+    # its own timer measured (each a mean per inference: no distribution, so the percentiles are absent and `why`
+    # says so), resets and reloads on the way, its last result vector, and in accuracy mode the score.
+    firmware: Mapping[str, Any] | None = field(default=None, metadata=OMIT_NONE)
     # Latency over time: up to 200 windows of equal count in order, {t_s (end of the window, s from the start of the
     # measured part), count, p50, p99, max (us)}: what a plot of the run against its temperature needs.
     timeline_us: tuple[Mapping[str, Any], ...] | None = field(default=None, metadata=OMIT_NONE)

@@ -192,7 +192,7 @@ def render(doc: dict) -> str:
     verdict = doc["verdict"].upper() if doc["verdict"] == "regression" else doc["verdict"]
     runs, samples = doc["runs"], doc["samples"]
     lines.append(f"verdict: {verdict} (threshold {doc['threshold_pct']:g}%; {runs['a']} vs {runs['b']} runs, "
-                 f"{samples['a']:,} vs {samples['b']:,} samples)")  # fmt: skip
+                 f"{samples['a']:,} vs {samples['b']:,} {doc.get('samples_are', 'samples')})")  # fmt: skip
     if doc["provisional"] and not doc["run_spread_pct"]:
         lines.append("         provisional: one run a side, weighed within the runs alone (--run-spread 0)")
     elif doc["provisional"]:
@@ -204,7 +204,8 @@ def render(doc: dict) -> str:
         )  # fmt: skip
     elif doc["runs_to_settle"] and doc["verdict"] != "regression":
         lines.append(f"         about {doc['runs_to_settle']} runs a side would settle what is not decided here")
-    pooled = [side for side in ("a", "b") if doc.get("values", {}).get(side) != "as recorded"]
+    read = doc.get("values", {})
+    pooled = [side for side in ("a", "b") if read.get(side) not in ("as recorded", "median of the loops")]
     if pooled:  # a single run's figures are its table's; a pool's are read from 1-us buckets, and say so
         lines.append(f"values:  {' and '.join(s.upper() for s in pooled)} from the runs' pooled 1-us histograms; a "
                      "single run's as recorded")  # fmt: skip

@@ -21,7 +21,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from bench import report
-    from bench.report import edge_vs_server, html
+    from bench.report import edge_vs_server, firmware, html
     from bench.report.answer import ranked
     from bench.store import default_path
     from edge_runtime.files.outputs import write_json, write_output
@@ -37,6 +37,7 @@ def run(args) -> int:
     answer = ranked(runs)  # the runs' answer first, as the campaign's own report gives it (issue 25)
     items = [(r.target, r.result) for r in runs]
     comps = edge_vs_server.pairs(items)
+    named = [(f"run {r.id} {r.target}", r.result) for r in runs]  # the firmware section names each stored run
     for flag, out in outs.items():
         if flag == "--json":
             listed = [{**row, "result": r.result} for row, r in zip(rows, runs, strict=True)]
@@ -46,12 +47,14 @@ def run(args) -> int:
             write_output(out, html.render_stored("edge-bench runs", runs))
         elif flag == "--md":
             md = report.markdown("edge-bench runs", rows, report.stored_cases(runs), answer)
-            md += edge_vs_server.markdown(comps)
+            md += edge_vs_server.markdown(comps) + firmware.markdown(named)
             write_output(out, md)
         else:
             write_output(out, edge_vs_server.csv_text(rows, items))
     say_written(outs)
     if not any(o.is_stdout for o in outs.values()):
-        text = report.table(rows, answer) + edge_vs_server.text(comps) if rows else f"no runs in {args.store}\n"
+        text = f"no runs in {args.store}\n"
+        if rows:
+            text = report.table(rows, answer) + edge_vs_server.text(comps) + firmware.text(named)
         sys.stdout.write(text)
     return 0

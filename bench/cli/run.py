@@ -230,7 +230,12 @@ def _print_one_off(kept, outs, args, cls, store) -> int:
         from bench.report import gpu_text, server_text
         from edge_runtime.program.bench_text import format_report
 
-        sys.stdout.write(server_text(doc) if cls.info.kind == "server" else format_report(doc))
+        if doc.get("firmware"):  # MLPerf Tiny firmware: the device's own figures (no percentiles to print)
+            from bench.report.firmware import one_run_text
+
+            sys.stdout.write(one_run_text(doc))
+        else:
+            sys.stdout.write(server_text(doc) if cls.info.kind == "server" else format_report(doc))
         if doc.get("gpu"):
             sys.stdout.write(gpu_text(doc["gpu"]))
         if got.link:

@@ -17,7 +17,7 @@ def run_campaign(args) -> int:
     from bench import report
     from bench.campaign import load
     from bench.campaign.runner import run as run_plan
-    from bench.report import edge_vs_server, html
+    from bench.report import edge_vs_server, firmware, html
     from bench.report.answer import ranked
     from edge_runtime.files.outputs import write_json, write_output
     from edge_runtime.program.args import plan_outputs
@@ -51,7 +51,8 @@ def run_campaign(args) -> int:
     docs = {
         "--json": lambda: None,
         "--md": lambda: report.markdown(f"Campaign {campaign.name}", rows, cases, answer)
-        + edge_vs_server.markdown(comps),
+        + edge_vs_server.markdown(comps)
+        + firmware.markdown(items),
         "--csv": lambda: edge_vs_server.csv_text(rows, items),
         "--junit": lambda: report.junit(campaign.name, cases, result.seconds, rows),
         "--html": lambda: html.render(f"Campaign {campaign.name}", rows, [o.result for o in result.outcomes], cases),
@@ -66,7 +67,7 @@ def run_campaign(args) -> int:
             write_output(out, docs[flag]())
     say_written(outs)
     if not any(o.is_stdout for o in outs.values()):
-        sys.stdout.write(report.table(rows, answer) + edge_vs_server.text(comps))
+        sys.stdout.write(report.table(rows, answer) + edge_vs_server.text(comps) + firmware.text(items))
         sys.stdout.write(f"{report.verdict_line(rows, cases)}; stored in {args.store}\n")
     if result.stopped_by is not None:
         print(f"edge-bench: interrupted: {len(rows)} of {len(plan)} runs kept", file=sys.stderr)

@@ -41,7 +41,14 @@ def _p50(results: list[dict]) -> float | None:
     """The median of the runs' own p50s: one run's is its table's figure (a pooled 1-us histogram's would differ
     from it, as compare's 205.0 against the table's 205.4 did: issue 25, item 9)."""
     p50s = [float(v) for r in results if isinstance(v := (r.get("latency_us") or {}).get("p50"), (int, float))]
+    if not p50s:  # MLPerf Tiny firmware times loops, not inferences (issue 27): its mean, and the answer says so
+        means = [(r.get("latency_us") or {}).get("mean") for r in results if r.get("firmware")]
+        p50s = [float(v) for v in means if isinstance(v, (int, float))]
     return median(p50s) if p50s else None
+
+
+def _figure(e: dict) -> str:
+    return "mean (the device's timer: no percentiles)" if e.get("by_mean") else "p50"
 
 
 def _entry(target: str, results: list[dict], failed: int) -> dict:
@@ -53,6 +60,7 @@ def _entry(target: str, results: list[dict], failed: int) -> dict:
         "runs": len(results),
         "failed_runs": failed,
         "p50_us": None if not results else _p50(results),
+        "by_mean": bool(results) and not any((r.get("latency_us") or {}).get("p50") for r in results),
         "throughput_ips": sum(tputs) / len(tputs) if tputs else None,
         "saturated": bool(sat),
         "saturation": None,
@@ -167,7 +175,7 @@ def answer_line(a: dict) -> str:
     winner = next((e for e in entries if e["target"] == a["winner"]), None)
     if winner is None:
         return head + "no target measured (every run failed)"
-    said = f"p50 {duration(winner['p50_us'])}"
+    said = f"{_figure(winner)} {duration(winner['p50_us'])}"
     if a["closed_loop"] and winner["throughput_ips"]:
         said += f", {rate(winner['throughput_ips'])}"
     if winner["saturated"]:
@@ -188,6 +196,8 @@ def answer_line(a: dict) -> str:
             words.append(f"but {more:,.1f}x the throughput, {rate(e['throughput_ips'])}")
         if e["saturated"]:
             words.append(_sat(e) + ("" if winner["saturated"] else ": ranked after those that kept up"))
+        if e["by_mean"] != winner["by_mean"]:
+            words.insert(0, f"its {_figure(e)} {duration(e['p50_us'])}")
         others.append(f"{_ahead(winner['p50_us'], e['p50_us'])} ahead of {e['target']}"
                       + (f" ({'; '.join(words)})" if words else ""))  # fmt: skip
     if others:

@@ -72,6 +72,9 @@ def render(title: str, rows: list[dict], results: list[dict | None], slos: list[
     from bench.report.edge_vs_server import html_section, pairs
 
     out.append(html_section(pairs([(str(row.get("target")), res) for row, res in runs])))
+    from bench.report import firmware
+
+    out.append(firmware.html_section([(label, res) for label, (_, res) in zip(labels, runs, strict=True)]))
     out += ["<h2>SLOs</h2>", _slos(slos, slo_note, named, rows), "<h2>Latency</h2>"]
     if named:
         out += plots(named, [str(row.get("target")) for row, _ in runs])

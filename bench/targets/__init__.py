@@ -1,7 +1,7 @@
 """Targets: what a URL names and the harness benches. base.py says what every target is and declares (Target,
 TargetInfo, TargetError, TargetResult), registry.py maps URL schemes to them (built-in: `local:` this machine,
-the agent on a board over serial or TCP, KServe v2 servers; others through the `edge_bench.targets` entry points),
-one module per kind: local.py, agent.py, kserve.py."""
+the agent on a board over serial or TCP, KServe v2 servers, MLPerf Tiny firmware; others through the
+`edge_bench.targets` entry points), one module per kind: local.py, agent.py, kserve.py, eembc.py."""
 
 from __future__ import annotations
 

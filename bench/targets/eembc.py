@@ -215,10 +215,11 @@ class EembcDevice:
                 self.sync()
 
     def performance(self, data: bytes, *, loops: int = 5, min_loop_s: float = 10.0, warmups: int = 10,
-                    probe: int = 10) -> list[Loop]:  # fmt: skip
+                    probe: int = 10, on_loop: Callable[[Loop], None] | None = None) -> list[Loop]:  # fmt: skip
         """MLPerf Tiny's performance mode: a short probe (`probe` inferences) sizes N so that one loop lasts at least
         `min_loop_s` by the device's timer, then `loops` loops; a loop found short (the device sped up) is run again
-        with N scaled, once. The median is the caller's to take (`median_ips`)."""
+        with N scaled, once. Each loop kept is given to `on_loop` as it ends. The median is the caller's to take
+        (`median_ips`)."""
         first = self.loop(data, probe, warmups, self.timeout_s + 60.0)
         per_inference_s = max(first.perf.latency_us, 1.0) / 1e6
         n = max(1, math.ceil(min_loop_s / per_inference_s * 1.05))  # 5%: the probe's own error
@@ -230,6 +231,8 @@ class EembcDevice:
                 n = math.ceil(n * min_loop_s * 1e6 / max(got.perf.elapsed_us, 1) * 1.05)
                 got = self.loop(data, n, warmups, budget * 2)
             kept.append(got)
+            if on_loop is not None:
+                on_loop(got)
         return kept
 
 
@@ -245,32 +248,40 @@ def proto_words(err: Exception) -> str:
 
 
 class EembcTarget(Target):
-    """`eembc:` URLs: what `edge-bench targets` shows of a device; `bench` records come with issue 27's next part."""
+    """`eembc:` URLs: a device running MLPerf Tiny firmware. `bench` runs the URL's mode (eembc_run.py: performance
+    by default, accuracy with a dataset) and returns the record every target writes."""
 
     schemes = ("eembc", "eembc+socket", "eembc+rfc2217")
-    info = TargetInfo(kind="board", summary="eembc:///dev/ttyACM0?baud=115200 for MLPerf Tiny firmware (EEMBC runner)",
-                      scenarios=frozenset({"single-stream"}))  # fmt: skip
+    info = TargetInfo(kind="board", summary="eembc:///dev/ttyACM0?baud=115200 for MLPerf Tiny firmware (EEMBC runner; "
+                      "mode=accuracy&data=F.npz, loops, loop_s)", scenarios=frozenset({"single-stream"}))  # fmt: skip
 
     def __init__(self, url: str, options: TargetOptions | None = None):
+        from bench.targets.eembc_run import split_url
+
         super().__init__(url, options)
+        self.device_url, self.run_options = split_url(url)
         self.device: EembcDevice | None = None
 
     @classmethod
     def check_url(cls, url: str) -> None:
-        parse_endpoint(serial_url(url), "target", listen=False)  # the baud rate checked as a serial target's
+        from bench.targets.eembc_run import split_url
+
+        parse_endpoint(serial_url(split_url(url)[0]), "target", listen=False)  # the baud rate as a serial target's
 
     def connect(self) -> dict:
         if self.device is None:
-            self.device = EembcDevice.open(self.url, timeout_s=self.options.connect_timeout)
+            timeout = self.run_options.timeout or self.options.connect_timeout
+            self.device = EembcDevice.open(self.device_url, timeout_s=timeout)
+            self.device.name = self.url
         try:
-            self.identity = {**self.device.identify(), "kind": "eembc"}
+            self.identity = {**self.device.identify(), "kind": "eembc", "url": self.device_url}
         except TargetError:
             self.close()
             raise
         return self.identity
 
     def describe(self) -> dict:
-        return {**self.connect(), "modes": ["performance"], "energy": ENERGY}
+        return {**self.connect(), "modes": ["performance", "accuracy"], "energy": ENERGY}
 
     @classmethod
     def describe_text(cls, row: dict) -> list[str]:
@@ -283,9 +294,41 @@ class EembcTarget(Target):
 
     def bench(self, request, *, progress: Progress | None = None, rid: str | None = None,
               sink: Callable[[TargetResult], None] | None = None) -> TargetResult:  # fmt: skip
-        raise TargetError(f"{self.url}: runs on MLPerf Tiny firmware are not recorded yet (issue 27: the "
-                          "performance and accuracy records come next); `edge-bench targets` names the device",
-                          "unusable")  # fmt: skip
+        """The URL's mode on the device; Ctrl-C keeps the loops (or samples) finished, as a partial result."""
+        from bench.targets import eembc_run as er
+        from bench.transports.connection import new_request_id
+        from edge_runtime.errors import Interrupted
+
+        opts = self.run_options
+        scenario = getattr(request, "scenario", None) or "single-stream"
+        if scenario != "single-stream" or (getattr(request, "concurrency", None) or 1) > 1:
+            raise TargetError(f"{self.url}: scenario {scenario!r}: MLPerf Tiny firmware runs single-stream only "
+                              "(one inference at a time, timed by the device)", "user-error")  # fmt: skip
+        if opts.mode == "accuracy":
+            er.read_dataset(opts.data or "", None, opts)  # refused before the device is touched
+        identity = self.connect()
+        kept: list[Loop] = []
+        labels, loop_s, stopped_by = None, None, None
+        started, t0 = time.time(), time.monotonic()
+        try:
+            if opts.mode == "accuracy":
+                labels = er.run_accuracy(self.device, opts, identity["model"], progress, kept)
+            else:
+                loop_s = er.run_performance(self.device, request, opts, identity["model"], progress, kept)
+        except KeyboardInterrupt as err:  # Ctrl-C, SIGTERM: what the device finished is kept
+            stopped_by = getattr(err, "signum", None) or 2
+            if not kept:
+                self.close()  # the device is mid-loop: the next connect syncs again
+                raise Interrupted(stopped_by) from None
+        doc = er.record(request, identity, opts, kept, loop_s=loop_s, started_at=started, wall_s=time.monotonic() - t0,
+                        device=self.device, labels=labels, stopped_by=stopped_by).to_dict()  # fmt: skip
+        if stopped_by is not None:
+            self.close()
+        got = TargetResult(rid or new_request_id("eembc-"), doc, warnings=list(doc["quality"]["warnings"]),
+                           stopped_by=stopped_by)  # fmt: skip
+        if sink is not None:
+            sink(got)
+        return got
 
     def close(self) -> None:
         if self.device is not None:

@@ -29,6 +29,8 @@ register = _TARGETS.register
 register("local", "bench.targets.local:LocalTarget")
 register("kserve+http", "bench.targets.kserve:KServeTarget")
 register("kserve+grpc", "bench.targets.kserve:KServeTarget")
+for _scheme in ("eembc", "eembc+socket", "eembc+rfc2217"):  # MLPerf Tiny firmware (issue 27)
+    register(_scheme, "bench.targets.eembc:EembcTarget")
 for _scheme in BOARD_SCHEMES:
     register(_scheme, "bench.targets.agent:AgentTarget")
 
