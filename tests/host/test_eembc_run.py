@@ -138,7 +138,7 @@ def test_auc_against_the_pairwise_count():
     rng = np.random.default_rng(5)
     scores, labels = rng.integers(0, 5, 40).astype(float), rng.integers(0, 2, 40)
     assert auc(scores, labels) == pytest.approx(brute_auc(scores, labels))
-    with pytest.raises(UserError, match="normal .* and anomalous"):
+    with pytest.raises(UserError, match=r"normal .* and anomalous"):
         auc(scores, np.ones(40, dtype=int))
 
 

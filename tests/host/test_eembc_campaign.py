@@ -1,0 +1,119 @@
+"""Issue 27's campaign: a microcontroller on MLPerf Tiny firmware (tests/servers/eembc_sim.py on a pty) next to this
+machine (`local:`) and a board's agent over a serial cable (a pty pair), in one campaign, one store and one HTML
+report; then compare on the firmware's runs, and a slower firmware found slower by its loops."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+from agentkit import AgentProcess, Cable
+from conftest import MODELS, ROOT, need
+from test_eembc_protocol import start_sim
+
+pytest.importorskip("serial")
+RESNET8 = MODELS / "resnet8" / "resnet8_int8.onnx"
+
+
+def edge_bench(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bench.cli", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=600)  # fmt: skip
+
+
+@pytest.fixture
+def sims(tmp_path):
+    started = []
+
+    def start(*args: str) -> str:
+        d = tmp_path / f"sim{len(started)}"
+        d.mkdir()
+        proc, link = start_sim(d, *args)
+        started.append(proc)
+        return link
+
+    yield start
+    for proc in started:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_a_microcontroller_a_linux_board_and_this_machine_in_one_campaign(tmp_path, sims):
+    need("onnxruntime")
+    mcu = sims("--us-per-inference", "700", "--model", "ic01")
+    cable = Cable()
+    store = str(tmp_path / "s.sqlite")
+    try:
+        with AgentProcess(cable.agent_url, tmp_path / "state"):
+            camp = tmp_path / "c.toml"
+            camp.write_text(f"""
+[campaign]
+name = "mcu-board-host"
+repetitions = 2
+[[target]]
+name = "mcu"
+url = "eembc://{mcu}?baud=115200&loops=3&loop_s=0.2"
+[[target]]
+name = "host"
+url = "local:"
+cpus = "1"
+[[target]]
+name = "board"
+url = "{cable.host_url}"
+cpus = "1"
+[[model]]
+name = "resnet8"
+path = "{RESNET8}"
+[[scenario]]
+kind = "single-stream"
+iterations = 200
+""")
+            html = tmp_path / "r.html"
+            proc = edge_bench("run", str(camp), "--store", store, "--json", str(tmp_path / "r.json"), "--html",
+                              str(html))  # fmt: skip
+    finally:
+        cable.close()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runs = json.loads((tmp_path / "r.json").read_text())["runs"]
+    assert [(r["target"], r["repetition"]) for r in runs] == [(t, k) for k in (0, 1) for t in ("mcu", "host", "board")]
+    fw = [r["result"] for r in runs if r["target"] == "mcu"]
+    assert all(r["throughput_ips"] == pytest.approx(1e6 / 700, rel=0.02) and r["latency_us"]["p50"] is None
+               for r in fw)  # fmt: skip
+    assert all(r["result"]["latency_us"]["p50"] for r in runs if r["target"] != "mcu")
+    page = html.read_text()
+    assert 'id="firmware"' in page and "MLPerf Tiny firmware" in page and "the device times each loop" in page
+    assert all(name in page for name in ("mcu", "host", "board"))
+    # the answer ranks the microcontroller by its mean and says so; the report of the store has all six runs
+    answer = proc.stdout.splitlines()[1]
+    assert "mean (the device's timer: no percentiles)" in answer, proc.stdout
+    listed = edge_bench("report", "--store", store, "--html", str(tmp_path / "s.html"))
+    assert listed.returncode == 0 and "MLPerf Tiny firmware (the device's own timer):" in listed.stdout
+    assert len(re.findall(r"^\s+\d+\s+(mcu|host|board)\s", listed.stdout, re.M)) == 6, listed.stdout
+    ids = [str(r["run"]) for r in runs if r["target"] == "mcu"]
+    same = edge_bench("compare", *ids, "--store", store)
+    assert same.returncode == 0 and "3 vs 3 loops" in same.stdout and "regression" not in same.stdout, same.stdout
+    mixed = edge_bench("compare", ids[0], str(runs[1]["run"]), "--store", store, "--force")
+    assert mixed.returncode == 2 and "report` shows them side by side" in mixed.stderr, mixed.stderr
+
+
+def test_a_slower_firmware_is_a_regression_by_its_loops(tmp_path, sims):
+    """Three runs a side, the candidate 25% slower: found by the loops and the runs (an MCU's own timer varies little:
+    --run-spread is not needed with three runs a side)."""
+    store = str(tmp_path / "s.sqlite")
+    ids = {}
+    for side, us in (("a", "800"), ("b", "1000")):
+        link = sims("--us-per-inference", us, "--model", "kws01")
+        for _ in range(3):
+            proc = edge_bench("run", "--target", f"eembc://{link}?loops=3&loop_s=0.1", "--model", str(RESNET8),
+                              "--store", store, "--json", "-")  # fmt: skip
+            assert proc.returncode == 0, proc.stderr
+            ids.setdefault(side, []).append(re.search(r"stored as run (\d+)", proc.stderr).group(1))
+    got = edge_bench("compare", "--a", *ids["a"], "--b", *ids["b"], "--store", store, "--json", "-")
+    doc = json.loads(got.stdout)
+    assert got.returncode == 1 and doc["verdict"] == "regression", got.stdout
+    assert doc["metrics"]["throughput"]["change_pct"] == pytest.approx(-20.0, abs=1.0)
+    assert doc["metrics"]["mean"]["change_pct"] == pytest.approx(25.0, abs=1.5)
+    back = edge_bench("compare", "--a", *ids["a"][:2], "--b", ids["a"][2], "--store", store)
+    assert back.returncode == 0 and "regression" not in back.stdout.split("verdict:")[1], back.stdout
