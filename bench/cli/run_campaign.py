@@ -48,11 +48,12 @@ def run_campaign(args) -> int:
     answer = ranked(result.outcomes)  # the campaign's answer, first in every report (issue 25)
     items = [(o.target, o.result) for o in result.outcomes]  # aligned with rows (a failed run's result is None)
     comps = edge_vs_server.pairs(items)
+    named = [(f"run {row.get('run')} {o.target}", o.result) for row, o in zip(rows, result.outcomes, strict=True)]
     docs = {
         "--json": lambda: None,
         "--md": lambda: report.markdown(f"Campaign {campaign.name}", rows, cases, answer)
         + edge_vs_server.markdown(comps)
-        + firmware.markdown(items),
+        + firmware.markdown(named),
         "--csv": lambda: edge_vs_server.csv_text(rows, items),
         "--junit": lambda: report.junit(campaign.name, cases, result.seconds, rows),
         "--html": lambda: html.render(f"Campaign {campaign.name}", rows, [o.result for o in result.outcomes], cases),
@@ -67,7 +68,7 @@ def run_campaign(args) -> int:
             write_output(out, docs[flag]())
     say_written(outs)
     if not any(o.is_stdout for o in outs.values()):
-        sys.stdout.write(report.table(rows, answer) + edge_vs_server.text(comps) + firmware.text(items))
+        sys.stdout.write(report.table(rows, answer) + edge_vs_server.text(comps) + firmware.text(named))
         sys.stdout.write(f"{report.verdict_line(rows, cases)}; stored in {args.store}\n")
     if result.stopped_by is not None:
         print(f"edge-bench: interrupted: {len(rows)} of {len(plan)} runs kept", file=sys.stderr)

@@ -87,12 +87,16 @@ def _lead(a: dict, b: dict, runs_a: list[dict], runs_b: list[dict]) -> dict:
     }
     if a["throughput_ips"] and b["throughput_ips"]:
         lead["throughput_change_pct"] = round(100 * (b["throughput_ips"] / a["throughput_ips"] - 1), 2)
+    if a.get("by_mean") != b.get("by_mean"):  # a device's mean per loop against a distribution: not one test
+        lead["verdict"] = "not weighed: a mean per loop against a distribution"
+        return lead
     try:
-        got = compare(runs_a, runs_b, threshold_pct=THRESHOLD_PCT, metrics=("p50",))
+        got = compare(runs_a, runs_b, threshold_pct=THRESHOLD_PCT, metrics=("throughput",) if a.get("by_mean")
+                      else ("p50",))  # fmt: skip
     except UserError as err:  # a record without its histogram: the ranking stands, unweighed
         lead["verdict"] = f"not compared: {err}"
         return lead
-    p50 = got["metrics"]["p50"]
+    p50 = got["metrics"]["throughput" if a.get("by_mean") else "p50"]
     if p50["verdict"] == "improvement":  # all samples pooled put them the other way round: no lead to speak of
         p50 = {**p50, "verdict": "the pooled samples rank them the other way"}
     lead.update(significant=p50["verdict"] in ("regression", "within threshold"), verdict=p50["verdict"],

@@ -277,6 +277,12 @@ def record(request, identity: dict, opts: RunOptions, loops: list, *, loop_s: fl
         latency = Latency(count=sum(r["inferences"] for r in rows), mean=round(1e6 / ips, 3) if ips else None)
         firmware.update(loops=rows, loop_s=loop_s, median_ips=ips, why_no_percentiles=WHY_NO_PERCENTILES,
                         mlperf_rule=rule(rows), results=list(loops[-1].perf.results) if loops else [])  # fmt: skip
+        if len(rows) >= 3:  # the loops' spread: MLPerf Tiny's median hides a device that drifts
+            ipss = [r["inferences_per_s"] for r in rows]
+            spread = max(ipss) / min(ipss) - 1 if min(ipss) > 0 else math.inf
+            unstable = spread > 0.1
+            if unstable:
+                warnings.append(f"unstable: the loops' rates differ by {100 * spread:.0f}% (> 10%)")
         if not firmware["mlperf_rule"]["met"]:
             warnings.append(f"not an MLPerf Tiny score: {firmware['mlperf_rule']['why']}")
         config = Config(warmup=opts.warmups, iterations=rows[-1]["inferences"] if rows else None,

@@ -60,6 +60,7 @@ def test_the_readme_opens_with_its_title_a_line_and_the_two_commands():
         "Quick start: a bench engineer, which backend is faster and did it change",
         "Quick start: the host harness, a board against a GPU server",
         "Quick start: serving a model on a board",
+        "Quick start: MLPerf Tiny firmware next to a board",
     }
 
 
@@ -168,6 +169,20 @@ def test_the_serving_quick_start_runs_as_written(tmp_path):
     stats = next(out for cmd, _, out in results if "/stats" in cmd)
     sizes = [int(n) for n in re.findall(r'"batch_size":\s*(\d+)', stats)]
     assert sizes and max(sizes) > 1 and max(sizes) <= 8, stats
+
+
+def test_the_mlperf_tiny_quick_start_runs_as_written(tmp_path):
+    """The simulated microcontroller named by `targets`, then a campaign of it beside this machine: its throughput
+    from the device's timer (2.5 ms an inference), ranked by its mean and said so, and the HTML's firmware section."""
+    needs(".venv/bin/edge-bench")
+    block = quick_starts()["Quick start: MLPerf Tiny firmware next to a board"]
+    results = run_block(scratch(tmp_path), block, 300)
+    check(results)
+    named = next(out for cmd, _, out in results if cmd.startswith("edge-bench targets"))
+    assert "model     ic01" in named and "reachable" in named, named
+    ran = next(out for cmd, _, out in results if cmd.startswith("edge-bench run"))
+    assert "mean (the device's timer: no percentiles) 2.50 ms" in ran and "400/s (median of 3 loops)" in ran, ran
+    assert 'id="firmware"' in (tmp_path / "mcu-vs-board.html").read_text()
 
 
 def test_the_example_campaign_holds_every_key_edge_bench_reads_and_loads(monkeypatch):
