@@ -24,6 +24,7 @@ from edge_runtime.errors import UserError
 
 DEFAULT_TIMEOUT_S = 5.0  # serial_device.py's own: a command the firmware answers at once
 RETRIES = 3  # the runner's _retry; also the bound on loops a reset may cost
+MAX_INFERENCES = (1 << 31) - 1  # the firmware reads N with atol/strtol into a 32-bit long
 
 
 def serial_url(url: str) -> str:
@@ -31,7 +32,11 @@ def serial_url(url: str) -> str:
     `eembc+socket://H:P` -> `socket://H:P`; one UserError line for anything else."""
     u = urllib.parse.urlsplit(url)
     scheme, _, inner = u.scheme.lower().partition("+")
-    if scheme != "eembc" or (not inner and (u.netloc or not u.path)) or (inner and not u.netloc):
+    try:
+        port = u.port
+    except ValueError:
+        port = None
+    if scheme != "eembc" or (not inner and (u.netloc or not u.path)) or (inner and (not u.hostname or not port)):
         raise UserError(f"target {url!r}: expected eembc:///dev/DEVICE?baud=N or eembc+socket://HOST:PORT")
     return (inner or "serial") + url[len(u.scheme) :]  # the rest as written (urlunsplit drops an empty `//`)
 
@@ -68,7 +73,7 @@ class EembcDevice:
     @classmethod
     def open(cls, url: str, **kw) -> EembcDevice:
         try:
-            return cls(open_stream(serial_url(url)), url, **kw)
+            return cls(open_stream(serial_url(url), exclusive=True), url, **kw)
         except StreamLost as err:
             raise TargetError(f"{url}: {proto_words(err)}") from None
 
@@ -81,12 +86,19 @@ class EembcDevice:
         read until the device has been quiet `quiet_s`, and judged here."""
         stale, lines, self.after = proto.Reply("(between commands)"), self.after, []
         quiet_until = self.clock() + quiet_s
+        give_up = self.clock() + quiet_s + self.timeout_s  # a device that never goes quiet (a boot loop, a log)
         while True:
             for line in lines:
                 stale.feed(line)
+            if stale.last_line:
+                self.last_line = stale.last_line
             data = self._read(max(0.0, min(quiet_until - self.clock(), 0.5)))
             if data:
                 quiet_until = self.clock() + quiet_s
+                if quiet_s and self.clock() >= give_up:
+                    raise TargetError(f"{self.name}: the device never went quiet for {quiet_s:g} s in "
+                                      f"{quiet_s + self.timeout_s:g} s (rebooting, or logging?); last line "
+                                      f"{self.last_line!r}", "timeout")  # fmt: skip
             elif self.clock() >= quiet_until:
                 break
             lines = self.splitter.feed(data)
@@ -143,20 +155,29 @@ class EembcDevice:
         for _ in range(RETRIES):
             self._drain(quiet_s)
             reply = self.ask(proto.cmd_name())
-            if not reply.reset:
+            if reply.errors:
+                self.check(reply)
+            if not reply.reset and reply.first("name") is not None:
                 self._drain(quiet_s)  # a reply cut short by a banner may still end after it
-                return self.check(reply).value("name")
-        raise DeviceReset(f"{self.name}: name: the device reset {RETRIES} times while asked")
+                return reply.value("name")
+            # a reset, or the end of a reply to a command asked before (an `infer` a Ctrl-C left running): again
+        raise TargetError(f"{self.name}: name: no m-name in {RETRIES} tries (the device reset, or answered something "
+                          f"else); last line {self.last_line!r}", "refused")  # fmt: skip
 
     def identify(self) -> dict:
         """Sync and say who it is: `name` and `profile`, as the runner asks."""
-        name = self.sync()
+        role, vendor = self.sync()
         prof = self.check(self.ask(proto.cmd_profile()))
-        model = prof.value("model")
-        if model not in proto.MODELS:
-            raise TargetError(f"{self.name}: model {model!r} is none of MLPerf Tiny's {', '.join(proto.MODELS)}",
-                              "unusable")  # fmt: skip
-        return {"board": f"{name[1]} ({name[0]})", "profile": prof.value("profile"), "model": model}
+        model, profile = self.value(prof, "model"), self.value(prof, "profile")
+        return {"board": f"{printable(vendor)} ({printable(role)})", "profile": printable(profile),
+                "model": printable(model)}  # fmt: skip
+
+    def value(self, reply: proto.Reply, kind: str):
+        """A reply's `kind` value, or a TargetError line naming what the device said instead."""
+        try:
+            return reply.value(kind)
+        except proto.ProtocolError as err:
+            raise TargetError(f"{self.name}: {err}", "refused") from None
 
     def load(self, data: bytes) -> None:
         """`db load N`, then `db HH..` pieces, each acknowledged (its m-ready) before the next. A piece refused for an
@@ -169,7 +190,7 @@ class EembcDevice:
                           "refused")  # fmt: skip
 
     def _load_once(self, data: bytes) -> bool:
-        expecting = self.check(self.ask(proto.cmd_db_load(len(data)))).value("expecting")
+        expecting = self.value(self.check(self.ask(proto.cmd_db_load(len(data)))), "expecting")
         if expecting != len(data):
             raise TargetError(f"{self.name}: db load {len(data)}: the device expects {expecting} bytes", "refused")
         reply = None
@@ -190,11 +211,24 @@ class EembcDevice:
         return True
 
     def infer(self, n: int, warmups: int, timeout_s: float) -> proto.Performance:
+        """`infer N W`, its laps checked against the host's clock: a device whose timer did not advance, or says a
+        loop took longer than the host waited for it (a lap that went backwards reads as a 32-bit wrap), is refused:
+        its figures would be stored as a result (the host's clock bounds the device's, never measures it)."""
+        if n > MAX_INFERENCES:
+            raise TargetError(f"{self.name}: infer {n}: more than the firmware's {MAX_INFERENCES:,} (its timer or its "
+                              "probe is wrong)", "refused")  # fmt: skip
+        t0 = self.clock()
         reply = self.check(self.ask(proto.cmd_infer(n, warmups), timeout_s))
+        waited_s = self.clock() - t0
         try:
-            return proto.performance(reply)
+            perf = proto.performance(reply)
         except proto.ProtocolError as err:
             raise TargetError(f"{self.name}: {err}", "refused") from None
+        if perf.elapsed_us <= 0 or perf.elapsed_us / 1e6 > waited_s * 1.05 + 0.005:
+            raise TargetError(f"{self.name}: infer {n}: the device's laps say {perf.elapsed_us:,} us where the host "
+                              f"waited {waited_s * 1e6:,.0f} us: its timer is wrong (laps {perf.t0_us}, {perf.t1_us})",
+                              "refused")  # fmt: skip
+        return perf
 
     def loop(self, data: bytes, n: int, warmups: int, timeout_s: float) -> Loop:
         """Run one loop on `data` (loaded unless the device holds it already); a reset on the way costs a sync, a
@@ -241,6 +275,13 @@ def median_ips(loops: list[Loop]) -> float:
     return statistics.median(loop.perf.inferences_per_s for loop in loops)
 
 
+def printable(text: object, limit: int = 200) -> str:
+    """What the device calls itself, fit for a terminal, Markdown and a store: control characters and markup made
+    visible, its length bounded."""
+    out = "".join(c if c.isprintable() and c not in "<>|`" else "?" for c in str(text))
+    return out if len(out) <= limit else out[: limit - 3] + "..."
+
+
 def proto_words(err: Exception) -> str:
     """An error's text without the stream's own name in front (the target names itself once)."""
     text = " ".join(str(err).split())
@@ -266,7 +307,11 @@ class EembcTarget(Target):
     def check_url(cls, url: str) -> None:
         from bench.targets.eembc_run import split_url
 
-        parse_endpoint(serial_url(split_url(url)[0]), "target", listen=False)  # the baud rate as a serial target's
+        inner = serial_url(split_url(url)[0])
+        try:
+            parse_endpoint(inner, "target", listen=False)  # the baud rate checked as a serial target's
+        except UserError as err:  # said of the URL the user wrote, not of the pyserial URL made of it
+            raise UserError(err.message.replace(repr(inner), repr(url)), hint=err.hint) from None
 
     def connect(self) -> dict:
         if self.device is None:
@@ -304,15 +349,15 @@ class EembcTarget(Target):
         if scenario != "single-stream" or (getattr(request, "concurrency", None) or 1) > 1:
             raise TargetError(f"{self.url}: scenario {scenario!r}: MLPerf Tiny firmware runs single-stream only "
                               "(one inference at a time, timed by the device)", "user-error")  # fmt: skip
-        if opts.mode == "accuracy":
-            er.read_dataset(opts.data or "", None, opts)  # refused before the device is touched
+        # the dataset refused in one line before the device is touched; its labels score what the device answers
+        labels = er.read_dataset(opts.data or "", None, opts)[1] if opts.mode == "accuracy" else None
         identity = self.connect()
         kept: list[Loop] = []
-        labels, loop_s, stopped_by = None, None, None
+        loop_s, stopped_by, failed = None, None, None
         started, t0 = time.time(), time.monotonic()
         try:
             if opts.mode == "accuracy":
-                labels = er.run_accuracy(self.device, opts, identity["model"], progress, kept)
+                er.run_accuracy(self.device, opts, identity["model"], progress, kept)
             else:
                 loop_s = er.run_performance(self.device, request, opts, identity["model"], progress, kept)
         except KeyboardInterrupt as err:  # Ctrl-C, SIGTERM: what the device finished is kept
@@ -320,9 +365,13 @@ class EembcTarget(Target):
             if not kept:
                 self.close()  # the device is mid-loop: the next connect syncs again
                 raise Interrupted(stopped_by) from None
+        except TargetError as err:  # a cable pulled, a device gone silent: the loops it finished are kept
+            if not kept:
+                raise
+            failed = err
         doc = er.record(request, identity, opts, kept, loop_s=loop_s, started_at=started, wall_s=time.monotonic() - t0,
-                        device=self.device, labels=labels, stopped_by=stopped_by).to_dict()  # fmt: skip
-        if stopped_by is not None:
+                        device=self.device, labels=labels, stopped_by=stopped_by, failed=failed).to_dict()  # fmt: skip
+        if stopped_by is not None or failed is not None:
             self.close()
         got = TargetResult(rid or new_request_id("eembc-"), doc, warnings=list(doc["quality"]["warnings"]),
                            stopped_by=stopped_by)  # fmt: skip

@@ -42,6 +42,7 @@ from edge_runtime.errors import UserError
 RULE_LOOPS, RULE_LOOP_S = 5, 10.0  # MLPerf Tiny's performance mode: the median of loops of at least 10 s
 MODEL_INPUTS = {"ic01": ((32, 32, 3), "uint8"), "kws01": ((49, 10), "int8"), "vww01": ((96, 96, 3), "uint8"),
                 "ad01": ((640,), "float32")}  # fmt: skip
+CLASSES = {"ic01": 10, "kws01": 12, "vww01": 2, "ad01": 2}  # what a label may be (ad01: 0 normal, 1 anomaly)
 MAX_INPUT_BYTES = 1 << 22  # a microcontroller holds far less; a bigger number is a typo
 MAX_SAMPLES = 100_000  # an accuracy set is loaded a sample at a time over a UART: ~0.3 s each at 115200 baud
 WHY_NO_PERCENTILES = ("the device times each loop of N inferences, not each inference (MLPerf Tiny's performance "
@@ -52,6 +53,9 @@ _NUMBERS = {  # option: (type, low, high)
     "input_bytes": (int, 1, MAX_INPUT_BYTES), "timeout": (float, 0.05, 3600.0),
 }  # fmt: skip
 OPTIONS = {"mode", "data", *_NUMBERS}
+# What pyserial itself reads from a network URL's query (its own `timeout` is rfc2217's negotiation, not ours: ours
+# wins); a serial device's URL takes only `baud`.
+PYSERIAL_OPTIONS = {"socket": {"logging"}, "rfc2217": {"logging", "ign_set_control", "poll_modem"}}
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,13 @@ def split_url(url: str) -> tuple[str, RunOptions]:
     """(the device's URL without this module's options, the options); one UserError line for a bad one."""
     u = urllib.parse.urlsplit(url)
     ours, rest = {}, []
+    passes = PYSERIAL_OPTIONS.get(u.scheme.lower().partition("+")[2], set()) | {"baud"}
     for key, value in urllib.parse.parse_qsl(u.query, keep_blank_values=True):
+        if key in ours or key in dict(rest):
+            raise UserError(f"target {url!r}: {key} given twice")
+        if key not in OPTIONS and key not in passes:
+            known = ", ".join(sorted(OPTIONS | passes))
+            raise UserError(f"target {url!r}: unknown option {key!r} (known: {known})")
         (ours.__setitem__(key, value) if key in OPTIONS else rest.append((key, value)))
     opts = {}
     for key, value in ours.items():
@@ -129,13 +139,19 @@ def read_dataset(path: str, model: str | None, opts: RunOptions) -> tuple[list[b
                         "one label an input")  # fmt: skip
     if y.dtype.kind not in "iub" or (len(y) and y.min() < 0):
         raise UserError(f"{shown}: y must hold class numbers (whole numbers >= 0), not {y.dtype}")
-    if x.dtype.kind not in "iuf" or x.ndim < 2:
-        raise UserError(f"{shown}: x must hold the inputs as numbers, one per row, not {x.dtype}")
+    if x.dtype.kind not in "iuf":
+        raise UserError(f"{shown}: x must hold the inputs as numbers, not {x.dtype}")
+    if x.ndim < 2:
+        raise UserError(f"{shown}: x must hold one input a row (shape {x.shape}: at least 2 dimensions)")
     if model is None:  # checked before the device says its model: the size waits for it
-        return [], y
+        return [np.ascontiguousarray(v).tobytes() for v in x], y.astype(np.int64)
     shape, dtype = input_size(model, opts)
     need = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    if x[0].nbytes != need:
+    classes = CLASSES.get(model) if not opts.input_bytes else None
+    if classes and int(y.max()) >= classes:
+        what = f"classes (0 to {classes - 1})" if model != "ad01" else "labels (0 normal, 1 anomaly)"
+        raise UserError(f"{shown}: label {int(y.max())}: the device's {model} has {classes} {what}")
+    if x[0].nbytes != need or (not opts.input_bytes and x.dtype != np.dtype(dtype)):
         got = f"{'x'.join(map(str, x.shape[1:]))} {x.dtype}"
         raise UserError(f"{shown}: an input is {x[0].nbytes} bytes ({got}); the device's {model} reads {need} "
                         f"({'x'.join(map(str, shape))} {dtype})")  # fmt: skip
@@ -165,7 +181,14 @@ def score(model: str, results: list[tuple[float, ...]], labels: np.ndarray) -> d
             raise TargetError(f"{model}: a result that is no anomaly score ({int((~np.isfinite(scores)).sum())} "
                               "samples)", "refused")  # fmt: skip
         return {"metric": "auc", "value": round(auc(scores, labels), 6), "samples": len(labels)}
-    guesses = np.array([int(np.argmax(r)) if r else -1 for r in results])
+    bad = [i for i, r in enumerate(results) if not r or not all(math.isfinite(v) for v in r)]
+    if bad:  # argmax would take a NaN for the answer: a device that says nothing must not score
+        raise TargetError(f"{model}: sample {bad[0]}: a result vector that is empty or not finite "
+                          f"({len(bad)} of {len(results)} samples)", "refused")  # fmt: skip
+    widest = min(len(r) for r in results)
+    if int(labels.max()) >= widest:
+        raise UserError(f"data: label {int(labels.max())}, but the device's results have {widest} classes")
+    guesses = np.array([int(np.argmax(r)) for r in results])
     right = int((guesses == labels).sum())
     return {"metric": "top1", "value": round(right / len(labels), 6), "samples": len(labels), "correct": right}
 
@@ -183,6 +206,24 @@ def rule(loops: list[dict]) -> dict:
     why = ("" if met else f"{len(loops)} loop(s), {len(short)} under {RULE_LOOP_S:g} s: MLPerf Tiny counts at least "
            f"{RULE_LOOPS} loops of at least {RULE_LOOP_S:g} s")  # fmt: skip
     return {"met": met, "why": why} if why else {"met": met}
+
+
+MLPERF_NAMES = {"resnet8": "ic01", "dscnn_kws": "kws01", "mobilenet_v1_025_vww": "vww01", "fc_autoencoder_ad": "ad01"}
+
+
+def said_of_request(request, identity: dict, opts: RunOptions) -> list[str]:
+    """What the record warns of the request: a host model file that is another MLPerf Tiny model than the device's
+    (the run would pair with that file's runs), and iterations asked of loops the device's timer sizes."""
+    out = []
+    path = str(getattr(request, "model", "") or "")
+    named = next((m for stem, m in MLPERF_NAMES.items() if stem in path.rsplit("/", 1)[-1]), None)
+    if named and identity.get("model") in MLPERF_NAMES.values() and named != identity.get("model"):
+        out.append(f"the model file {path.rsplit('/', 1)[-1]} is MLPerf Tiny's {named}, the device runs "
+                   f"{identity.get('model')}: the run is stored under the file's model")  # fmt: skip
+    if opts.mode == "performance" and getattr(request, "iterations", None):
+        out.append(f"iterations={request.iterations} does not apply: the device's loops are sized by its timer "
+                   "(loop_s)")  # fmt: skip
+    return out
 
 
 def environment(identity: dict):
@@ -245,22 +286,23 @@ def run_performance(device, request, opts: RunOptions, model: str, progress, kep
     return loop_s
 
 
-def run_accuracy(device, opts: RunOptions, model: str, progress, kept: list) -> np.ndarray:
+def run_accuracy(device, opts: RunOptions, model: str, progress, kept: list) -> None:
     """MLPerf Tiny's accuracy mode: each sample loaded and inferred once (`infer 1 0`); its loop lands in `kept`.
-    The labels are returned (the dataset is read, and refused in one line, before the device is touched)."""
-    samples, labels = read_dataset(opts.data or "", model, opts)
+    The dataset is read again, now checked against the device's model (the caller read it before the device was
+    touched)."""
+    samples, _ = read_dataset(opts.data or "", model, opts)
     say = progress or (lambda _text: None)
     every = max(1, len(samples) // 20)
     for i, data in enumerate(samples):
         kept.append(device.loop(data, 1, 0, device.timeout_s + 10.0))
         if (i + 1) % every == 0 or i + 1 == len(samples):
             say(f"sample {i + 1:,}/{len(samples):,}")
-    return labels
 
 
 # ----------------------------------------------------------------------------------------------- the record
 def record(request, identity: dict, opts: RunOptions, loops: list, *, loop_s: float | None, started_at: float,
-           wall_s: float, device, labels: np.ndarray | None = None, stopped_by: int | None = None):  # fmt: skip
+           wall_s: float, device, labels: np.ndarray | None = None, stopped_by: int | None = None,
+           failed: TargetError | None = None):  # fmt: skip
     """The run as `edge-runtime/bench/1` (edge_runtime.results.BenchResult), with its `firmware` section."""
     from edge_runtime.measure.stats import PERCENTILE_METHOD, histogram_us, jitter, stability, summarize
     from edge_runtime.results import Aborted, BackendSection, BenchResult, Config, Jitter, Latency, Quality
@@ -304,7 +346,11 @@ def record(request, identity: dict, opts: RunOptions, loops: list, *, loop_s: fl
         elif labels is not None:
             warnings.append(f"interrupted after {len(results):,} of {len(labels):,} samples: no accuracy figure")
         config = Config(warmup=0, iterations=len(loops), timed_call=TIMED_CALL.replace("N times", "once"))
+    warnings += said_of_request(request, identity, opts)
     aborted = None
+    if failed is not None:
+        aborted = Aborted(failed.kind, failed.one_line(), None, round(wall_s, 3), True)
+        warnings.append(f"cut short after {len(loops)} loop(s): {failed.one_line()}")
     if stopped_by is not None:
         import signal
 

@@ -77,7 +77,7 @@ class TcpStream(Stream):
 
 
 class SerialStream(Stream):
-    def __init__(self, ep: Endpoint, name: str):
+    def __init__(self, ep: Endpoint, name: str, exclusive: bool = False):
         try:
             import serial
         except ImportError:
@@ -85,9 +85,13 @@ class SerialStream(Stream):
         self._errors = (serial.SerialException, OSError)
         self.name = name
         try:
-            self.port = serial.serial_for_url(ep.url, baudrate=ep.baud, timeout=0, write_timeout=30)
+            extra = {"exclusive": True} if exclusive else {}  # a lock on the port: a second user is told at once
+            self.port = serial.serial_for_url(ep.url, baudrate=ep.baud, timeout=0, write_timeout=30, **extra)
         except (serial.SerialException, ValueError, OSError) as err:
-            raise StreamLost(f"{self.name}: {' '.join(str(err).split())[:200]}") from None
+            words = " ".join(str(err).split())[:200]
+            if "exclusively lock" in words:
+                words = f"in use by another process (its lock is held: {words})"
+            raise StreamLost(f"{self.name}: {words}") from None
 
     def read(self, timeout: float) -> bytes:
         try:
@@ -111,9 +115,10 @@ class SerialStream(Stream):
             pass
 
 
-def open_stream(url: str, timeout: float = 5.0) -> Stream:
-    """The stream a target URL names. Raises UserError for a URL that names nothing, StreamLost when it cannot open."""
+def open_stream(url: str, timeout: float = 5.0, exclusive: bool = False) -> Stream:
+    """The stream a target URL names (`exclusive`: a serial port locked for this process alone). Raises UserError for a
+    URL that names nothing, StreamLost when it cannot open."""
     ep = parse_endpoint(url, "target", listen=False)
     if ep.kind == "tcp":
         return TcpStream(ep, timeout, url)
-    return SerialStream(ep, url)
+    return SerialStream(ep, url, exclusive)
