@@ -70,6 +70,12 @@ def test_performance_mode_is_the_record_every_target_writes(target):
     assert doc["config"]["timed_call"].startswith("the firmware's th_infer")
     assert any(s.startswith("loop 3/3: ") for s in said), said
     assert results.load(doc).to_dict() == doc  # the schema reads it back, key for key
+    # a bound on a percentile cannot be shown met by loop means: a failed check that says why, never a pass
+    from bench.slo import SLO, evaluate, verdict_lines
+
+    verdict = evaluate(doc, SLO({"p99_ms": 1000.0}, 0.01))
+    assert verdict["pass"] is False and not verdict["checks"][0]["pass"] and not verdict["error_budget"]["pass"]
+    assert "no percentiles" in verdict_lines(verdict)[0]
 
 
 def test_a_noisy_device_gives_the_same_throughput_and_says_its_reset(target):
