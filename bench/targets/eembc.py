@@ -25,6 +25,7 @@ from edge_runtime.errors import UserError
 DEFAULT_TIMEOUT_S = 5.0  # serial_device.py's own: a command the firmware answers at once
 RETRIES = 3  # the runner's _retry; also the bound on loops a reset may cost
 LOAD_WINDOW = 2  # `db` pieces in flight while loading: the next goes out while the last one's m-ready is on its way
+LOAD_LONGEST_ACK = 47  # `e-[Insufficent number of hex digits]` + `m-ready`, CR LF each: a piece's longest answer
 LOAD_QUIET_S = 0.5  # acks still due after trouble: given up once the device is this quiet (a piece at 1200 baud)
 
 
@@ -164,18 +165,21 @@ class EembcDevice:
     loads_fallen_back = 0  # loads the pipelined path gave up on, done again one piece at a time
 
     def load(self, data: bytes) -> None:
-        """`db load N`, then the `db HH..` pieces. Pipelined first (`_load_pipelined`: two pieces in flight, so the line
-        never waits for an acknowledgement); on any trouble there, the whole load again one piece at a time, each
-        acknowledged (its m-ready) before the next (`_load_once`). There, a piece refused for an odd number of hex
-        digits (a digit lost on the line) is sent again: the firmware checks the count before it keeps a byte
-        (internally_implemented.cpp, ee_buffer_parse); any other refusal restarts the load."""
+        """`db load N`, then the `db HH..` pieces: pipelined (`_load_pipelined`); on any trouble there, the whole load
+        again one piece at a time, each acknowledged (its m-ready) before the next (`_load_once`), where a piece
+        refused for an odd number of hex digits (one lost on the line) is sent again: the firmware checks the count
+        before it keeps a byte (internally_implemented.cpp, ee_buffer_parse); any other refusal restarts the load."""
         if self.load_window > 1:
             if self._load_pipelined(data):
                 return
             self.loads_fallen_back += 1
-            # a piece whose `%` the device missed may still sit at the front of its one command buffer: a `name`
-            # takes it away (answered or refused alike), so that the careful load's `db load` is read alone
-            self.ask(proto.cmd_name())
+            try:  # a piece whose `%` the device missed may still sit in its one command buffer: `name` takes it away
+                self.ask(proto.cmd_name())
+            except TargetError as err:
+                if err.kind != "timeout":
+                    raise
+                raise TargetError(f"{self.name}: db: the device went quiet mid-load (no m-ready in {self.timeout_s:g} "
+                                  f"s; last line {self.last_line!r})", "timeout") from None  # fmt: skip
         for _ in range(RETRIES):
             if self._load_once(data):
                 return
@@ -207,10 +211,9 @@ class EembcDevice:
         return True
 
     def _load_pipelined(self, data: bytes) -> bool:
-        """The pieces with `load_window` (2) in flight: piece k+1 goes out as soon as piece k-1 is acknowledged, so it
-        is on the line while piece k's m-ready comes back, and the line carries hex digits all the time (66 characters
-        for 31 bytes: 1.065x the digits' own time) instead of waiting a turnaround and the ack's 9 characters per
-        piece. Acks are counted in order: the k-th m-ready answers the k-th piece.
+        """`load_window` (2) pieces in flight: piece k+1 goes out once piece k-1 is acknowledged, so it is on the line
+        while piece k's m-ready comes back: no turnaround and no ack's 9 characters per piece, only the 66 characters
+        for 31 bytes (1.065x the digits' time). Acks are counted in order: the k-th m-ready answers the k-th piece.
 
         Why this is safe on reference firmware, which has one command buffer (ee_serial_callback): a `%` puts the
         write position back at 0 and keeps the parser busy until the reply's m-ready is out, and a `%` arriving
@@ -220,18 +223,22 @@ class EembcDevice:
         and piece k's reply is 9 (`m-ready`), 22 with `m-load-done`, 47 with a refusal: long out before. So what
         makes it safe is that each reply is shorter on the line than the piece behind it, whatever the window (3 and
         5 lost no command against tests/servers/eembc_sim.py's model of that buffer either); 2 is the least that
-        keeps the line full, and it bounds what trouble costs (one piece to drain). A piece behind a longer reply is
-        lost: a reset's banner (72 characters), or a firmware that echoes what it reads (75 characters out for 66
+        keeps the line full, and it bounds what trouble costs (one piece to drain). A short last piece breaks the rule
+        (`db XX%` is 6 characters, behind a 9-character m-ready: its `%` is ignored; the simulator caught it), so a
+        piece no longer than LOAD_LONGEST_ACK goes out only when nothing is in flight. A piece behind a longer reply
+        is lost: a reset's banner (72 characters), or a firmware that echoes what it reads (75 characters out for 66
         in: it falls behind); that shows as trouble, and trouble ends the pipelined try.
 
-        False on any trouble (a refused piece, a reset, an ack not in within the timeout) once the acks still due
-        are drained, so that none is taken for the careful load's; the caller then loads one piece at a time."""
+        False on any trouble (a refused piece, a reset, an ack not in within the timeout), the acks still due
+        drained so that none is taken for the careful load's, which the caller does next."""
         self._db_load(len(data))
         self._drain()  # lines after the `db load` reply are judged now: the acks read below are the pieces' own
         pieces, lines, sent_at = proto.db_pieces(data), [], []
         reply, last, acked = proto.Reply("db"), None, 0
         while acked < len(pieces):
             while len(sent_at) < len(pieces) and len(sent_at) - acked < self.load_window:
+                if len(sent_at) > acked and len(pieces[len(sent_at)]) <= LOAD_LONGEST_ACK:
+                    break  # its `%` could come while the piece before it is still answered
                 self._send(pieces[len(sent_at)])
                 sent_at.append(self.clock())
             while lines and not reply.done:
@@ -255,7 +262,7 @@ class EembcDevice:
         # no m-load-done: a byte lost on the line (the firmware counts bytes, not pieces); the careful load says so
         return last is not None and last.first("load-done") is not None
 
-    def _send(self, cmd: bytes) -> None:
+    def _send(self, cmd: bytes) -> None:  # as `ask` writes
         try:
             self.stream.write(cmd)
         except StreamLost as err:

@@ -37,7 +37,7 @@ stuck at the last one when more come). A `%` ends the command, enables the parse
 characters that arrive meanwhile are still written into the buffer from position 0 (over the command being handled:
 they are the start of the next one), and a `%` that arrives then is ignored: that command is lost, and its characters
 stay at the front of the next one. This is what makes sending ahead of the replies dangerous on real firmware.
-`lost` commands are counted and said on stderr when the simulator ends (SIGTERM).
+Each ignored `%` is said on stderr as it happens, and the count (`lost N`) when the simulator ends (SIGTERM).
 It asks for SCHED_FIFO (`realtime`), as a device's core is its own. SIGTERM ends it and removes the link."""
 
 from __future__ import annotations
@@ -106,6 +106,8 @@ class Device:
             return
         if at < self.busy_until:
             self.lost += 1  # the parser is still answering: this `%` is never seen
+            print(f"ignored a % {(self.busy_until - at) * 1e6:.0f} us before the parser was free "
+                  f"(late {(time.monotonic() - at) * 1e6:.0f} us)", file=sys.stderr, flush=True)  # fmt: skip
             return
         text, self.cmd_pos = bytes(self.cmd[: self.cmd_pos]), 0
         if self.args.hang_after_commands and self.commands >= self.args.hang_after_commands:
