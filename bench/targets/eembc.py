@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 from bench.targets import eembc_protocol as proto
 from bench.targets.base import Progress, Target, TargetError, TargetInfo, TargetOptions, TargetResult
+from bench.targets.eembc_load import RETRIES, Loading, proto_words
 from bench.transports import Stream, StreamLost, open_stream, parse_endpoint
 from edge_runtime.errors import UserError
 
 DEFAULT_TIMEOUT_S = 5.0  # serial_device.py's own: a command the firmware answers at once
-RETRIES = 3  # the runner's _retry; also the bound on loops a reset may cost
 MAX_INFERENCES = (1 << 31) - 1  # the firmware reads N with atol/strtol into a 32-bit long
 
 
@@ -56,7 +56,7 @@ class Loop:
     resets: int = 0
 
 
-class EembcDevice:
+class EembcDevice(Loading):
     """One EEMBC device on one stream. `clock` is the host's monotonic clock, for deadlines only."""
 
     def __init__(self, stream: Stream, name: str, *, timeout_s: float = DEFAULT_TIMEOUT_S,
@@ -179,37 +179,6 @@ class EembcDevice:
         except proto.ProtocolError as err:
             raise TargetError(f"{self.name}: {err}", "refused") from None
 
-    def load(self, data: bytes) -> None:
-        """`db load N`, then `db HH..` pieces, each acknowledged (its m-ready) before the next. A piece refused for an
-        odd number of hex digits (a digit lost on the line) is sent again: the firmware checks the count before it
-        keeps a byte (internally_implemented.cpp, ee_buffer_parse). Any other refusal restarts the load."""
-        for _ in range(RETRIES):
-            if self._load_once(data):
-                return
-        raise TargetError(f"{self.name}: db: {len(data)} bytes not loaded in {RETRIES} tries: {self.refused}",
-                          "refused")  # fmt: skip
-
-    def _load_once(self, data: bytes) -> bool:
-        expecting = self.value(self.check(self.ask(proto.cmd_db_load(len(data)))), "expecting")
-        if expecting != len(data):
-            raise TargetError(f"{self.name}: db load {len(data)}: the device expects {expecting} bytes", "refused")
-        reply = None
-        for piece in proto.db_pieces(data):
-            for _ in range(RETRIES):
-                reply = self.ask(piece)
-                if reply.reset or not any("hex digits" in e for e in reply.errors):
-                    break
-                self.pieces_resent += 1
-            if reply.reset:
-                self.check(reply)  # DeviceReset: the caller loads again
-            if reply.errors:
-                self.refused = reply.said()
-                return False
-        if reply is None or reply.first("load-done") is None:
-            raise TargetError(f"{self.name}: db: {len(data)} bytes sent and no m-load-done (a byte lost on the "
-                              f"line?); last line {self.last_line!r}", "refused")  # fmt: skip
-        return True
-
     def infer(self, n: int, warmups: int, timeout_s: float) -> proto.Performance:
         """`infer N W`, its laps checked against the host's clock: a device whose timer did not advance, or says a
         loop took longer than the host waited for it (a lap that went backwards reads as a 32-bit wrap), is refused:
@@ -280,12 +249,6 @@ def printable(text: object, limit: int = 200) -> str:
     visible, its length bounded."""
     out = "".join(c if c.isprintable() and c not in "<>|`" else "?" for c in str(text))
     return out if len(out) <= limit else out[: limit - 3] + "..."
-
-
-def proto_words(err: Exception) -> str:
-    """An error's text without the stream's own name in front (the target names itself once)."""
-    text = " ".join(str(err).split())
-    return text.partition(": ")[2] or text
 
 
 class EembcTarget(Target):

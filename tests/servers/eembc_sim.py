@@ -3,7 +3,7 @@
 
     python tests/servers/eembc_sim.py --pty-link PATH --us-per-inference U --model ic01 [--drop-hex-every K]
                                       [--garbage-every K] [--reset-after-infers K] [--hang-after-commands K]
-                                      [--echo] [--seed S]
+                                      [--echo] [--seed S] [--baud N]
 
 It opens a pty, makes PATH a symlink to its slave (a test opens PATH with pyserial, as it would /dev/ttyACM0), prints
 one line `ready PATH` on stdout, then the boot banner on the pty, and answers on the master as
@@ -22,11 +22,28 @@ What goes wrong, on request:
   buffer lost), once;
 - `--hang-after-commands K`: after K commands it reads everything and answers nothing;
 - `--echo`: every byte received is sent back at once, as a terminal-minded firmware does.
+
+`--baud N` makes the pty a UART at N baud (10 bits a byte: start, 8 data, stop), in both directions. The host writes
+into the pty at memory speed; here each byte read "arrives" 10/N s after the previous byte's arrival (or after it was
+read, when the line was idle), and is handled only then; what the device prints goes out at the same rate, each byte
+at its own deadline on an absolute schedule (written as soon as it is due: a late wake-up sends what is due at once,
+so the pacing does not drift). A command is handled at its `%`'s arrival, in line time, so what the device does no
+longer depends on when this process happens to run (`infer`'s busy wait aside: it takes real time).
+
+With `--baud`, the receive side is reference firmware's, not a queue of commands (internally_implemented.cpp:
+ee_serial_callback and the main loop): there is one command buffer (EE_CMD_SIZE, 80 characters, the write position
+stuck at the last one when more come). A `%` ends the command, enables the parser and puts the write position back at
+0; from then until the command's whole reply, its `m-ready` included, has gone out on the line, the parser is busy:
+characters that arrive meanwhile are still written into the buffer from position 0 (over the command being handled:
+they are the start of the next one), and a `%` that arrives then is ignored: that command is lost, and its characters
+stay at the front of the next one. This is what makes sending ahead of the replies dangerous on real firmware.
+Each ignored `%` is said on stderr as it happens, and the count (`lost N`) when the simulator ends (SIGTERM).
 It asks for SCHED_FIFO (`realtime`), as a device's core is its own. SIGTERM ends it and removes the link."""
 
 from __future__ import annotations
 
 import argparse
+import collections
 import itertools
 import math
 import os
@@ -38,6 +55,8 @@ import time
 import tty
 
 CLASSES = {"ic01": 10, "kws01": 12, "vww01": 2, "ad01": 1}
+EE_CMD_SIZE = 80  # internally_implemented.h: the one command buffer's size
+PERCENT = ord("%")
 FW_VERSION = "ULPMark for tinyML Firmware V0.0.1"  # internally_implemented.h: EE_FW_VERSION
 
 
@@ -64,19 +83,53 @@ class Device:
         self.reset_done = False
         self.last_results: list[float] = []
         self.partial = b""  # the garbage line left unfinished, completed before the next one
+        self.paced: Line | None = None  # --baud: what is printed waits for the line
+        self.cmd, self.cmd_pos, self.busy_until, self.lost = bytearray(EE_CMD_SIZE + 1), 0, 0.0, 0
+        self.replied_at = 0.0  # when the last m-ready printed has gone out on a paced line
 
     def out(self, text: str) -> None:
-        data = text.encode("latin-1")
+        self.send(text.encode("latin-1"))
+
+    def send(self, data: bytes) -> None:
+        if self.paced is not None:
+            self.paced.send(data)
+            return
         while data:
             n = os.write(self.fd, data)
             data = data[n:]
 
+    def receive(self, c: int, at: float) -> None:
+        """One character off a paced line, at its arrival time: ee_serial_callback's one buffer (the docstring)."""
+        if c != PERCENT:
+            self.cmd[self.cmd_pos] = c
+            self.cmd_pos = min(self.cmd_pos + 1, EE_CMD_SIZE)
+            return
+        if at < self.busy_until:
+            self.lost += 1  # the parser is still answering: this `%` is never seen
+            print(f"ignored a % {(self.busy_until - at) * 1e6:.0f} us before the parser was free "
+                  f"(late {(time.monotonic() - at) * 1e6:.0f} us)", file=sys.stderr, flush=True)  # fmt: skip
+            return
+        text, self.cmd_pos = bytes(self.cmd[: self.cmd_pos]), 0
+        if self.args.hang_after_commands and self.commands >= self.args.hang_after_commands:
+            return  # a device that stopped answering still reads its UART
+        self.paced.now = at  # the reply starts when the `%` came, however late this process runs
+        self.command(text.decode("ascii", "replace").strip("\r\n\0"))
+        self.busy_until = self.replied_at  # its m-ready's last bit on the line: the parser is free again
+
     def line(self, text: str) -> None:
         self.out(text + "\r\n")
+        if text == "m-ready" and self.paced is not None:
+            self.replied_at = self.paced.end
+
+    def spin(self, until_ns: int) -> None:
+        busy(until_ns)
+        if self.paced is not None:
+            self.paced.now = time.monotonic()  # what follows is printed after the wait, in real time
 
     def boot(self) -> None:
         """The banner: th_timestamp_initialize says the mode, a lap, then ee_benchmark_initialize's two lines."""
         self.buf, self.size, self.pos, self.last_results = bytearray(), 0, 0, []
+        self.cmd_pos = 0
         self.line("m-timestamp-mode-performance")
         self.line(f"m-lap-us-{time.monotonic_ns() // 1000 % (1 << 32)}")
         self.line("m-init-done")
@@ -84,9 +137,9 @@ class Device:
 
     def garbage(self) -> None:
         junk = bytes(self.rng.choice(b"#~!?*^_=+xyzQWE\x01\x7f\xfe\xff ") for _ in range(self.rng.randint(3, 30)))
-        os.write(self.fd, self.partial + junk + b"\r\n")
+        self.send(self.partial + junk + b"\r\n")
         self.partial = b"\xff~~partial"  # a line cut here, its end sent with the next garbage
-        os.write(self.fd, self.partial)
+        self.send(self.partial)
 
     def command(self, text: str) -> None:
         self.commands += 1
@@ -166,17 +219,17 @@ class Device:
         self.infers += 1
         us = self.args.us_per_inference
         self.line(f"m-warmup-start-{w}")
-        busy(time.monotonic_ns() + w * us * 1000)
+        self.spin(time.monotonic_ns() + w * us * 1000)
         self.line("m-warmup-done")
         self.line(f"m-infer-start-{n}")
         start = time.monotonic_ns()
         self.line(f"m-lap-us-{start // 1000 % (1 << 32)}")
         if self.args.reset_after_infers == self.infers and not self.reset_done:
-            busy(start + n // 2 * us * 1000)
+            self.spin(start + n // 2 * us * 1000)
             self.reset_done = True
             self.boot()
             return False
-        busy(start + n * us * 1000)
+        self.spin(start + n * us * 1000)
         self.line(f"m-lap-us-{time.monotonic_ns() // 1000 % (1 << 32)}")
         self.line("m-infer-done")
         self.last_results = results_for(bytes(self.buf[: self.pos]), self.args.model)
@@ -201,6 +254,73 @@ def realtime() -> None:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
     except (OSError, AttributeError):
         pass
+
+
+class Line:
+    """A UART at `baud` between the pty and the device (see --baud): bytes read get arrival times 10/baud s apart;
+    bytes printed get deadlines on the same schedule, written once due."""
+
+    def __init__(self, fd: int, baud: int):
+        self.fd, self.byte_s = fd, 10.0 / baud
+        self.rx: collections.deque[tuple[float, int]] = collections.deque()  # (arrival, byte), not arrived yet
+        self.rx_last = 0.0  # the arrival of the last byte read
+        self.tx: collections.deque[tuple[float, int]] = collections.deque()  # (deadline, byte), not written yet
+        self.end = 0.0  # when the last byte printed has gone out
+        self.now = 0.0  # the device's time as it prints (set by the device: a `%`'s arrival, or after a wait)
+
+    def read(self, data: bytes, now: float) -> None:
+        for c in data:
+            self.rx_last = max(now, self.rx_last) + self.byte_s  # a byte takes its 10 bits on the line
+            self.rx.append((self.rx_last, c))
+
+    def send(self, data: bytes) -> None:
+        t = max(self.now, self.end)
+        for c in data:
+            t += self.byte_s
+            self.tx.append((t, c))
+        self.end = t
+
+    def arrived(self, now: float) -> list[tuple[float, int]]:
+        got = []
+        while self.rx and self.rx[0][0] <= now:
+            got.append(self.rx.popleft())
+        return got
+
+    def flush(self, now: float) -> None:
+        due = bytearray()
+        while self.tx and self.tx[0][0] <= now:
+            due.append(self.tx.popleft()[1])
+        while due:
+            n = os.write(self.fd, due)
+            del due[:n]
+
+    def next_event(self) -> float | None:
+        times = [q[0][0] for q in (self.rx, self.tx) if q]
+        return min(times) if times else None
+
+
+def serve_paced(dev: Device, line: Line) -> None:
+    """The device behind a paced line: each byte handled at its arrival, each byte printed at its deadline."""
+    dev.paced = line
+    while True:
+        now = time.monotonic()
+        for at, c in line.arrived(now):
+            if dev.args.echo:
+                line.now = at
+                dev.send(bytes([c]))
+            dev.receive(c, at)
+        now = time.monotonic()
+        line.flush(now)
+        nxt = line.next_event()
+        ready, _, _ = select.select([dev.fd], [], [], 1.0 if nxt is None else max(0.0, nxt - now))
+        if not ready:
+            continue
+        try:
+            data = os.read(dev.fd, 4096)
+        except OSError:  # EIO: no process holds the slave now; it may open it again
+            time.sleep(0.01)
+            continue
+        line.read(data, time.monotonic())
 
 
 def serve(dev: Device, hang_after: int) -> None:
@@ -235,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hang-after-commands", type=int, default=0)
     p.add_argument("--echo", action="store_true")
     p.add_argument("--seed", type=int, default=27)
+    p.add_argument("--baud", type=int, default=0)
     args = p.parse_args(argv)
     master, slave = os.openpty()
     tty.setraw(slave)  # no echo, no newline translation: the bytes on the line are the device's own
@@ -248,9 +369,17 @@ def main(argv: list[str] | None = None) -> int:
     dev = Device(master, args)
     try:
         print(f"ready {args.pty_link}", flush=True)
+        if args.baud:
+            dev.paced = Line(master, args.baud)
+            dev.paced.now = time.monotonic()
         dev.boot()
-        serve(dev, args.hang_after_commands)
+        if args.baud:
+            serve_paced(dev, dev.paced)
+        else:
+            serve(dev, args.hang_after_commands)
     finally:
+        if args.baud:
+            print(f"lost {dev.lost}", file=sys.stderr, flush=True)
         if os.path.islink(args.pty_link):
             os.unlink(args.pty_link)
     return 0
