@@ -112,7 +112,8 @@ def verdict_lines(slo_result: dict | None) -> list[str]:
     """An SLO verdict for people: one line per check."""
     if slo_result is None:
         return []
-    lines = [f"slo          {c['slo']}: measured {c['measured_ms']} ms: {'pass' if c['pass'] else 'FAIL'}"
+    lines = [f"slo          {c['slo']}: measured {'-' if c['measured_ms'] is None else c['measured_ms']} ms: "
+             f"{'pass' if c['pass'] else 'FAIL'}"
              + (f" ({c['why']})" if c.get("why") else "") for c in slo_result["checks"]]  # fmt: skip
     b = slo_result.get("error_budget")
     if b:

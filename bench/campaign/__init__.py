@@ -165,7 +165,9 @@ def _target(where: Where, i: int, t: dict, base: str) -> Target:
     from bench.targets.registry import check
 
     try:
-        info = check(url).info  # a scheme that names nothing is refused now, not when its turn comes
+        cls = check(url)  # a scheme that names nothing is refused now, not when its turn comes
+        url = cls.with_base(url, base)  # files its URL names, relative to the campaign as the models are
+        info = cls.info
     except UserError as err:
         raise UserError(f"{where}: [[target]] {name!r}: {err.one_line()}") from None
     threads = t.get("threads")

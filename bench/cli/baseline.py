@@ -44,9 +44,14 @@ def run(args) -> int:
             r = store.baseline(args.args[0])
             doc = {"baseline": args.args[0], "run": r.summary()}
             s = r.summary()
+            if s["p50_us"] is None and (r.result or {}).get("firmware"):  # loops timed by a device: its mean
+                mean = (r.result.get("latency_us") or {}).get("mean")
+                figures = f"mean {mean} us (the device's timer, no percentiles)"
+            else:
+                figures = f"p50 {s['p50_us']} us, p99 {s['p99_us']} us"
             text = (
-                f"baseline {args.args[0]}: run {r.id}, {r.target}, {r.model_name}, {r.scenario}, p50 {s['p50_us']} us, "
-                f"p99 {s['p99_us']} us, {s['count']:,} samples\n"
+                f"baseline {args.args[0]}: run {r.id}, {r.target}, {r.model_name}, {r.scenario}, {figures}, "
+                f"{s['count']:,} samples\n"
             )
     if "--json" in outs:
         write_json(doc, outs["--json"])

@@ -59,12 +59,12 @@ def text(items: list[tuple[str, dict | None]]) -> str:
         return ""
     lines = ["", "MLPerf Tiny firmware (the device's own timer):"]
     for r in found:
-        said = (f"{rate(r['throughput_ips'])} (median of {r['loops']} loops), {duration(r['mean_us'])} per inference"
+        said = (f"{rate(r['throughput_ips'])} (median of {r['loops']} loop(s)), {duration(r['mean_us'])} per inference"
                 if r["loops"] else r["accuracy"])  # fmt: skip
         score = "an MLPerf Tiny score" if r["mlperf"] == "yes" else f"not an MLPerf Tiny score ({r['mlperf'][4:]})"
         lines.append(f"  {r['run']}: {r['model']} on {r['device']}, {r['mode']}: {said}; resets {r['resets']}"
                      + (f"; {score}" if r["loops"] else ""))  # fmt: skip
-    return "\n".join([*lines, "  " + NOTE]) + "\n"
+    return "\n".join([*lines, *(["  " + NOTE] if any(r["loops"] for r in found) else [])]) + "\n"
 
 
 def markdown(items: list[tuple[str, dict | None]]) -> str:
@@ -74,7 +74,7 @@ def markdown(items: list[tuple[str, dict | None]]) -> str:
     out = ["", "## MLPerf Tiny firmware (the device's own timer)", "", "| " + " | ".join(HEAD) + " |",
            "|" + "---|" * len(HEAD)]  # fmt: skip
     out += ["| " + " | ".join(c.replace("|", "\\|") for c in _cells(r)) + " |" for r in found]
-    return "\n".join([*out, "", NOTE]) + "\n"
+    return "\n".join([*out, *(["", NOTE] if any(r["loops"] for r in found) else [])]) + "\n"
 
 
 def html_section(items: list[tuple[str, dict | None]]) -> str:
@@ -85,7 +85,8 @@ def html_section(items: list[tuple[str, dict | None]]) -> str:
     head = "".join(f"<th>{e(h)}</th>" for h in HEAD)
     body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in _cells(r)) + "</tr>" for r in found)
     return (f'<section id="firmware"><h2>MLPerf Tiny firmware (the device\'s own timer)</h2><table><tr>{head}</tr>'
-            f'{body}</table><p class="note">{e(NOTE)}</p></section>')  # fmt: skip
+            f"{body}</table>" + (f'<p class="note">{e(NOTE)}</p>' if any(r["loops"] for r in found) else "")
+            + "</section>")  # fmt: skip
 
 
 def one_run_text(doc: dict) -> str:
@@ -105,5 +106,6 @@ def one_run_text(doc: dict) -> str:
         if lat.get("count"):
             lines.append(f"  latency      p50 {duration(lat.get('p50'))}, p99 {duration(lat.get('p99'))}, max "
                          f"{duration(lat.get('max'))} over {lat['count']:,} inferences each timed alone")  # fmt: skip
-    lines.append(f"  resets       {r['resets']}; pieces resent {fw.get('pieces_resent', 0)}")
+    lines.append(f"  resets       {r['resets']}; pieces resent {fw.get('pieces_resent', 0)}; loads done again one "
+                 f"piece at a time {fw.get('loads_fallen_back', 0)}")  # fmt: skip
     return "\n".join(lines) + "\n"

@@ -97,6 +97,12 @@ class Target(abc.ABC):
         """Refuse, with one UserError line, a URL of this scheme that names nothing."""
 
     @classmethod
+    def with_base(cls, url: str, base: str) -> str:
+        """The URL with a file it names relative to `base` (a campaign file's folder) made absolute, as a campaign's
+        model paths are read; default: the URL as it is (it names no file)."""
+        return url
+
+    @classmethod
     def short_name(cls, url: str) -> str:
         """What a run without a campaign (which names its targets) calls this target: the scheme and where it is
         (`kserve:127.0.0.1:8000`, `tcp:10.0.0.2:7000`, `serial:/dev/ttyUSB0`, `local`), never the URL's options or

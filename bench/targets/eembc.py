@@ -11,6 +11,7 @@ Never: parse a device line here (eembc_protocol.py does), or time an inference w
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
 import urllib.parse
@@ -69,13 +70,21 @@ class EembcDevice(Loading):
         self.pieces_resent = 0
         self.refused = ""  # the device's words when it last refused a piece
         self.loaded: bytes | None = None  # what the device holds now (lost with a reset)
+        self.char_s = 10 / 115200  # one character's time on the line (set from the URL's baud by open())
+
+    def line_s(self, chars: int) -> float:
+        """How long `chars` characters take on the line: waits for a reply or for quiet grow with it at a slow baud."""
+        return chars * self.char_s
 
     @classmethod
     def open(cls, url: str, **kw) -> EembcDevice:
+        inner = serial_url(url)
         try:
-            return cls(open_stream(serial_url(url), exclusive=True), url, **kw)
+            dev = cls(open_stream(inner, exclusive=True), url, **kw)
         except StreamLost as err:
             raise TargetError(f"{url}: {proto_words(err)}") from None
+        dev.char_s = 10 / parse_endpoint(inner, "target", listen=False).baud
+        return dev
 
     def close(self) -> None:
         self.stream.close()
@@ -129,7 +138,7 @@ class EembcDevice(Loading):
         while not reply.done:
             left = deadline - self.clock()
             if left <= 0:
-                raise TargetError(f"{self.name}: {shown}: no m-ready in {limit:g} s; last line {self.last_line!r}",
+                raise TargetError(f"{self.name}: {shown}: no m-ready in {limit:.3g} s; last line {self.last_line!r}",
                                   "timeout")  # fmt: skip
             lines = self.splitter.feed(self._read(min(left, 0.5)))
             for i, line in enumerate(lines):
@@ -149,20 +158,21 @@ class EembcDevice(Loading):
         return reply
 
     # ------------------------------------------------------------------ what the runner does
-    def sync(self, quiet_s: float = 0.2) -> tuple[str, str]:
+    def sync(self, quiet_s: float | None = None) -> tuple[str, str]:
         """Be sure the next line read answers the next command: wait for the device to be quiet (a boot banner on its
-        way), then `name` until one is answered without a reset; its (role, vendor's name)."""
+        way; 0.2 s, longer at a slow baud), then `name` until one is answered without a reset; its (role, vendor's
+        name). A reply that is not one (the end of an `infer` a Ctrl-C left running, `Unknown command: xname` for a
+        stray byte left in the firmware's buffer) is a reason to ask again, not an answer."""
+        quiet = max(0.2, self.line_s(150)) if quiet_s is None else quiet_s
+        said = ""
         for _ in range(RETRIES):
-            self._drain(quiet_s)
+            self._drain(quiet)
             reply = self.ask(proto.cmd_name())
-            if reply.errors:
-                self.check(reply)
-            if not reply.reset and reply.first("name") is not None:
-                self._drain(quiet_s)  # a reply cut short by a banner may still end after it
+            if not reply.reset and not reply.errors and reply.first("name") is not None:
+                self._drain(quiet)  # a reply cut short by a banner may still end after it
                 return reply.value("name")
-            # a reset, or the end of a reply to a command asked before (an `infer` a Ctrl-C left running): again
-        raise TargetError(f"{self.name}: name: no m-name in {RETRIES} tries (the device reset, or answered something "
-                          f"else); last line {self.last_line!r}", "refused")  # fmt: skip
+            said = reply.said()
+        raise TargetError(f"{self.name}: name: no m-name in {RETRIES} tries ({said})", "refused")
 
     def identify(self) -> dict:
         """Sync and say who it is: `name` and `profile`, as the runner asks."""
@@ -187,7 +197,7 @@ class EembcDevice(Loading):
             raise TargetError(f"{self.name}: infer {n}: more than the firmware's {MAX_INFERENCES:,} (its timer or its "
                               "probe is wrong)", "refused")  # fmt: skip
         t0 = self.clock()
-        reply = self.check(self.ask(proto.cmd_infer(n, warmups), timeout_s))
+        reply = self.check(self.ask(proto.cmd_infer(n, warmups), timeout_s + self.line_s(200)))  # + its reply
         waited_s = self.clock() - t0
         try:
             perf = proto.performance(reply)
@@ -276,6 +286,27 @@ class EembcTarget(Target):
         except UserError as err:  # said of the URL the user wrote, not of the pyserial URL made of it
             raise UserError(err.message.replace(repr(inner), repr(url)), hint=err.hint) from None
 
+    @classmethod
+    def with_base(cls, url: str, base: str) -> str:
+        """`data=` relative to the campaign file, as its models are (else where edge-bench runs, if it is there)."""
+        from bench.targets.eembc_run import split_url
+
+        data = split_url(url)[1].data
+        if not data or os.path.isabs(data) or (os.path.exists(data) and not os.path.exists(os.path.join(base, data))):
+            return url
+        u = urllib.parse.urlsplit(url)
+        query = [(k, os.path.join(base, v) if k == "data" else v) for k, v in urllib.parse.parse_qsl(u.query, True)]
+        return url.split("?", 1)[0] + "?" + urllib.parse.urlencode(query, safe="/:")
+
+    @classmethod
+    def preflight(cls, url: str, **_kw) -> None:
+        """An accuracy dataset read and checked before any run (a campaign refuses it when read, not hours in)."""
+        from bench.targets.eembc_run import read_dataset, split_url
+
+        opts = split_url(url)[1]
+        if opts.mode == "accuracy":
+            read_dataset(opts.data or "", None, opts)
+
     def connect(self) -> dict:
         if self.device is None:
             timeout = self.run_options.timeout or self.options.connect_timeout
@@ -320,7 +351,7 @@ class EembcTarget(Target):
         started, t0 = time.time(), time.monotonic()
         try:
             if opts.mode == "accuracy":
-                er.run_accuracy(self.device, opts, identity["model"], progress, kept)
+                er.run_accuracy(self.device, opts, identity["model"], progress, kept, labels)
             else:
                 loop_s = er.run_performance(self.device, request, opts, identity["model"], progress, kept)
         except KeyboardInterrupt as err:  # Ctrl-C, SIGTERM: what the device finished is kept
@@ -328,14 +359,24 @@ class EembcTarget(Target):
             if not kept:
                 self.close()  # the device is mid-loop: the next connect syncs again
                 raise Interrupted(stopped_by) from None
+        except UserError as err:  # the dataset against the device's model: this run fails, a campaign goes on
+            self.close()
+            raise TargetError(f"{self.url}: {err.one_line()}", "user-error") from None
         except TargetError as err:  # a cable pulled, a device gone silent: the loops it finished are kept
             if not kept:
+                self.close()
                 raise
             failed = err
-        doc = er.record(request, identity, opts, kept, loop_s=loop_s, started_at=started, wall_s=time.monotonic() - t0,
-                        device=self.device, labels=labels, stopped_by=stopped_by, failed=failed).to_dict()  # fmt: skip
-        if stopped_by is not None or failed is not None:
+        try:
+            wall_s = time.monotonic() - t0
+            doc = er.record(request, identity, opts, kept, loop_s=loop_s, started_at=started, wall_s=wall_s,
+                            device=self.device, labels=labels, stopped_by=stopped_by,
+                            failed=failed).to_dict()  # fmt: skip
+        except UserError as err:
+            raise TargetError(f"{self.url}: {err.one_line()}", "user-error") from None
+        finally:
             self.close()
+        self.close()  # the port is free between runs (another target of a campaign may name the same device)
         got = TargetResult(rid or new_request_id("eembc-"), doc, warnings=list(doc["quality"]["warnings"]),
                            stopped_by=stopped_by)  # fmt: skip
         if sink is not None:

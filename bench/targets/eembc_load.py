@@ -116,6 +116,7 @@ class Loading:
                 self.last_line = reply.last_line
             if reply.done and (reply.reset or reply.errors):
                 self.refused = reply.said()
+                self.resets_between += reply.reset  # said in the record: the load is done again
                 self._drain_acks(len(sent_at) - acked - 1, lines)
                 return False
             if reply.done:
@@ -123,7 +124,7 @@ class Loading:
                 continue
             left = sent_at[acked] + self.timeout_s - self.clock()
             if left <= 0:
-                self.refused = f"no m-ready in {self.timeout_s:g} s; last line {self.last_line!r}"
+                self.refused = f"no m-ready in {self.timeout_s:.3g} s; last line {self.last_line!r}"
                 self._drain_acks(len(sent_at) - acked, [])  # an ack later than the timeout is no one's
                 return False
             lines += self.splitter.feed(self._read(min(left, 0.5)))
@@ -141,7 +142,7 @@ class Loading:
         """The m-ready lines still due to pieces already sent, read and dropped, until they came, the device has been
         quiet LOAD_QUIET_S (a piece it missed is never answered) or the timeout passed; what comes after the last of
         them waits for the next command, as `ask` leaves it."""
-        deadline, quiet_until = self.clock() + self.timeout_s, self.clock() + LOAD_QUIET_S
+        deadline, quiet_until = self.clock() + self.timeout_s, self.clock() + max(LOAD_QUIET_S, self.line_s(150))
         while due > 0:
             for i, line in enumerate(lines):
                 msg = proto.parse_line(line)
@@ -157,6 +158,6 @@ class Loading:
                 self.after = []
                 return
             data = self._read(min(left, 0.5))
-            quiet_until = self.clock() + LOAD_QUIET_S if data else quiet_until
+            quiet_until = self.clock() + max(LOAD_QUIET_S, self.line_s(150)) if data else quiet_until
             lines = self.splitter.feed(data)
         self.after = lines

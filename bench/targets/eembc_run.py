@@ -90,8 +90,8 @@ def split_url(url: str) -> tuple[str, RunOptions]:
             except ValueError:
                 number = None
             if number is None or not (isinstance(number, int) or math.isfinite(number)) or not low <= number <= high:
-                raise UserError(f"target {url!r}: {key} {value!r}: a {'whole ' if kind is int else ''}number "
-                                f"{low:g} to {high:g}")  # fmt: skip
+                bounds = f"{low:,} to {high:,}" if kind is int else f"{low:g} to {high:g}"
+                raise UserError(f"target {url!r}: {key} {value!r}: a {'whole ' if kind is int else ''}number {bounds}")
             opts[key] = number
     mode = ours.get("mode", "performance")
     if mode not in ("performance", "accuracy"):
@@ -143,11 +143,15 @@ def read_dataset(path: str, model: str | None, opts: RunOptions) -> tuple[list[b
         raise UserError(f"{shown}: x must hold the inputs as numbers, not {x.dtype}")
     if x.ndim < 2:
         raise UserError(f"{shown}: x must hold one input a row (shape {x.shape}: at least 2 dimensions)")
+    if x.dtype.kind == "f" and not np.isfinite(x).all():
+        raise UserError(f"{shown}: x holds NaN or infinity")
     if model is None:  # checked before the device says its model: the size waits for it
         return [np.ascontiguousarray(v).tobytes() for v in x], y.astype(np.int64)
     shape, dtype = input_size(model, opts)
     need = int(np.prod(shape)) * np.dtype(dtype).itemsize
     classes = CLASSES.get(model) if not opts.input_bytes else None
+    if model == "ad01" and not opts.input_bytes and len(set(y.tolist()) & {0, 1}) < 2:
+        raise UserError(f"{shown}: an area under the ROC curve needs normal (y=0) and anomalous (y=1) samples")
     if classes and int(y.max()) >= classes:
         what = f"classes (0 to {classes - 1})" if model != "ad01" else "labels (0 normal, 1 anomaly)"
         raise UserError(f"{shown}: label {int(y.max())}: the device's {model} has {classes} {what}")
@@ -155,8 +159,6 @@ def read_dataset(path: str, model: str | None, opts: RunOptions) -> tuple[list[b
         got = f"{'x'.join(map(str, x.shape[1:]))} {x.dtype}"
         raise UserError(f"{shown}: an input is {x[0].nbytes} bytes ({got}); the device's {model} reads {need} "
                         f"({'x'.join(map(str, shape))} {dtype})")  # fmt: skip
-    if x.dtype.kind == "f" and not np.isfinite(x).all():
-        raise UserError(f"{shown}: x holds NaN or infinity")
     return [np.ascontiguousarray(s).tobytes() for s in x], y.astype(np.int64)
 
 
@@ -286,7 +288,7 @@ def run_performance(device, request, opts: RunOptions, model: str, progress, kep
     return loop_s
 
 
-def run_accuracy(device, opts: RunOptions, model: str, progress, kept: list) -> None:
+def run_accuracy(device, opts: RunOptions, model: str, progress, kept: list, labels: np.ndarray) -> None:
     """MLPerf Tiny's accuracy mode: each sample loaded and inferred once (`infer 1 0`); its loop lands in `kept`.
     The dataset is read again, now checked against the device's model (the caller read it before the device was
     touched)."""
@@ -295,6 +297,10 @@ def run_accuracy(device, opts: RunOptions, model: str, progress, kept: list) -> 
     every = max(1, len(samples) // 20)
     for i, data in enumerate(samples):
         kept.append(device.loop(data, 1, 0, device.timeout_s + 10.0))
+        width = len(kept[0].perf.results)
+        if i == 0 and model != "ad01" and int(labels.max()) >= width:  # known after one answer, not after them all
+            raise UserError(f"data {opts.data!r}: label {int(labels.max())}, but the device's results have {width} "
+                            "classes")  # fmt: skip
         if (i + 1) % every == 0 or i + 1 == len(samples):
             say(f"sample {i + 1:,}/{len(samples):,}")
 

@@ -117,3 +117,50 @@ def test_a_slower_firmware_is_a_regression_by_its_loops(tmp_path, sims):
     assert doc["metrics"]["mean"]["change_pct"] == pytest.approx(25.0, abs=1.5)
     back = edge_bench("compare", "--a", *ids["a"][:2], "--b", ids["a"][2], "--store", store)
     assert back.returncode == 0 and "regression" not in back.stdout.split("verdict:")[1], back.stdout
+
+
+def test_performance_and_accuracy_on_one_device_in_one_campaign_with_its_data_beside_the_campaign(tmp_path, sims):
+    """Two targets naming one device take turns on its port; `data=` is read relative to the campaign file, as its
+    models are, and checked when the campaign is read; a dataset the device cannot score fails its run, not the
+    campaign (found after its first sample, not its last)."""
+    import numpy as np
+    from test_eembc_protocol import expected_results
+
+    mcu = sims("--us-per-inference", "300", "--model", "ic01")
+    rng = np.random.default_rng(4)
+    x = rng.integers(0, 128, (4, 3072), dtype=np.uint8)
+    for i, k in enumerate((3, 0, 9, 5)):  # class k's slice bright: a clear answer, no tie in the printed 3 decimals
+        x[i, 3072 * k // 10 : 3072 * (k + 1) // 10] = 250
+    x = x.reshape(4, 32, 32, 3)
+    y = np.array([int(np.argmax(expected_results(v.tobytes(), 10))) for v in x])
+    assert list(y) == [3, 0, 9, 5]
+    folder = tmp_path / "camp"
+    folder.mkdir()
+    np.savez(folder / "ic.npz", x=x, y=y)
+    np.savez(folder / "wide.npz", x=x[:2], y=np.array([0, 15]))  # label 15: only the device's answer says it's wrong
+    camp = folder / "c.toml"
+    camp.write_text(f"""
+[campaign]
+name = "one-device"
+[[target]]
+name = "perf"
+url = "eembc://{mcu}?loops=2&loop_s=0.1"
+[[target]]
+name = "acc"
+url = "eembc://{mcu}?mode=accuracy&data=ic.npz"
+[[target]]
+name = "wide"
+url = "eembc://{mcu}?mode=accuracy&data=wide.npz&input_bytes=3072"
+[[model]]
+name = "resnet8"
+path = "{RESNET8}"
+""")
+    proc = edge_bench("run", str(camp), "--store", str(tmp_path / "s.sqlite"), "--json", str(tmp_path / "r.json"))
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # the third run failed; the campaign went on
+    runs = {r["target"]: r for r in json.loads((tmp_path / "r.json").read_text())["runs"]}
+    assert runs["perf"]["result"]["throughput_ips"] == pytest.approx(1e6 / 300, rel=0.02)
+    assert runs["acc"]["result"]["firmware"]["accuracy"]["value"] == 1.0
+    assert "label 15, but the device's results have 10 classes" in proc.stdout + proc.stderr
+    camp.write_text(camp.read_text().replace("data=ic.npz", "data=absent.npz"))
+    proc = edge_bench("run", str(camp), "--store", str(tmp_path / "s.sqlite"))
+    assert proc.returncode == 2 and "[[target]] 'acc'" in proc.stderr and "absent.npz" in proc.stderr, proc.stderr

@@ -181,7 +181,7 @@ def test_the_mlperf_tiny_quick_start_runs_as_written(tmp_path):
     named = next(out for cmd, _, out in results if cmd.startswith("edge-bench targets"))
     assert "model     ic01" in named and "reachable" in named, named
     ran = next(out for cmd, _, out in results if cmd.startswith("edge-bench run"))
-    assert "mean (the device's timer: no percentiles) 2.50 ms" in ran and "400/s (median of 3 loops)" in ran, ran
+    assert "mean (the device's timer: no percentiles) 2.50 ms" in ran and "400/s (median of 3 loop(s))" in ran, ran
     assert 'id="firmware"' in (tmp_path / "mcu-vs-board.html").read_text()
 
 

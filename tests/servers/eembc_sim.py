@@ -88,7 +88,7 @@ class Device:
         self.replied_at = 0.0  # when the last m-ready printed has gone out on a paced line
 
     def out(self, text: str) -> None:
-        self.send(text.encode("latin-1"))
+        self.send(text.encode("latin-1", "replace"))
 
     def send(self, data: bytes) -> None:
         if self.paced is not None:
