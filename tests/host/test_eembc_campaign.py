@@ -12,32 +12,20 @@ import sys
 import pytest
 from agentkit import AgentProcess, Cable
 from conftest import MODELS, ROOT, need
-from test_eembc_protocol import start_sim
+from test_eembc_protocol import sim  # noqa: F401 - its fixture, used by `sims`
 
 pytest.importorskip("serial")
+
+
+@pytest.fixture
+def sims(sim):  # noqa: F811 - test_eembc_protocol's fixture: simulators started, each its own link, all stopped
+    return sim
 RESNET8 = MODELS / "resnet8" / "resnet8_int8.onnx"
 
 
 def edge_bench(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "bench.cli", *args], capture_output=True, text=True, cwd=ROOT,
                           timeout=600)  # fmt: skip
-
-
-@pytest.fixture
-def sims(tmp_path):
-    started = []
-
-    def start(*args: str) -> str:
-        d = tmp_path / f"sim{len(started)}"
-        d.mkdir()
-        proc, link = start_sim(d, *args)
-        started.append(proc)
-        return link
-
-    yield start
-    for proc in started:
-        proc.terminate()
-        proc.wait(10)
 
 
 def test_a_microcontroller_a_linux_board_and_this_machine_in_one_campaign(tmp_path, sims):

@@ -166,7 +166,9 @@ def sim(tmp_path):
     started = []
 
     def start(*args: str) -> str:
-        proc, link = start_sim(tmp_path, *args)
+        folder = tmp_path / f"sim{len(started)}"  # each its own link: a test may start several
+        folder.mkdir()
+        proc, link = start_sim(folder, *args)
         started.append(proc)
         return link
 

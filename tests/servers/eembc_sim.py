@@ -312,27 +312,28 @@ def serve_paced(dev: Device, line: Line) -> None:
         now = time.monotonic()
         line.flush(now)
         nxt = line.next_event()
-        ready, _, _ = select.select([dev.fd], [], [], 1.0 if nxt is None else max(0.0, nxt - now))
-        if not ready:
-            continue
-        try:
-            data = os.read(dev.fd, 4096)
-        except OSError:  # EIO: no process holds the slave now; it may open it again
-            time.sleep(0.01)
-            continue
-        line.read(data, time.monotonic())
+        data = read_some(dev.fd, 1.0 if nxt is None else max(0.0, nxt - now))
+        if data:
+            line.read(data, time.monotonic())
+
+
+def read_some(fd: int, timeout_s: float) -> bytes:
+    """What the host wrote, waiting up to `timeout_s`; b"" for nothing (or no process holding the slave now: it may
+    open it again)."""
+    if not select.select([fd], [], [], timeout_s)[0]:
+        return b""
+    try:
+        return os.read(fd, 4096)
+    except OSError:  # EIO
+        time.sleep(0.01)
+        return b""
 
 
 def serve(dev: Device, hang_after: int) -> None:
     pending = b""
     while True:
-        ready, _, _ = select.select([dev.fd], [], [], 1.0)
-        if not ready:
-            continue
-        try:
-            data = os.read(dev.fd, 4096)
-        except OSError:  # EIO: no process holds the slave now; it may open it again
-            time.sleep(0.01)
+        data = read_some(dev.fd, 1.0)
+        if not data:
             continue
         if dev.args.echo:
             os.write(dev.fd, data)
