@@ -42,7 +42,7 @@ def parse_endpoint(text: str, what: str = "ENDPOINT", listen: bool = True) -> En
     """`tcp://HOST:PORT`, `serial:///dev/ttyX?baud=N`, a device path, or any other pyserial URL (socket://, loop://,
     rfc2217://, spy://...). To listen, port 0 means any free port (the agent logs which)."""
     u = urllib.parse.urlsplit(text)
-    query = urllib.parse.parse_qs(u.query)
+    query = urllib.parse.parse_qs(u.query, keep_blank_values=True)  # pyserial's flags are bare: ?ign_set_control
     baud = DEFAULT_BAUD
     if "baud" in query:
         try:

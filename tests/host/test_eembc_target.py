@@ -122,3 +122,49 @@ def test_an_absent_device_is_one_line():
         EembcTarget("eembc:///dev/eembc-nothing-here").connect()
     assert str(err.value).startswith("eembc:///dev/eembc-nothing-here: ") and "\n" not in str(err.value)
     assert err.value.kind == "unreachable"
+
+
+@pytest.mark.parametrize("scheme, accepter", [
+    ("eembc+rfc2217", "telnet(rfc2217,mode=server),tcp"),
+    ("eembc+socket", "tcp"),
+])  # fmt: skip
+def test_a_device_on_a_remote_serial_server(tmp_path, scheme, accepter):
+    """The simulator's pty exported by ser2net on 127.0.0.1 (as a lab's serial server exports a board's UART), reached
+    by `eembc+rfc2217://` (pyserial's RFC 2217 client: it takes no write timeout, and `ign_set_control` because a
+    pty acknowledges no modem control) and `eembc+socket://` (raw TCP)."""
+    import shutil
+    import socket
+    import subprocess
+    import time
+
+    from bench.targets.eembc import EembcTarget
+    from edge_runtime.measure.request import BenchRequest
+
+    if not shutil.which("ser2net"):
+        pytest.skip("ser2net is not installed (make test installs it as root with apt: make sys-tools)")
+    proc, link = start_sim(tmp_path, "--us-per-inference", "500")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    pty = os.path.realpath(link)
+    server = subprocess.Popen(["ser2net", "-d", "-n", "-Y", f"connection: &c#  accepter: {accepter},127.0.0.1,{port}",
+                               "-Y", f"  connector: serialdev(nouucplock=true),{pty},115200n81,local"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        for _ in range(100):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        extra = "?ign_set_control&" if scheme == "eembc+rfc2217" else "?"
+        t = EembcTarget(f"{scheme}://127.0.0.1:{port}{extra}loops=2&loop_s=0.1", TargetOptions(connect_timeout=5.0))
+        try:
+            doc = t.bench(BenchRequest(model="ic01")).result
+        finally:
+            t.close()
+        assert doc["throughput_ips"] == pytest.approx(2000.0, rel=0.02) and doc["firmware"]["device"]["model"] == "ic01"
+    finally:
+        server.terminate()
+        server.wait(10)
+        proc.terminate()
+        proc.wait(10)
