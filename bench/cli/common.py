@@ -118,10 +118,10 @@ def open_store(args, create: bool = False):
     of making an empty store. `args.store` becomes the name every later message uses (a URL without its password)."""
     import os
 
-    from bench.store import Store, default_path, is_url
+    from bench.store import Store, default_path, names_url
 
     args.store = args.store or default_path()
-    if not create and not is_url(args.store) and not os.path.lexists(args.store):
+    if not create and not names_url(args.store) and not os.path.lexists(args.store):
         raise UsageError(
             f"--store {args.store!r}: no such store",
             hint="edge-bench run writes one; --store FILE or EDGE_BENCH_STORE names another",

@@ -27,7 +27,7 @@ from bench.store.sqlite import SQLiteStore
 from edge_runtime.errors import UserError
 
 __all__ = ["DEFAULT_STORE", "ENV", "MIGRATIONS", "SCHEMA_VERSION", "Run", "RunStore", "SQLiteStore", "Store",
-           "default_path", "encode_histogram", "is_url"]  # fmt: skip
+           "default_path", "encode_histogram", "is_url", "names_url"]  # fmt: skip
 
 DEFAULT_STORE = "edge-bench.sqlite"
 ENV = "EDGE_BENCH_STORE"
@@ -38,6 +38,11 @@ def default_path() -> str:
     return os.environ.get(ENV) or DEFAULT_STORE
 
 
+def names_url(where: str | os.PathLike[str]) -> bool:
+    """`SCHEME://...`: a URL (a store's, or refused by Store), never a file to look for."""
+    return bool(_SCHEME.match(os.fspath(where)))
+
+
 def Store(where: str | os.PathLike[str], *, create: bool = True) -> RunStore:  # named as the class it was
     """The store `where` names, opened (and made, or taken forward to this schema): a PostgreSQL URL or an SQLite
     file. Not `create`: a PostgreSQL database without a store is "no such store" (the CLI checks a file itself)."""
@@ -46,6 +51,6 @@ def Store(where: str | os.PathLike[str], *, create: bool = True) -> RunStore:  #
         from bench.store.postgres import PostgresStore
 
         return PostgresStore(text, create=create)
-    if _SCHEME.match(text):
+    if names_url(text):
         raise UserError(f"--store {redact(text)!r}: not a store this edge-bench opens (postgresql://... or a file)")
     return SQLiteStore(text)

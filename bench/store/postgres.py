@@ -98,6 +98,8 @@ class PostgresStore(RunStore):
     named as ours, or a store written by a newer edge-bench, is a one-line error."""
 
     def __init__(self, url: str, *, create: bool = True):
+        scheme, _, rest = url.partition("://")
+        url = f"{scheme.lower()}://{rest}"  # libpq reads the scheme in lower case only
         self.path = redact(url)
         self._url = url
         where = f"--store {self.path!r}"
