@@ -15,8 +15,8 @@
   request id is the key under concurrency: `INSERT ... ON CONFLICT (request_id) DO NOTHING RETURNING id`, and
   when nothing came back the id of the run already kept (the unique index makes a second inserter wait for the
   first to commit; READ COMMITTED's next statement then sees its row). A baseline is set under the advisory lock.
-- Bounds: connect_timeout (10 s unless the URL says), TCP keepalives (a server gone is found in about 25 s, not
-  the kernel's two hours), lock_timeout 60 s on every wait for a lock.
+- Bounds: connect_timeout (10 s unless the URL says), TCP keepalives (an idle link to a server gone is found in
+  about 25 s, not the kernel's two hours), lock_timeout 60 s on every wait for a lock.
 Never: import psycopg at module level (`import bench.store` stays light), or show a password.
 """
 
