@@ -81,15 +81,21 @@ def ddl(sql: str) -> str:
 
 
 class _Db:
-    """The connection as the shared SQL uses it: sqlite3's `?` placeholders, psycopg's `%s` underneath."""
+    """The connection as the shared SQL uses it: sqlite3's `?` placeholders, psycopg's `%s` underneath; a connection
+    lost (the server gone, the session ended) is `lost`'s one-line error."""
 
-    def __init__(self, conn):
-        self.conn = conn
+    def __init__(self, conn, lost):
+        self.conn, self.lost = conn, lost
 
     def execute(self, sql: str, params=()):
-        if not params:  # no parameters: psycopg sends the text as it is (no % to escape)
-            return self.conn.execute(sql)
-        return self.conn.execute(sql.replace("%", "%%").replace("?", "%s"), tuple(params))
+        from psycopg import OperationalError
+
+        try:
+            if not params:  # no parameters: psycopg sends the text as it is (no % to escape)
+                return self.conn.execute(sql)
+            return self.conn.execute(sql.replace("%", "%%").replace("?", "%s"), tuple(params))
+        except OperationalError as err:
+            raise self.lost(err) from None
 
 
 class PostgresStore(RunStore):
@@ -121,7 +127,7 @@ class PostgresStore(RunStore):
         except psycopg.Error as err:
             raise UserError(f"{where}: cannot connect to PostgreSQL at {at}, database {self.database!r}: "
                             f"{scrub(str(err), url)}") from None  # fmt: skip
-        self.conn, self.db = conn, _Db(conn)
+        self.conn, self.db = conn, _Db(conn, self._lost)
         try:
             conn.execute("SET lock_timeout = '60s'")
             self._open(where, create)
@@ -163,21 +169,29 @@ class PostgresStore(RunStore):
             self.conn.execute(f"DELETE FROM {VERSION_TABLE}")
             self.conn.execute(f"INSERT INTO {VERSION_TABLE} (version) VALUES (%s)", (SCHEMA_VERSION,))
 
+    def _lost(self, err: Exception) -> UserError:
+        return UserError(f"--store {self.path!r}: the connection failed ({scrub(str(err), self._url)})")
+
     @contextmanager
     def _transaction(self, serial: bool = False):
-        with self.conn.transaction():
-            if serial:
-                self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
-            yield
+        from psycopg import OperationalError
+
+        try:
+            with self.conn.transaction():
+                if serial:
+                    self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
+                yield
+        except OperationalError as err:  # at BEGIN, at COMMIT, or the rollback after a lost connection
+            raise self._lost(err) from None
 
     def _insert_run(self, row: tuple, request_id: str | None) -> int:
-        marks = ", ".join(["%s"] * len(row))
-        got = self.conn.execute(f"INSERT INTO runs ({INSERTED}) VALUES ({marks}) ON CONFLICT (request_id) DO NOTHING "
-                                "RETURNING id", row).fetchone()  # fmt: skip
+        marks = ", ".join("?" * len(row))
+        got = self.db.execute(f"INSERT INTO runs ({INSERTED}) VALUES ({marks}) ON CONFLICT (request_id) DO NOTHING "
+                              "RETURNING id", row).fetchone()  # fmt: skip
         if got is not None:
             return int(got[0])
         # Delivered before (this run waited on the unique index until that one committed): the run already kept.
-        return int(self.conn.execute("SELECT id FROM runs WHERE request_id = %s", (request_id,)).fetchone()[0])
+        return int(self.db.execute("SELECT id FROM runs WHERE request_id = ?", (request_id,)).fetchone()[0])
 
     def close(self) -> None:
         self.conn.close()
