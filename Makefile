@@ -86,9 +86,12 @@ lint: $(VENV)/.done sys-tools
 	else echo "shellcheck not installed: scripts not linted (apt-get install shellcheck)"; fi
 
 # Tools some tests drive (stress-ng, cyclictest, busybox and dash for the scripts, shellcheck, chromium to open the
-# HTML report, curl for the README's serving quick start, ser2net: a serial server for the remote eembc targets): installed when running as root with apt, else those tests skip and say how to enable them.
-SYS_TOOLS := stress-ng:stress-ng cyclictest:rt-tests busybox:busybox shellcheck:shellcheck dash:dash chromium:chromium curl:curl \
-	ser2net:ser2net
+# HTML report, curl for the README's serving quick start, ser2net: a serial server for the remote eembc targets,
+# PostgreSQL for the shared store's tests: tests/pgkit.py starts a throwaway cluster with Debian's initdb and pg_ctl,
+# never Debian's own cluster): installed when running as root with apt, else those tests skip and say how to enable
+# them.
+SYS_TOOLS := stress-ng:stress-ng cyclictest:rt-tests busybox:busybox shellcheck:shellcheck dash:dash chromium:chromium \
+	curl:curl ser2net:ser2net pg_ctlcluster:postgresql
 sys-tools:
 	@missing=""; for t in $(SYS_TOOLS); do command -v $${t%%:*} >/dev/null || missing="$$missing $${t#*:}"; done; \
 	if [ -z "$$missing" ]; then exit 0; fi; \

@@ -106,26 +106,30 @@ def add_store(p) -> None:
     p.add_argument(
         "--store",
         type=path_arg,
-        metavar="FILE",
+        metavar="FILE|URL",
         default=None,
-        help=f"the results store (default ${ENV}, else ./{DEFAULT_STORE})",
+        help=f"the results store: a SQLite file, or postgresql://USER@HOST/DB for one a team shares (default ${ENV}, "
+        f"else ./{DEFAULT_STORE})",
     )
 
 
 def open_store(args, create: bool = False):
-    """The store --store (or EDGE_BENCH_STORE, or ./edge-bench.sqlite) names. Only `run` creates one: a command that
-    reads (report, compare, baseline) and is given a mistyped name says so, instead of making an empty store."""
+    """The store --store (or EDGE_BENCH_STORE, or ./edge-bench.sqlite) names: a file, or a postgresql:// URL. Only
+    `run` creates one: a command that reads (report, compare, baseline) and is given a mistyped name says so, instead
+    of making an empty store. `args.store` becomes the name every later message uses (a URL without its password)."""
     import os
 
-    from bench.store import Store, default_path
+    from bench.store import Store, default_path, names_url
 
     args.store = args.store or default_path()
-    if not create and not os.path.lexists(args.store):
+    if not create and not names_url(args.store) and not os.path.lexists(args.store):
         raise UsageError(
             f"--store {args.store!r}: no such store",
             hint="edge-bench run writes one; --store FILE or EDGE_BENCH_STORE names another",
         )
-    return Store(args.store)
+    store = Store(args.store, create=create)
+    args.store = store.path
+    return store
 
 
 def say_written(outs) -> None:

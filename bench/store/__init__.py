@@ -1,338 +1,56 @@
-"""The results store: one SQLite file (WAL) that keeps every run with what explains it, and the baselines.
+"""The results store: every run kept with what explains it, and the baselines, in one SQLite file (the embedded
+default, sqlite.py) or in a PostgreSQL database a farm shares (postgres.py), behind one interface (base.RunStore).
 
 A run is one result record (`edge-runtime/bench/1`, a board's or a host's) with where it came from: campaign,
-target, scenario, model (name and sha256), repetition, the host's request id (a result delivered twice is stored once),
-the environment snapshot, the latency histogram (HdrHistogram, encoded, when the hdr extra is installed), the
-thermal timeline and the verdict it was given (SLO checks, run rules). Each run is written in one transaction: a
-process killed mid-write leaves the store as it was.
-The schema is versioned with `PRAGMA user_version`; MIGRATIONS takes an older file forward, a newer one is refused.
+target, scenario, model (name and sha256), repetition, the host's request id (a result delivered twice is stored once,
+and two hosts delivering at once store it once), the environment snapshot, the latency histogram (HdrHistogram,
+encoded, when the hdr extra is installed), the thermal timeline and the verdict it was given (SLO checks, run rules).
+Each run is written in one transaction: a process killed mid-write leaves the store as it was. The schema is the same
+on both, with the same MIGRATIONS: a store is taken forward when it is opened, a newer one is refused.
 Records go in and come out through `edge_runtime.results`, the reader the board's own files go through: a record of
 an unknown schema or a newer major version is refused when it is stored, and when it is read (one written into the
-file by other means), in one line naming the run and the store.
+store by other means), in one line naming the run and the store.
+
+Which store `--store` names: `postgresql://...` or `postgres://...` (any case) is PostgreSQL; another `SCHEME://` is
+refused (a typo of the scheme would otherwise become a file name); everything else is an SQLite file's path.
+Never: show a store URL's password (`path` is the URL without it).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import sqlite3
-import stat
-import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+import re
 
-from edge_runtime import results
+from bench.store.base import MIGRATIONS, SCHEMA_VERSION, Run, RunStore, encode_histogram
+from bench.store.postgres import is_url, redact
+from bench.store.sqlite import SQLiteStore
 from edge_runtime.errors import UserError
+
+__all__ = ["DEFAULT_STORE", "ENV", "MIGRATIONS", "SCHEMA_VERSION", "Run", "RunStore", "SQLiteStore", "Store",
+           "default_path", "encode_histogram", "is_url", "names_url"]  # fmt: skip
 
 DEFAULT_STORE = "edge-bench.sqlite"
 ENV = "EDGE_BENCH_STORE"
-SCHEMA_VERSION = 2
-MIGRATIONS: dict[int, list[str]] = {
-    1: [
-        """CREATE TABLE runs (
-            id INTEGER PRIMARY KEY,
-            created_at REAL NOT NULL,
-            campaign TEXT,
-            target TEXT NOT NULL,
-            target_url TEXT,
-            scenario TEXT NOT NULL,
-            model_name TEXT,
-            model_sha256 TEXT,
-            repetition INTEGER NOT NULL DEFAULT 0,
-            request_id TEXT UNIQUE,
-            board TEXT,
-            result TEXT NOT NULL,
-            environment TEXT,
-            hdr TEXT,
-            timeline TEXT
-        )""",
-        "CREATE INDEX runs_model ON runs (model_sha256)",
-        """CREATE TABLE baselines (
-            name TEXT PRIMARY KEY,
-            run_id INTEGER NOT NULL REFERENCES runs (id),
-            created_at REAL NOT NULL
-        )""",
-    ],
-    # 2: the verdict a run was given when it ran (its SLOs and the checks, the run rules), so a report of stored
-    # runs shows them; runs kept before have none (NULL: "not checked", never "passed").
-    2: ["ALTER TABLE runs ADD COLUMN verdict TEXT"],
-}
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def default_path() -> str:
     return os.environ.get(ENV) or DEFAULT_STORE
 
 
-@dataclass(frozen=True)
-class Run:
-    id: int
-    created_at: float
-    campaign: str | None
-    target: str
-    target_url: str | None
-    scenario: str
-    model_name: str | None
-    model_sha256: str | None
-    repetition: int
-    request_id: str | None
-    board: str | None
-    result: dict
-    environment: dict | None
-    hdr: str | None
-    timeline: list | None
-    verdict: dict | None = None  # {"slo": bench.slo.evaluate(...) or None, "rules": bench.slo.run_rules(...) or None}
-    # `result` read through edge_runtime.results (the store reads every run so); `result` stays the stored dict.
-    record: results.BenchResult | None = field(default=None, repr=False, compare=False)
-
-    def summary(self) -> dict:
-        lat = self.result.get("latency_us") or {}
-        return {
-            "id": self.id,
-            "campaign": self.campaign,
-            "target": self.target,
-            "scenario": self.scenario,
-            "model": self.model_name,
-            "repetition": self.repetition,
-            "p50_us": lat.get("p50"),
-            "p99_us": lat.get("p99"),
-            "count": lat.get("count"),
-        }
+def names_url(where: str | os.PathLike[str]) -> bool:
+    """`SCHEME://...`: a URL (a store's, or refused by Store), never a file to look for."""
+    return bool(_SCHEME.match(os.fspath(where)))
 
 
-def _wal(db: sqlite3.Connection, within_s: float = 30.0) -> None:
-    """WAL mode. Switching a new file to it takes a lock that SQLite's busy timeout does not wait for: copies opening
-    one new store at once saw "database is locked" at once, so this waits for it, as long as the busy timeout."""
-    deadline = time.monotonic() + within_s
-    while True:
-        try:
-            db.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError as err:
-            if "locked" not in str(err) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.02)
+def Store(where: str | os.PathLike[str], *, create: bool = True) -> RunStore:  # named as the class it was
+    """The store `where` names, opened (and made, or taken forward to this schema): a PostgreSQL URL or an SQLite
+    file. Not `create`: a PostgreSQL database without a store is "no such store" (the CLI checks a file itself)."""
+    text = os.fspath(where)
+    if is_url(text):
+        from bench.store.postgres import PostgresStore
 
-
-class Store:
-    """`Store(path)` opens or creates the file; a file that is not SQLite, or one written by a newer edge-bench, is
-    a one-line error."""
-
-    def __init__(self, path: str | os.PathLike[str]):
-        self.path = str(path)
-        where = f"--store {self.path!r}"
-        try:
-            st = os.stat(self.path)
-            if not stat.S_ISREG(st.st_mode):
-                raise UserError(f"{where}: not a regular file")
-        except FileNotFoundError:
-            parent = os.path.dirname(os.path.abspath(self.path))
-            if not os.path.isdir(parent):
-                raise UserError(f"{where}: no directory {parent!r} to create it in") from None
-        try:
-            self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-            _wal(self.db)
-            self.db.execute("PRAGMA foreign_keys=ON")
-            version = self.db.execute("PRAGMA user_version").fetchone()[0]
-        except sqlite3.DatabaseError as err:
-            if "locked" in str(err):  # another process held it past the busy timeout: a store, but busy
-                raise UserError(f"{where}: locked by another process for 30 s ({err})") from None
-            raise UserError(f"{where}: not an edge-bench store ({err})") from None
-        if version < SCHEMA_VERSION:
-            self._migrate(where)  # checked there, under the write lock
-        else:
-            self._check(where, version)
-
-    def _check(self, where: str, version: int) -> None:
-        if version > SCHEMA_VERSION:
-            raise UserError(
-                f"{where}: written by a newer edge-bench (store schema {version}; this one reads up to "
-                f"{SCHEMA_VERSION})",
-                hint="upgrade edge-bench",
-            )
-        if version == 0 and self._tables() - {"sqlite_sequence"}:
-            raise UserError(f"{where}: an SQLite file, but not an edge-bench store (it has other tables)")
-
-    def _tables(self) -> set[str]:
-        return {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-
-    def _migrate(self, where: str) -> None:
-        """Under the write lock, from the version read again there: two edge-bench processes creating (or
-        upgrading) one store at once each wait for the other, and the second finds the work done (it read version 0
-        before the first committed: "table runs already exists" was its exit 3)."""
-        with self._transaction():
-            version = self.db.execute("PRAGMA user_version").fetchone()[0]
-            self._check(where, version)
-            for v in range(version + 1, SCHEMA_VERSION + 1):
-                for ddl in MIGRATIONS[v]:
-                    self.db.execute(ddl)
-                self.db.execute(f"PRAGMA user_version={v}")
-
-    def _transaction(self):
-        db = self.db
-
-        class _Tx:
-            def __enter__(self):
-                db.execute("BEGIN IMMEDIATE")
-
-            def __exit__(self, exc_type, *rest):
-                db.execute("ROLLBACK" if exc_type else "COMMIT")
-                return False
-
-        return _Tx()
-
-    def close(self) -> None:
-        self.db.close()
-
-    def __enter__(self) -> Store:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    # ------------------------------------------------------------------------------------------------ runs
-    def add_run(
-        self,
-        result: Mapping[str, Any] | results.BenchResult,
-        *,
-        target: str,
-        scenario: str = "single-stream",
-        campaign: str | None = None,
-        target_url: str | None = None,
-        model_name: str | None = None,
-        repetition: int = 0,
-        request_id: str | None = None,
-        verdict: dict | None = None,
-    ) -> int:
-        """Keep one run, with the verdict it was given (`{"slo": ..., "rules": ...}`, bench.slo), in one transaction;
-        its id. The same request id twice (a result delivered again) gives the first run's id. What is written is read
-        back through edge_runtime.results first: a record this version cannot read is refused, and nothing is kept."""
-        if isinstance(result, results.BenchResult):
-            result = result.to_dict()
-        text = _dumps(result)  # NaN and Infinity as null, numpy scalars as numbers: what the store will hold
-        results.load(json.loads(text), where=f"the result to store in {self.path}")
-        model = result.get("model") or {}
-        env = result.get("environment") or None
-        timeline = (result.get("thermal") or {}).get("timeline")
-        row = (
-            time.time(),
-            campaign,
-            target,
-            target_url,
-            scenario,
-            model_name or os.path.basename(str(model.get("path") or "")) or None,
-            model.get("sha256"),
-            repetition,
-            request_id,
-            (env or {}).get("board"),
-            text,
-            _dumps(env) if env is not None else None,
-            encode_histogram(result.get("histogram_us") or []),
-            _dumps(timeline) if timeline is not None else None,
-            _dumps(verdict) if verdict is not None else None,
-        )
-        with self._transaction():
-            if request_id is not None:
-                found = self.db.execute("SELECT id FROM runs WHERE request_id = ?", (request_id,)).fetchone()
-                if found:
-                    return int(found[0])
-            cur = self.db.execute(
-                "INSERT INTO runs (created_at, campaign, target, target_url, scenario, model_name, model_sha256, "
-                "repetition, request_id, board, result, environment, hdr, timeline, verdict) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                row,
-            )
-            return int(cur.lastrowid)
-
-    def run(self, ref: str | int) -> Run:
-        """A run by id (`17`) or by baseline name (`baseline:NAME` or a name that is not a number)."""
-        text = str(ref)
-        if text.isdigit():
-            row = self.db.execute(f"SELECT {_COLUMNS} FROM runs WHERE id = ?", (int(text),)).fetchone()
-            if row is None:
-                raise UserError(f"run {text}: no such run in {self.path}", hint="edge-bench report lists them")
-            return _run(row, self.path)
-        return self.baseline(text.removeprefix("baseline:"))
-
-    def runs(self, limit: int | None = None) -> list[Run]:
-        """The latest runs first (all of them without `limit`), each read as `run()` reads one."""
-        q = f"SELECT {_COLUMNS} FROM runs ORDER BY id DESC" + (" LIMIT ?" if limit else "")
-        return [_run(r, self.path) for r in self.db.execute(q, (limit,) if limit else ())]
-
-    # ------------------------------------------------------------------------------------------------ baselines
-    def set_baseline(self, name: str, run_ref: str | int, *, replace: bool = False) -> tuple[Run, int | None]:
-        """Name run `run_ref` as baseline `name`; (the run, the run the name held before or None). A name that holds
-        another run is refused, naming that run, unless `replace` (issue 25: a baseline was silently overwritten,
-        and every later compare against it changed meaning)."""
-        if not name or not all(c.isalnum() or c in "._-" for c in name) or name.isdigit() or len(name) > 64:
-            raise UserError(f"baseline name {name!r}: letters, digits, . _ - (not a number: runs are numbers)")
-        run = self.run(run_ref)
-        with self._transaction():  # read and written under one write lock: two setters cannot both see it free
-            row = self.db.execute("SELECT run_id FROM baselines WHERE name = ?", (name,)).fetchone()
-            before = int(row[0]) if row else None
-            if before is not None and before != run.id and not replace:
-                held = self.run(before)
-                raise UserError(f"baseline {name} is run {before} ({held.target}, {held.model_name}, {held.scenario}): "
-                                f"not replaced by run {run.id}", hint=f"--replace to make it run {run.id}")  # fmt: skip
-            self.db.execute(
-                "INSERT INTO baselines (name, run_id, created_at) VALUES (?, ?, ?) "
-                "ON CONFLICT(name) DO UPDATE SET run_id = excluded.run_id, created_at = excluded.created_at",
-                (name, run.id, time.time()),
-            )
-        return run, before
-
-    def baselines(self) -> list[dict]:
-        rows = self.db.execute("SELECT name, run_id, created_at FROM baselines ORDER BY name").fetchall()
-        return [{"name": n, "run": r, "created_at": t} for n, r, t in rows]
-
-    def baseline(self, name: str) -> Run:
-        row = self.db.execute("SELECT run_id FROM baselines WHERE name = ?", (name,)).fetchone()
-        if row is None:
-            known = ", ".join(b["name"] for b in self.baselines()) or "none yet"
-            raise UserError(f"baseline {name!r}: no such baseline in {self.path} (there are: {known})")
-        return self.run(int(row[0]))
-
-
-_COLUMNS = (
-    "id, created_at, campaign, target, target_url, scenario, model_name, model_sha256, repetition, request_id, "
-    "board, result, environment, hdr, timeline, verdict"
-)
-
-
-def _run(row, path: str) -> Run:
-    """A stored run, its record read through edge_runtime.results: a schema this version does not read (unknown, or a
-    newer major version) or a value of the wrong kind is one line naming the run and the store."""
-    (rid, created, campaign, target, url, scenario, name, sha, rep, req, board, result, env, hdr, timeline) = row[:15]
-    verdict, where = row[15], f"run {rid} in {path}"
-    doc = _loads(result, where)
-    return Run(rid, created, campaign, target, url, scenario, name, sha, rep, req, board, doc,
-               json.loads(env) if env else None, hdr, json.loads(timeline) if timeline else None,
-               json.loads(verdict) if verdict else None, record=results.load(doc, where=where))  # fmt: skip
-
-
-def _loads(text: str, where: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError as err:  # written into the file by other means
-        raise UserError(f"{where}: its result is not JSON ({' '.join(str(err).split())[:120]})") from None
-
-
-def _dumps(doc: Any) -> str:
-    from edge_runtime.files.outputs import dumps
-
-    return dumps(doc)
-
-
-def encode_histogram(histogram_us: list) -> str | None:
-    """The run's latency distribution as an HdrHistogram (1 us to 1 h, 3 significant digits), base64-encoded as
-    HdrHistogram's own tools read it; None without the hdr extra or without a histogram."""
-    if not histogram_us:
-        return None
-    try:
-        from hdrh.histogram import HdrHistogram
-    except ImportError:
-        return None
-    h = HdrHistogram(1, 3_600_000_000, 3)
-    for us, count in histogram_us:
-        h.record_value(max(1, int(us)), int(count))
-    return h.encode().decode("ascii")
+        return PostgresStore(text, create=create)
+    if names_url(text):
+        raise UserError(f"--store {redact(text)!r}: not a store this edge-bench opens (postgresql://... or a file)")
+    return SQLiteStore(text)

@@ -1,8 +1,11 @@
-"""The results store, comparisons and baselines: a real SQLite file, results from real runs through an agent, a
-writer killed mid-transaction, and the one-line errors (the significance tests: test_compare.py)."""
+"""The results store, comparisons and baselines: a real SQLite file and a real PostgreSQL database (the same tests
+on each, `backend`; a throwaway cluster from tests/pgkit.py, skipped in one line where it cannot run), results from
+real runs through an agent, a writer killed mid-transaction, and the one-line errors (the significance tests:
+test_compare.py; two hosts writing one PostgreSQL store at once: test_store_shared.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -12,12 +15,13 @@ import sys
 import time
 
 import numpy as np
+import pgkit
 import pytest
 from agentkit import AgentProcess
 from conftest import MODELS, ROOT, need
 from records import result
 
-from bench.store import SCHEMA_VERSION, Store
+from bench.store import MIGRATIONS, SCHEMA_VERSION, Store, is_url
 from edge_runtime.errors import UserError
 
 pytest.importorskip("serial")
@@ -26,6 +30,66 @@ RESNET = MODELS / "resnet8" / "resnet8_int8.tflite"
 # What bench/scenarios/record.py:host_result wrote for host_record() before issue 23 (its environment, which is this
 # machine's, with neutral values): a server's record as the store keeps it.
 HOST_RECORD = ROOT / "tests" / "data" / "host-kserve-v1.json"
+
+
+class Backend:
+    """Where a test's stores are: new SQLite files under its tmp_path, or new databases of the test cluster."""
+
+    def __init__(self, kind: str, tmp_path):
+        self.kind, self.tmp_path, self.made = kind, tmp_path, 0
+        self.cluster = pgkit.cluster() if kind == "postgresql" else None  # skips, saying why, where it cannot run
+
+    def new(self) -> str:
+        """A store that does not exist yet: a file's path, or an empty database's URL (with its password)."""
+        self.made += 1
+        return self.cluster.new_database() if self.cluster else str(self.tmp_path / f"s{self.made}.sqlite")
+
+    def exists(self, where: str) -> bool:
+        """Whether there is a store there (a file; a database's tables)."""
+        if self.cluster:
+            import psycopg
+
+            with psycopg.connect(where, autocommit=True) as db:
+                return db.execute("SELECT to_regclass('edge_bench_schema')").fetchone()[0] is not None
+        return os.path.exists(where)
+
+    def version(self, where: str) -> int:
+        """The schema version the store keeps, read by the database's own client."""
+        if self.cluster:
+            import psycopg
+
+            with psycopg.connect(where, autocommit=True) as db:
+                return db.execute("SELECT version FROM edge_bench_schema").fetchone()[0]
+        with contextlib.closing(sqlite3.connect(where)) as db:
+            return db.execute("PRAGMA user_version").fetchone()[0]
+
+    def first_schema(self, where: str, rows: list[tuple]) -> None:
+        """A store as schema 1 made it, holding `rows` (created_at, target, scenario, repetition, result)."""
+        sql = "INSERT INTO runs (created_at, target, scenario, repetition, result) VALUES (?, ?, ?, ?, ?)"
+        if self.cluster:
+            import psycopg
+
+            from bench.store.postgres import ddl
+
+            with psycopg.connect(where, autocommit=True) as db, db.transaction():
+                for statement in MIGRATIONS[1]:
+                    db.execute(ddl(statement))
+                for row in rows:
+                    db.execute(sql.replace("?", "%s"), row)
+                db.execute("CREATE TABLE edge_bench_schema (version INTEGER NOT NULL)")
+                db.execute("INSERT INTO edge_bench_schema VALUES (1)")
+            return
+        with contextlib.closing(sqlite3.connect(where)) as db:
+            for statement in MIGRATIONS[1]:
+                db.execute(statement)
+            db.executemany(sql, rows)
+            db.execute("PRAGMA user_version=1")
+            db.commit()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request, tmp_path) -> Backend:
+    return Backend(request.param, tmp_path)
 
 
 def host_record(
@@ -111,8 +175,8 @@ def test_a_server_run_carries_the_hash_a_board_gives_the_same_model(model):
     assert (board != hashlib.sha256(model.read_bytes()).hexdigest()) == (model.suffix == ".xml")  # the .bin counts
 
 
-def test_the_store_keeps_runs_once_and_survives_a_writer_killed_mid_write(tmp_path):
-    path = tmp_path / "s.sqlite"
+def test_the_store_keeps_runs_once_and_survives_a_writer_killed_mid_write(backend):
+    path = backend.new()
     with Store(path) as st:
         r = result(np.full(100, 150.0))
         first = st.add_run(r, target="local:", request_id="req-1")
@@ -131,7 +195,7 @@ def test_the_store_keeps_runs_once_and_survives_a_writer_killed_mid_write(tmp_pa
         "    st.add_run(big, target='t', request_id=f'w{i}')\n"
         "    print(f'kept {i}', flush=True)\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", writer, str(path)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", writer, path], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
     deadline = time.monotonic() + 60
     while proc.stdout.readline().strip() != "kept 2":  # two runs are in; the kill falls in a later transaction
@@ -139,13 +203,15 @@ def test_the_store_keeps_runs_once_and_survives_a_writer_killed_mid_write(tmp_pa
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     with Store(path) as st:
-        assert st.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        if backend.kind == "sqlite":
+            assert st.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         rows = st.db.execute("SELECT request_id, length(result) FROM runs WHERE target = 't'").fetchall()
         assert rows and all(n > 2_000_000 for _, n in rows)  # each run whole, or not there at all
+        assert {r for r, _ in rows} == {f"w{i}" for i in range(len(rows))}  # every run the writer was told was kept
         assert st.baseline("main").id == first
 
 
-def test_copies_that_create_one_new_store_at_once_each_keep_their_run(tmp_path):
+def test_copies_that_create_one_new_store_at_once_each_keep_their_run(backend):
     # Two copies of edge-bench started together on a store that does not exist yet: each read schema 0 before the
     # other committed, and the second failed "table runs already exists" (exit 3). Eight at once, three times.
     writer = (
@@ -158,16 +224,16 @@ def test_copies_that_create_one_new_store_at_once_each_keep_their_run(tmp_path):
         "               request_id=sys.argv[3])\n"
     )
     for attempt in range(3):
-        path = tmp_path / f"new-{attempt}.sqlite"
+        path = backend.new()
         at = time.time() + 1.5  # every copy imported and waiting, then all open the missing store together
-        procs = [subprocess.Popen([sys.executable, "-c", writer, str(path), repr(at), f"r{attempt}-{i}"], cwd=ROOT,
+        procs = [subprocess.Popen([sys.executable, "-c", writer, path, repr(at), f"r{attempt}-{i}"], cwd=ROOT,
                                   stderr=subprocess.PIPE, text=True) for i in range(8)]  # fmt: skip
         said = [(p.wait(timeout=120), p.stderr.read()) for p in procs]
         assert all(rc == 0 for rc, _ in said), said
         with Store(path) as st:
             ids = {r[0] for r in st.db.execute("SELECT request_id FROM runs")}
             assert ids == {f"r{attempt}-{i}" for i in range(8)}
-            assert st.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert backend.version(path) == SCHEMA_VERSION
 
 
 def test_a_store_that_is_not_ours_is_one_line(tmp_path):
@@ -194,13 +260,18 @@ def test_a_store_that_is_not_ours_is_one_line(tmp_path):
 
 
 def edge_bench(*args: str, store) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bench.cli", *args, "--store", str(store)], capture_output=True,
+    """edge-bench with --store; a store URL's password is never in what it says."""
+    proc = subprocess.run([sys.executable, "-m", "bench.cli", *args, "--store", str(store)], capture_output=True,
                           text=True, cwd=ROOT, timeout=300)  # fmt: skip
+    if is_url(store):
+        password = str(store).split("://", 1)[1].split("@", 1)[0].partition(":")[2]
+        assert password not in proc.stdout + proc.stderr, (args, proc.stdout, proc.stderr)
+    return proc
 
 
-def test_runs_are_stored_compared_and_named_as_baselines(tmp_path):
+def test_runs_are_stored_compared_and_named_as_baselines(tmp_path, backend):
     need("tflite")
-    store = tmp_path / "runs.sqlite"
+    store = backend.new()
     with AgentProcess("tcp://127.0.0.1:0", tmp_path / "state") as agent:
         ids = []
         for model in (DIGITS, DIGITS, RESNET):
@@ -243,6 +314,8 @@ def test_runs_are_stored_compared_and_named_as_baselines(tmp_path):
     proc = edge_bench("report", "--last", "2", store=store)
     table = proc.stdout.split("\n\n", 1)[1].splitlines()  # after the answer: the runs' header, then the runs
     assert proc.returncode == 0 and table[1].split()[0] == str(ids[1]), proc.stdout
+    if backend.kind != "sqlite":  # what follows is about files
+        return
     bad = tmp_path / "bad.sqlite"
     bad.write_text("hello")
     proc = edge_bench("baseline", "list", store=bad)
@@ -252,21 +325,13 @@ def test_runs_are_stored_compared_and_named_as_baselines(tmp_path):
     assert proc.returncode == 2 and "not a regular file" in proc.stderr
 
 
-def test_a_store_of_the_first_schema_is_taken_forward_and_keeps_its_runs(tmp_path):
+def test_a_store_of_the_first_schema_is_taken_forward_and_keeps_its_runs(backend):
     """A store written before verdicts were kept (schema 1) opens, is migrated in place, and its runs read with no
     verdict ("not checked", never "passed"); new runs keep theirs."""
     from bench.report import stored_cases, stored_row
-    from bench.store import MIGRATIONS
 
-    path = tmp_path / "v1.sqlite"
-    db = sqlite3.connect(path)
-    for ddl in MIGRATIONS[1]:
-        db.execute(ddl)
-    db.execute("INSERT INTO runs (created_at, target, scenario, repetition, result) VALUES (?, ?, ?, ?, ?)",
-               (1.0, "old-board", "single-stream", 0, json.dumps(result([100, 110, 120]))))  # fmt: skip
-    db.execute("PRAGMA user_version=1")
-    db.commit()
-    db.close()
+    path = backend.new()
+    backend.first_schema(path, [(1.0, "old-board", "single-stream", 0, json.dumps(result([100, 110, 120])))])
     with Store(path) as st:
         old = st.run(1)
         assert old.verdict is None and stored_row(old)["slo"] is None and stored_cases([old]) == []
@@ -275,9 +340,7 @@ def test_a_store_of_the_first_schema_is_taken_forward_and_keeps_its_runs(tmp_pat
         new = st.run(st.add_run(result([100, 200]), target="b", verdict=verdict))
         assert stored_row(new)["slo"] == "FAIL" and stored_row(new)["valid"] == "yes"
         assert [c["pass"] for c in stored_cases([old, new])] == [True, False]  # the run rules, the p99 check
-    db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
-    db.close()
+    assert backend.version(path) == SCHEMA_VERSION == 2
     proc = edge_bench("report", "1", "2", "--md", "-", store=path)
     assert proc.returncode == 0
     assert "| b | model.tflite | single-stream | 0 | p99 <= 0.1 ms | 0.12 ms | **FAIL** |" in proc.stdout
@@ -308,13 +371,14 @@ def test_a_one_off_run_takes_slos_and_is_stored_with_its_verdict_and_scenario(tm
         assert len(st.runs()) == 2  # a refused flag ran nothing
 
 
-def test_commands_that_read_a_store_do_not_make_one(tmp_path):
-    """A mistyped --store for report, compare or baseline is said (exit 2), not answered with a new empty store."""
-    typo = tmp_path / "typo.sqlite"
+def test_commands_that_read_a_store_do_not_make_one(backend):
+    """A mistyped --store for report, compare or baseline is said (exit 2), not answered with a new empty store (on
+    PostgreSQL: a database that holds none is not given one by reading it)."""
+    typo = backend.new()
     for args in (["report"], ["compare", "1", "2"], ["baseline", "list"]):
         proc = edge_bench(*args, store=typo)
         assert proc.returncode == 2 and "no such store" in proc.stderr and len(proc.stderr.splitlines()) == 1, args
-        assert not typo.exists()
+        assert not backend.exists(typo)
 
 
 @pytest.mark.parametrize(
@@ -325,22 +389,23 @@ def test_commands_that_read_a_store_do_not_make_one(tmp_path):
          "to edge-runtime/bench/1 (upgrade edge-runtime to read it)"),
     ],
 )  # fmt: skip
-def test_a_run_this_version_cannot_read_is_refused_in_one_line_by_every_command_that_reads_it(tmp_path, schema, said):
+def test_a_run_this_version_cannot_read_is_refused_in_one_line_by_every_command_that_reads_it(backend, schema, said):
     """The store reads through edge_runtime.results, as the board's files are read: a record of an unknown schema or a
     newer major version is not stored, and one written into the file by other means (SQL) is refused by report, report
     of the latest runs, compare and baseline show, exit 2, in one line naming the run, the store and the schema. A newer
     minor version reads, its extra keys kept."""
-    store = tmp_path / "s.sqlite"
+    store = backend.new()
     work = np.random.default_rng(3).lognormal(np.log(180), 0.2, 2000)
     odd_doc = {**result(work), "schema": schema}
     with Store(store) as st:
+        shown = st.path  # the file, or the URL without its password
         first = st.add_run({**result(work), "schema": "edge-runtime/bench/1.4", "npu_w": {"avg": 1.5}}, target="b")
         with pytest.raises(UserError) as err:
             st.add_run(odd_doc, target="b")
-        assert str(err.value) == f"the result to store in {store}: {said}"
+        assert str(err.value) == f"the result to store in {shown}: {said}"
         assert st.db.execute("SELECT count(*) FROM runs").fetchone()[0] == 1  # nothing kept
-        sql = "INSERT INTO runs (created_at, target, scenario, repetition, result) VALUES (?, ?, ?, ?, ?)"
-        odd = st.db.execute(sql, (time.time(), "b", "single-stream", 0, json.dumps(odd_doc))).lastrowid
+        sql = "INSERT INTO runs (created_at, target, scenario, repetition, result) VALUES (?, ?, ?, ?, ?) RETURNING id"
+        odd = st.db.execute(sql, (time.time(), "b", "single-stream", 0, json.dumps(odd_doc))).fetchone()[0]
         st.db.execute("INSERT INTO baselines (name, run_id, created_at) VALUES ('odd', ?, ?)", (odd, time.time()))
         last = st.add_run(result(work * 1.01), target="b")
     proc = edge_bench("report", str(first), "--json", "-", store=store)
@@ -349,19 +414,19 @@ def test_a_run_this_version_cannot_read_is_refused_in_one_line_by_every_command_
     assert proc.returncode in (0, 1) and "verdict:" in proc.stdout, proc.stderr
     for args in (("report", str(odd)), ("report",), ("compare", str(first), str(odd)), ("baseline", "show", "odd")):
         proc = edge_bench(*args, store=store)
-        line = f"edge-bench: error: run {odd} in {store}: {said}\n"
+        line = f"edge-bench: error: run {odd} in {shown}: {said}\n"
         assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", line), args
 
 
 @pytest.mark.parametrize(
     "kw", [{}, {"open_loop": False, "signum": None, "answered": False}], ids=["server-interrupted", "closed-no-answer"]
 )
-def test_a_host_record_is_stored_and_read_back_as_it_was_written(tmp_path, kw):
+def test_a_host_record_is_stored_and_read_back_as_it_was_written(backend, kw):
     """A server's record (host_result's) is read through the same reader as a board's, and comes back as it was
     written, its client sections typed and the board's sections saying they were not measured (thermal and power
     `available: false`); a typed record is stored as its JSON."""
     doc = host_record(**kw)
-    with Store(tmp_path / "s.sqlite") as st:
+    with Store(backend.new()) as st:
         run = st.run(st.add_run(doc, target="kserve+http://127.0.0.1:8000/digits", scenario="server"))
         assert run.result == doc and run.record.to_dict() == doc and doc["thermal"]["available"] is False
         assert run.record.errors.failed == doc["failed_queries"] and run.record.errors.kinds == doc["errors"]["kinds"]
