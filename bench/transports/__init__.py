@@ -86,9 +86,10 @@ class SerialStream(Stream):
         self.name = name
         try:
             extra = {"exclusive": True} if exclusive else {}  # a lock on the port: a second user is told at once
-            if not ep.url.startswith("rfc2217://"):  # pyserial's rfc2217 refuses a write timeout (NotImplementedError)
-                extra["write_timeout"] = 30
-            self.port = serial.serial_for_url(ep.url, baudrate=ep.baud, timeout=0, **extra)
+            try:
+                self.port = serial.serial_for_url(ep.url, baudrate=ep.baud, timeout=0, write_timeout=30, **extra)
+            except NotImplementedError:  # pyserial's RFC 2217 client takes no write timeout (refused before it opens)
+                self.port = serial.serial_for_url(ep.url, baudrate=ep.baud, timeout=0, **extra)
         except (serial.SerialException, ValueError, OSError) as err:
             words = " ".join(str(err).split())[:200]
             if "exclusively lock" in words:

@@ -29,9 +29,10 @@ def open_serial(ep: Endpoint, timeout: float = TICK_S):
             "a serial endpoint needs pyserial", hint="pip install 'edge-runtime[agent]' (or use tcp://)"
         ) from None
     try:
-        # pyserial's rfc2217 refuses a write timeout (NotImplementedError); every other port gets one
-        bound = {} if ep.url.startswith("rfc2217://") else {"write_timeout": 10}
-        return serial.serial_for_url(ep.url, baudrate=ep.baud, timeout=timeout, **bound)
+        try:
+            return serial.serial_for_url(ep.url, baudrate=ep.baud, timeout=timeout, write_timeout=10)
+        except NotImplementedError:  # pyserial's RFC 2217 client takes no write timeout (refused before it opens)
+            return serial.serial_for_url(ep.url, baudrate=ep.baud, timeout=timeout)
     except (serial.SerialException, ValueError, OSError) as err:
         raise UserError(f"serial port {ep.url!r}: {' '.join(str(err).split())[:200]}") from None
 
