@@ -1,0 +1,150 @@
+"""The labgrid:// target against real labgrid on loopback (tests/labgridkit.py): a coordinator and an exporter on
+127.0.0.1, boards that are pseudo-terminals with `edge-runtime agent` on their far end, reached through the exporter's
+ser2net over rfc2217; a power relay over HTTP. `edge-bench` runs in a child process, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from conftest import MODELS, ROOT, need
+from helpers import assert_one_line_error, read_until, reaped
+from labgridkit import Farm
+
+DIGITS = MODELS / "digits_cnn" / "digits_cnn_int8.onnx"
+OTHER = "someone-else"
+
+
+@pytest.fixture(scope="module")
+def farm(tmp_path_factory):
+    """p1: board1 with its agent and a power relay (tags board=rock-5b); p2: board2, whose agent is not running
+    (it starts when the relay switches it on, if a test says so), tags board=dead."""
+    f = Farm(tmp_path_factory.mktemp("farm"))
+    try:
+        f.board("board1", power_index=0)
+        f.board("board2", power_index=1, agent=False)
+        f.start_exporter()
+        f.place("p1", "board1", {"board": "rock-5b"})
+        f.place("p2", "board2", {"board": "dead"})
+        yield f
+    finally:
+        f.close()
+
+
+def edge_bench(farm: Farm, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    env = {**os.environ, "EDGE_BENCH_LABGRID_CLIENT": str(farm.bin / "labgrid-client")}
+    env.pop("LG_COORDINATOR", None)  # the URL names the coordinator
+    return subprocess.run([sys.executable, "-m", "bench.cli", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=timeout, env=env)  # fmt: skip
+
+
+def url(farm: Farm, where: str, **options) -> str:
+    query = "&".join([f"coordinator={farm.coordinator}", *(f"{k}={v}" for k, v in options.items())])
+    return f"labgrid://{where}{'&' if '?' in where else '?'}{query}"
+
+
+def test_a_bench_through_a_place_end_to_end_and_the_place_is_free_after(farm, tmp_path):
+    need("onnxruntime")
+    proc = edge_bench(farm, "run", "--target", url(farm, "p1"), "--model", str(DIGITS), "--iterations", "200",
+                      "--store", str(tmp_path / "s.sqlite"), "--json", "-")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["latency_us"]["count"] == 200 and doc["link"]["crc_errors"] == 0, doc["link"]
+    assert farm.owner("p1") is None
+    # by tag, and what `targets` says of the board and how long reaching it took
+    proc = edge_bench(farm, "targets", url(farm, "?board=rock-5b"), "--json", "-")
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(proc.stdout)["targets"]
+    lg = row["labgrid"]
+    assert lg["place"] == "p1" and lg["board"] == "exp1/board1" and lg["serial_url"].startswith("rfc2217://127.0.0.1:")
+    assert lg["power"] == "exp1/board1-power/NetworkPowerPort/NetworkPowerPort" and not lg["power_cycled"]
+    print(f"\nacquire {lg['acquire_s']:.2f} s, find port {lg['find_port_s']:.2f} s, agent {lg['agent_s']:.2f} s")
+    assert farm.owner("p1") is None
+
+
+def test_nothing_the_farm_runs_listens_off_loopback(farm):
+    assert farm.client("-p", "p1", "acquire", user="lister").returncode == 0  # ser2net runs while a place is held
+    try:
+        out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, timeout=30).stdout
+        ours = farm.pids()  # the coordinator, the exporter and its ser2net (running while the place is held)
+    finally:
+        assert farm.client("-p", "p1", "release", user="lister").returncode == 0
+    rows = [line for line in out.splitlines() if any(f"pid={p}," in line for p in ours)]
+    local = [line.split()[3] for line in rows]
+    assert any("ser2net" in line for line in rows) and len(local) >= 2, out
+    assert all(re.match(r"(127\.0\.0\.1|\[::ffff:127\.0\.0\.1\]|\[::1\]):\d+$", a) for a in local), local
+
+
+def test_a_place_held_by_another_user_is_one_line_naming_the_owner_and_is_listed_so(farm, tmp_path):
+    assert farm.client("-p", "p1", "acquire", user=OTHER).returncode == 0
+    try:
+        start = time.monotonic()
+        proc = edge_bench(farm, "run", "--target", url(farm, "p1", wait=2), "--model", str(DIGITS),
+                          "--iterations", "20", "--store", str(tmp_path / "s.sqlite"))  # fmt: skip
+        waited = time.monotonic() - start
+        owner = f"{socket.gethostname()}/{OTHER}"
+        assert_one_line_error(proc, "labgrid://p1", f"place 'p1' is held by {owner}", "waited 2 s", code=1,
+                              program="edge-bench")  # fmt: skip
+        assert waited >= 2, waited
+        listed = edge_bench(farm, "targets", url(farm, ""))
+        assert listed.returncode == 0, listed.stderr
+        assert re.search(rf"^  p1\s+held by {re.escape(owner)}\s+boards exp1/board1, exp1/board1-power; tags "
+                         r"board=rock-5b$", listed.stdout, re.M), listed.stdout  # fmt: skip
+        assert re.search(r"^  p2\s+free\s+boards exp1/board2, exp1/board2-power; tags board=dead$", listed.stdout,
+                         re.M), listed.stdout  # fmt: skip
+    finally:
+        assert farm.client("-p", "p1", "release", user=OTHER).returncode == 0
+
+
+def test_the_place_is_released_after_an_error_and_after_sigterm(farm, tmp_path):
+    need("onnxruntime")
+    store = ["--store", str(tmp_path / "s.sqlite")]
+    proc = edge_bench(farm, "run", "--target", url(farm, "p1"), "--model", str(DIGITS), "--iterations", "20",
+                      "--cpus", "99", *store)  # fmt: skip
+    assert proc.returncode == 2 and "labgrid://p1" in proc.stderr, proc.stderr
+    assert farm.owner("p1") is None
+    env = {**os.environ, "EDGE_BENCH_LABGRID_CLIENT": str(farm.bin / "labgrid-client")}
+    cmd = [sys.executable, "-m", "bench.cli", "run", "--target", url(farm, "p1"), "--model", str(DIGITS),
+           "--duration", "60", *store]  # fmt: skip
+    with reaped(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True)) as run:  # fmt: skip
+        read_until(run, "measuring")
+        assert farm.owner("p1") is not None
+        run.send_signal(signal.SIGTERM)
+        _out, err = run.communicate(timeout=60)
+    assert run.returncode == 128 + signal.SIGTERM, err
+    assert farm.owner("p1") is None
+
+
+def test_a_board_that_does_not_answer_is_power_cycled_once_then_one_line(farm, tmp_path):
+    need("onnxruntime")
+    before = len(farm.power.seen)
+    target = url(farm, "?board=dead", boot=3, power_off=0.2)
+    proc = edge_bench(farm, "run", "--target", target, "--model", str(DIGITS), "--iterations", "20",
+                      "--store", str(tmp_path / "s.sqlite"))  # fmt: skip
+    # the progress line that says the board is being power-cycled, then the error in one line
+    said, error = proc.stderr.strip().splitlines()[:-1], proc.stderr.strip().splitlines()[-1:]
+    assert_one_line_error(subprocess.CompletedProcess(proc.args, proc.returncode, "", "".join(error)), "place 'p2'",
+                          "does not answer after a power cycle through exp1/board2-power", "waited 3 s", code=1,
+                          program="edge-bench")  # fmt: skip
+    assert len(said) == 1 and "power-cycling it through exp1/board2-power" in said[0], proc.stderr
+    assert farm.power.seen[before:] == [(1, 0), (1, 1)]
+    assert farm.owner("p2") is None
+    # The board comes back when switched on: the run goes on and says it cycled it.
+    farm.power.on_power_on[1] = lambda: threading.Thread(target=farm.start_agent, args=("board2",)).start()
+    try:
+        proc = edge_bench(farm, "targets", url(farm, "p2", boot=60, power_off=0.2), "--json", "-")
+    finally:
+        farm.power.on_power_on.pop(1)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (row,) = json.loads(proc.stdout)["targets"]
+    assert row["labgrid"]["power_cycled"] and farm.power.seen[before + 2 :] == [(1, 0), (1, 1)]
+    assert farm.owner("p2") is None
