@@ -233,8 +233,9 @@ class LabgridTarget(Target):
             return  # the coordinator itself is not answering: the caller's own error says more
         gone = self.serial is not None and not any(r.path == self.serial.path and r.avail for r in resources)
         if gone:
-            raise TargetError(f"{self.url}: the exporter of {self.serial.path} is gone (place {self.place!r}: its "
-                              "serial port is no longer available)", "unreachable")  # fmt: skip
+            exporter, group = self.serial.path.split("/")[:2]
+            raise TargetError(f"{self.url}: place {self.place!r}: exporter {exporter!r} is gone (its {group} serial "
+                              "port is no longer offered)", "unreachable")  # fmt: skip
 
     def _release(self) -> None:
         """Release the place; SIGINT, SIGTERM and SIGHUP wait until labgrid-client has answered (then they act)."""

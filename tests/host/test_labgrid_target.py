@@ -17,7 +17,11 @@ import time
 import pytest
 from conftest import MODELS, ROOT, need
 from helpers import assert_one_line_error, read_until, reaped
-from labgridkit import Farm
+from labgridkit import Farm, labgrid_bin
+
+from bench.targets.labgrid import LabgridTarget, parse_url
+from bench.targets.labgrid_client import Place, owner_in, parse_places, parse_resources
+from edge_runtime.errors import UserError
 
 DIGITS = MODELS / "digits_cnn" / "digits_cnn_int8.onnx"
 OTHER = "someone-else"
@@ -49,6 +53,79 @@ def edge_bench(farm: Farm, *args: str, timeout: float = 180) -> subprocess.Compl
 def url(farm: Farm, where: str, **options) -> str:
     query = "&".join([f"coordinator={farm.coordinator}", *(f"{k}={v}" for k, v in options.items())])
     return f"labgrid://{where}{'&' if '?' in where else '?'}{query}"
+
+
+# ------------------------------------------------------------------------------------ what labgrid-client prints
+PLACES = """Place 'p1':
+  tags: board=rock-5b, lab=b2
+  matches:
+    exp1/board1/NetworkSerialPort
+    exp1/board1-power/NetworkPowerPort
+  acquired: vm/root
+  acquired resources:
+    exp1/board1/NetworkSerialPort/RawSerialPort
+  created: 2026-12-06 13:42:07.692374
+Place 'p2':
+  matches:
+  acquired: None
+  acquired resources:
+"""
+SHOW = """Place 'p1':
+  tags: board=rock-5b
+  acquired: vm/root
+Acquired resource 'RawSerialPort' (exp1/board1/NetworkSerialPort/RawSerialPort):
+  {'acquired': 'p1',
+   'avail': True,
+   'cls': 'NetworkSerialPort',
+   'params': {'extra': {'path': '/dev/pts/0', 'proxy': 'localhost', 'proxy_required': False},
+              'host': '127.0.0.1',
+              'port': 46457,
+              'speed': 115200}}
+Acquired resource 'NetworkPowerPort' (exp1/board1-power/NetworkPowerPort/NetworkPowerPort):
+  {'acquired': 'p1', 'avail': False, 'cls': 'NetworkPowerPort', 'params': {'index': 0, 'model': 'simplerest'}}
+"""
+
+
+def test_what_labgrid_client_prints_is_read():
+    assert parse_places(PLACES) == [
+        Place("p1", {"board": "rock-5b", "lab": "b2"}, ("exp1/board1/NetworkSerialPort",
+                                                        "exp1/board1-power/NetworkPowerPort"), "vm/root"),
+        Place("p2", {}, (), None),
+    ]  # fmt: skip
+    assert parse_places(PLACES)[0].boards == ["exp1/board1", "exp1/board1-power"]
+    serial, power = parse_resources(SHOW)
+    assert (serial.path, serial.cls, serial.avail, serial.params["port"]) == (
+        "exp1/board1/NetworkSerialPort/RawSerialPort", "NetworkSerialPort", True, 46457)  # fmt: skip
+    assert power.cls == "NetworkPowerPort" and not power.avail
+    assert owner_in("Place p1 is already acquired by vm/root. To work simultaneously, root can ...") == "vm/root"
+    assert owner_in("place pattern nope matches nothing") is None
+
+
+def test_a_url_that_names_nothing_is_one_line():
+    assert parse_url("labgrid://p1?wait=5&coordinator=h:1").wait_s == 5
+    assert parse_url("labgrid://?board=rock-5b&lab=b2").tags == {"board": "rock-5b", "lab": "b2"}
+    assert LabgridTarget.short_name("labgrid://?board=rock-5b&lab=b2&wait=3") == "labgrid:board=rock-5b,lab=b2"
+    assert (LabgridTarget.short_name("labgrid://p1?wait=3"), LabgridTarget.short_name("labgrid://")) == (
+        "labgrid:p1", "labgrid")  # fmt: skip
+    bad = (("labgrid://p1?board=x", "a place or tags, not both"), ("labgrid://p1/x", "expected labgrid://"),
+           ("labgrid://p1?wait=soon", "wait='soon'"), ("labgrid://p1?boot=0", "boot='0'"),
+           ("labgrid://?board=", "a tag is NAME=VALUE"), ("labgrid://p1?coordinator=h", "HOST:PORT"))  # fmt: skip
+    for url_, said in bad:
+        with pytest.raises(UserError, match=re.escape(said)):
+            parse_url(url_)
+
+
+def test_no_labgrid_client_or_no_coordinator_is_one_line(tmp_path, monkeypatch):
+    env = {**os.environ, "EDGE_BENCH_LABGRID_CLIENT": str(tmp_path / "nothing")}
+    proc = subprocess.run([sys.executable, "-m", "bench.cli", "targets", "labgrid://p1"], capture_output=True,
+                          text=True, cwd=ROOT, env=env, timeout=60)  # fmt: skip
+    assert_one_line_error(proc, "EDGE_BENCH_LABGRID_CLIENT=", "not an executable labgrid-client", program="edge-bench")
+    env["EDGE_BENCH_LABGRID_CLIENT"] = str(labgrid_bin() / "labgrid-client")
+    dead = "127.0.0.1:1"
+    proc = subprocess.run([sys.executable, "-m", "bench.cli", "run", "--target", f"labgrid://p1?coordinator={dead}",
+                           "--model", str(DIGITS), "--store", str(tmp_path / "s.sqlite")], capture_output=True,
+                          text=True, cwd=ROOT, env=env, timeout=60)  # fmt: skip
+    assert_one_line_error(proc, "no labgrid coordinator answers at 127.0.0.1:1", code=1, program="edge-bench")
 
 
 def test_a_bench_through_a_place_end_to_end_and_the_place_is_free_after(farm, tmp_path):
@@ -148,3 +225,31 @@ def test_a_board_that_does_not_answer_is_power_cycled_once_then_one_line(farm, t
     (row,) = json.loads(proc.stdout)["targets"]
     assert row["labgrid"]["power_cycled"] and farm.power.seen[before + 2 :] == [(1, 0), (1, 1)]
     assert farm.owner("p2") is None
+
+
+def error_line(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    """The run's last stderr line alone (the lines before it are its progress: reconnecting, power-cycling)."""
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "", proc.stderr.strip().splitlines()[-1])
+
+
+def test_an_exporter_that_disappears_mid_run_is_one_line_and_the_place_is_released(tmp_path):
+    need("onnxruntime")
+    farm = Farm(tmp_path / "farm")  # its own: this one loses its exporter
+    try:
+        farm.board("board1", power_index=0)
+        farm.start_exporter()
+        farm.place("p1", "board1", {"board": "rock-5b"})
+        env = {**os.environ, "EDGE_BENCH_LABGRID_CLIENT": str(farm.bin / "labgrid-client")}
+        cmd = [sys.executable, "-m", "bench.cli", "run", "--target", url(farm, "p1"), "--model", str(DIGITS),
+               "--duration", "60", "--reconnect-for", "3", "--store", str(tmp_path / "s.sqlite")]  # fmt: skip
+        with reaped(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True)) as run:  # fmt: skip
+            read_until(run, "measuring")
+            farm.stop_exporter()
+            out, err = run.communicate(timeout=120)
+        proc = subprocess.CompletedProcess(cmd, run.returncode, out, err)
+        assert_one_line_error(error_line(proc), "labgrid://p1", "place 'p1': exporter 'exp1' is gone",
+                              code=1, program="edge-bench")  # fmt: skip
+        assert farm.owner("p1") is None
+    finally:
+        farm.close()
