@@ -367,10 +367,12 @@ class LabgridTarget(Target):
         return self.agent.recover(rid, sink, progress) if self.agent is not None else None
 
     def close(self) -> None:
-        """Close the agent's connection and release the place (always: whatever ended the run)."""
+        """Close the agent's connection and release the place (always: whatever ended the run). A later connect
+        acquires it again and reads its port again (ser2net's port may differ then)."""
         try:
             if self.agent is not None:
                 self.agent.close()
         finally:
+            self.agent = self.serial_url = None
             if self.place is not None or self._trying is not None:
                 self._release()

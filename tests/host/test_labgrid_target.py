@@ -253,3 +253,16 @@ def test_an_exporter_that_disappears_mid_run_is_one_line_and_the_place_is_releas
         assert farm.owner("p1") is None
     finally:
         farm.close()
+
+
+def test_a_campaign_holds_the_place_for_its_runs_and_releases_it_at_the_end(farm, tmp_path):
+    need("onnxruntime")
+    camp = tmp_path / "farm.toml"
+    camp.write_text(f'[campaign]\nname = "farm"\nrepetitions = 2\n[[target]]\nname = "rock"\n'
+                    f'url = "{url(farm, "?board=rock-5b")}"\n[[model]]\npath = "{DIGITS}"\n'
+                    '[[scenario]]\nkind = "single-stream"\niterations = 50\n')  # fmt: skip
+    proc = edge_bench(farm, "run", str(camp), "--store", str(tmp_path / "s.sqlite"), "--json", "-")
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(proc.stdout)["answer"][0]["targets"]
+    assert (row["target"], row["runs"], row["failed_runs"]) == ("rock", 2, 0), row
+    assert farm.owner("p1") is None
