@@ -168,6 +168,7 @@ class LabgridTarget(Target):
         """Acquire the place named (or the first free one with the tags), waiting up to `wait` seconds."""
         client = self._client()
         deadline = time.monotonic() + self.where.wait_s
+        told = False
         while True:
             names = [self.where.place] if self.where.place else self._tagged(client.places())
             held = {}
@@ -183,6 +184,10 @@ class LabgridTarget(Target):
                 held[name] = owner
             if time.monotonic() >= deadline:
                 raise self._held(held)
+            if not told:
+                told = True
+                self.log(f"{self.url}: {', '.join(f'{n!r} held by {o}' for n, o in held.items())}; waiting up to "
+                         f"{self.where.wait_s:g} s")  # fmt: skip
             time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
 
     def _tagged(self, places: list[Place]) -> list[str]:
@@ -239,7 +244,7 @@ class LabgridTarget(Target):
 
     def _release(self) -> None:
         """Release the place; SIGINT, SIGTERM and SIGHUP wait until labgrid-client has answered (then they act)."""
-        place = self.place or self._trying
+        place, ours = self.place or self._trying, self.place is not None  # _trying: the coordinator may not have it
         self.place = self._trying = None
         held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
         old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
@@ -249,7 +254,7 @@ class LabgridTarget(Target):
             words = str(err)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
-        if words and "not acquired" not in words:
+        if words and ours:
             self.log(f"{self.url}: could not release place {place!r}: {words}")
 
     # ------------------------------------------------------------------------------------------------ the board

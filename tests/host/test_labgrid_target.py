@@ -55,6 +55,11 @@ def url(farm: Farm, where: str, **options) -> str:
     return f"labgrid://{where}{'&' if '?' in where else '?'}{query}"
 
 
+def error_line(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    """The run's last stderr line alone (the lines before it are its progress: reconnecting, power-cycling)."""
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "", proc.stderr.strip().splitlines()[-1])
+
+
 # ------------------------------------------------------------------------------------ what labgrid-client prints
 PLACES = """Place 'p1':
   tags: board=rock-5b, lab=b2
@@ -168,8 +173,9 @@ def test_a_place_held_by_another_user_is_one_line_naming_the_owner_and_is_listed
                           "--iterations", "20", "--store", str(tmp_path / "s.sqlite"))  # fmt: skip
         waited = time.monotonic() - start
         owner = f"{socket.gethostname()}/{OTHER}"
-        assert_one_line_error(proc, "labgrid://p1", f"place 'p1' is held by {owner}", "waited 2 s", code=1,
-                              program="edge-bench")  # fmt: skip
+        assert_one_line_error(error_line(proc), "labgrid://p1", f"place 'p1' is held by {owner}", "waited 2 s",
+                              code=1, program="edge-bench")  # fmt: skip
+        assert proc.stderr.count("\n") == 2 and "waiting up to 2 s" in proc.stderr, proc.stderr  # and said so
         assert waited >= 2, waited
         listed = edge_bench(farm, "targets", url(farm, ""))
         assert listed.returncode == 0, listed.stderr
@@ -181,24 +187,43 @@ def test_a_place_held_by_another_user_is_one_line_naming_the_owner_and_is_listed
         assert farm.client("-p", "p1", "release", user=OTHER).returncode == 0
 
 
-def test_the_place_is_released_after_an_error_and_after_sigterm(farm, tmp_path):
+def test_the_place_is_released_after_an_error(farm, tmp_path):
     need("onnxruntime")
-    store = ["--store", str(tmp_path / "s.sqlite")]
     proc = edge_bench(farm, "run", "--target", url(farm, "p1"), "--model", str(DIGITS), "--iterations", "20",
-                      "--cpus", "99", *store)  # fmt: skip
+                      "--cpus", "99", "--store", str(tmp_path / "s.sqlite"))  # fmt: skip
     assert proc.returncode == 2 and "labgrid://p1" in proc.stderr, proc.stderr
     assert farm.owner("p1") is None
+
+
+def signalled(farm: Farm, target: str, when: str, signum: int, tmp_path) -> tuple[int, str]:
+    """`edge-bench run` on `target`, sent `signum` once it says `when`: (its exit status, its stderr)."""
     env = {**os.environ, "EDGE_BENCH_LABGRID_CLIENT": str(farm.bin / "labgrid-client")}
-    cmd = [sys.executable, "-m", "bench.cli", "run", "--target", url(farm, "p1"), "--model", str(DIGITS),
-           "--duration", "60", *store]  # fmt: skip
+    cmd = [sys.executable, "-m", "bench.cli", "run", "--target", target, "--model", str(DIGITS), "--duration", "60",
+           "--store", str(tmp_path / "s.sqlite")]  # fmt: skip
     with reaped(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  text=True)) as run:  # fmt: skip
-        read_until(run, "measuring")
-        assert farm.owner("p1") is not None
-        run.send_signal(signal.SIGTERM)
+        said = read_until(run, when)
+        run.send_signal(signum)
         _out, err = run.communicate(timeout=60)
-    assert run.returncode == 128 + signal.SIGTERM, err
+    return run.returncode, "".join(said) + err
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_the_place_is_released_after_ctrl_c_and_sigterm_mid_run(farm, tmp_path, signum):
+    need("onnxruntime")
+    code, err = signalled(farm, url(farm, "p1"), "measuring", signum, tmp_path)
+    assert code == 128 + signum, err
     assert farm.owner("p1") is None
+
+
+def test_ctrl_c_while_waiting_for_a_held_place_leaves_its_owner_alone(farm, tmp_path):
+    assert farm.client("-p", "p1", "acquire", user=OTHER).returncode == 0
+    try:
+        code, err = signalled(farm, url(farm, "p1", wait=600), "waiting up to 600 s", signal.SIGINT, tmp_path)
+        assert code == 130 and "could not release" not in err and "Traceback" not in err, err
+        assert farm.owner("p1") == f"{socket.gethostname()}/{OTHER}"
+    finally:
+        assert farm.client("-p", "p1", "release", user=OTHER).returncode == 0
 
 
 def test_a_board_that_does_not_answer_is_power_cycled_once_then_one_line(farm, tmp_path):
@@ -208,10 +233,9 @@ def test_a_board_that_does_not_answer_is_power_cycled_once_then_one_line(farm, t
     proc = edge_bench(farm, "run", "--target", target, "--model", str(DIGITS), "--iterations", "20",
                       "--store", str(tmp_path / "s.sqlite"))  # fmt: skip
     # the progress line that says the board is being power-cycled, then the error in one line
-    said, error = proc.stderr.strip().splitlines()[:-1], proc.stderr.strip().splitlines()[-1:]
-    assert_one_line_error(subprocess.CompletedProcess(proc.args, proc.returncode, "", "".join(error)), "place 'p2'",
-                          "does not answer after a power cycle through exp1/board2-power", "waited 3 s", code=1,
-                          program="edge-bench")  # fmt: skip
+    said = proc.stderr.strip().splitlines()[:-1]
+    assert_one_line_error(error_line(proc), "place 'p2'", "does not answer after a power cycle through "
+                          "exp1/board2-power", "waited 3 s", code=1, program="edge-bench")  # fmt: skip
     assert len(said) == 1 and "power-cycling it through exp1/board2-power" in said[0], proc.stderr
     assert farm.power.seen[before:] == [(1, 0), (1, 1)]
     assert farm.owner("p2") is None
@@ -225,11 +249,6 @@ def test_a_board_that_does_not_answer_is_power_cycled_once_then_one_line(farm, t
     (row,) = json.loads(proc.stdout)["targets"]
     assert row["labgrid"]["power_cycled"] and farm.power.seen[before + 2 :] == [(1, 0), (1, 1)]
     assert farm.owner("p2") is None
-
-
-def error_line(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
-    """The run's last stderr line alone (the lines before it are its progress: reconnecting, power-cycling)."""
-    return subprocess.CompletedProcess(proc.args, proc.returncode, "", proc.stderr.strip().splitlines()[-1])
 
 
 def test_an_exporter_that_disappears_mid_run_is_one_line_and_the_place_is_released(tmp_path):
