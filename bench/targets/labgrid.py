@@ -37,7 +37,9 @@ from bench.transports.connection import Connection, ConnectRefused, LinkLost, Re
 from edge_runtime.errors import UserError
 
 OPTIONS = {"coordinator", "wait", "boot", "power_off"}
-DEAD = ("unreachable", "timeout")  # an agent that does not answer (the kinds a power cycle may cure)
+# An agent that does not answer: no hello, or a link lost past reconnect_for. Not "timeout" (a request a busy board
+# has not answered in its time): a power cycle would cut a run that is going on.
+DEAD = ("unreachable",)
 SUMMARY = "labgrid://PLACE or labgrid://?TAG=VALUE (coordinator=HOST:PORT, wait=S, boot=S): a board in a labgrid farm"
 
 
