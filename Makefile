@@ -24,6 +24,9 @@ BUILD := .venv-build
 TRITON := .venv-triton
 MLSERVER := .venv-mlserver
 PERF := .venv-perf
+# labgrid for the labgrid:// target: its own environment (its pyserial fork would replace the harness's pyserial); the
+# target runs its labgrid-client, tests/labgridkit.py its coordinator and exporter (bench/targets/labgrid_client.py).
+LABGRID := .venv-labgrid
 # make gpu-check, on a machine with an NVIDIA GPU: onnxruntime-gpu instead of the CPU wheel
 GPU := .venv-gpu
 PIP_FLAGS := -q --disable-pip-version-check
@@ -56,6 +59,11 @@ $(PERF)/.done: tests/servers/requirements-perf.txt
 	$(PERF)/bin/pip install $(PIP_FLAGS) -r tests/servers/requirements-perf.txt
 	touch $@
 
+$(LABGRID)/.done: tests/requirements-labgrid.txt
+	$(PYTHON) -m venv $(LABGRID)
+	$(LABGRID)/bin/pip install $(PIP_FLAGS) -r tests/requirements-labgrid.txt
+	touch $@
+
 $(GPU)/.done: tests/gpu/requirements-gpu.txt pyproject.toml
 	$(PYTHON) -m venv $(GPU)
 	$(GPU)/bin/pip install $(PIP_FLAGS) -r tests/gpu/requirements-gpu.txt
@@ -86,10 +94,10 @@ lint: $(VENV)/.done sys-tools
 	else echo "shellcheck not installed: scripts not linted (apt-get install shellcheck)"; fi
 
 # Tools some tests drive (stress-ng, cyclictest, busybox and dash for the scripts, shellcheck, chromium to open the
-# HTML report, curl for the README's serving quick start, ser2net: a serial server for the remote eembc targets,
-# PostgreSQL for the shared store's tests: tests/pgkit.py starts a throwaway cluster with Debian's initdb and pg_ctl,
-# never Debian's own cluster): installed when running as root with apt, else those tests skip and say how to enable
-# them.
+# HTML report, curl for the README's serving quick start, ser2net: a serial server for the remote eembc targets and
+# the labgrid exporter, PostgreSQL for the shared store's tests: tests/pgkit.py starts a throwaway cluster with
+# Debian's initdb and pg_ctl, never Debian's own cluster): installed when running as root with apt, else those tests
+# skip and say how to enable them.
 SYS_TOOLS := stress-ng:stress-ng cyclictest:rt-tests busybox:busybox shellcheck:shellcheck dash:dash chromium:chromium \
 	curl:curl ser2net:ser2net pg_ctlcluster:postgresql
 sys-tools:
@@ -116,7 +124,8 @@ sys-libs:
 		echo "could not install$$missing: perf_analyzer will not start"; \
 	else echo "not root: perf_analyzer needs$$missing (sudo apt-get install$$missing)"; fi
 
-test: $(VENV)/.done $(TFLRT)/.done $(TRITON)/.done $(MLSERVER)/.done $(PERF)/.done sys-tools sys-libs lint
+test: $(VENV)/.done $(TFLRT)/.done $(TRITON)/.done $(MLSERVER)/.done $(PERF)/.done $(LABGRID)/.done sys-tools sys-libs \
+	lint
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests --ignore=tests/benchmarks
 	EDGE_RUNTIME_TFLITE_IMPL=tflite-runtime $(TFLRT)/bin/pytest -q -p no:cacheprovider -m tflite_runtime \
 		tests/runtime/test_tflite_runtime.py
@@ -161,4 +170,4 @@ test-arm64: $(VENV)/.done
 	tests/arm64/lane.sh
 
 clean:
-	rm -rf $(VENV) .venv-py3.* $(TFLRT) $(BUILD) $(TRITON) $(MLSERVER) $(PERF) $(GPU) .pytest_cache .ruff_cache .benchmarks
+	rm -rf $(VENV) .venv-py3.* $(TFLRT) $(BUILD) $(TRITON) $(MLSERVER) $(PERF) $(GPU) $(LABGRID) .pytest_cache .ruff_cache .benchmarks

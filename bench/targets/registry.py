@@ -27,6 +27,7 @@ _REGISTRY = _TARGETS.items  # scheme -> "module:Class" or the class once importe
 register = _TARGETS.register
 
 register("local", "bench.targets.local:LocalTarget")
+register("labgrid", "bench.targets.labgrid:LabgridTarget")  # a board in a labgrid farm (issue 28)
 register("kserve+http", "bench.targets.kserve:KServeTarget")
 register("kserve+grpc", "bench.targets.kserve:KServeTarget")
 for _scheme in ("eembc", "eembc+socket", "eembc+rfc2217"):  # MLPerf Tiny firmware (issue 27)

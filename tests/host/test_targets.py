@@ -185,7 +185,8 @@ def test_every_built_in_kind_declares_the_schemes_it_is_registered_under():
         assert scheme in cls.schemes and cls.info.kind in ("board", "server"), (scheme, cls)
     assert {c.__name__: c.info.kind for c in registry.classes()} == {"LocalTarget": "board", "AgentTarget": "board",
                                                                      "KServeTarget": "server",
-                                                                     "EembcTarget": "board"}  # fmt: skip
+                                                                     "EembcTarget": "board",
+                                                                     "LabgridTarget": "board"}  # fmt: skip
 
 
 def test_the_agent_takes_every_url_its_endpoint_reads():

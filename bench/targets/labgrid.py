@@ -1,0 +1,340 @@
+"""The labgrid target: a board in a labgrid farm, named by its place (`labgrid://PLACE`) or by tags
+(`labgrid://?board=rock-5b`: the first free place whose tags match). It acquires the place (waiting up to `wait`
+seconds while another user holds it, then one line naming the owner), reads the place's NetworkSerialPort (the host
+and port of the exporter's ser2net), and reaches the board's agent over `rfc2217://HOST:PORT?ign_set_control=1`
+through the agent target (agent.py), which does the rest: upload by hash, the bench, results kept until acknowledged.
+When the agent does not answer and the place has a power port, the board is power-cycled once and the agent waited
+for (`boot` seconds); then one line. The place is released by close(): after a run, an error, Ctrl-C or SIGTERM
+(the command line's signal handler raises and `with target:` closes; the release itself holds signals back until
+labgrid-client has answered).
+
+labgrid is driven through its `labgrid-client` command, from an environment of its own (labgrid_client.py says why:
+its pyserial fork would replace the harness's). `ign_set_control`: ser2net on a pseudo-terminal or a UART without
+modem lines never acknowledges DTR/RTS, and pyserial's rfc2217 open waits for that answer unless told not to
+(labgrid's own serial driver sets the same). The option carries a value because a bare `?ign_set_control` does not
+survive edge_runtime.wire.endpoint's query parsing (parse_qs drops blank values).
+
+Options: `coordinator=HOST:PORT` (else LG_COORDINATOR, else labgrid's default), `wait=S` (0: refuse at once),
+`boot=S` (after a power cycle), `power_off=S` (how long the board stays off). Any other key of the tag form is a tag.
+
+Never: open a port itself (the agent target does, through the transports), send the agent's token anywhere but the
+agent, or take over a place this user already holds from another session (one line, with how to release it)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from bench.targets.agent import AgentTarget
+from bench.targets.base import Progress, Target, TargetError, TargetInfo, TargetOptions, TargetResult
+from bench.targets.labgrid_client import LabgridClient, Place, Resource
+from bench.transports import bare
+from bench.transports.connection import new_request_id
+from edge_runtime.errors import UserError
+
+OPTIONS = {"coordinator", "wait", "boot", "power_off"}
+# An agent that does not answer: no hello, or a link lost past reconnect_for. Not "timeout" (a request a busy board
+# has not answered in its time): a power cycle would cut a run that is going on.
+DEAD = ("unreachable",)
+SUMMARY = "labgrid://PLACE or labgrid://?TAG=VALUE (coordinator=HOST:PORT, wait=S, boot=S): a board in a labgrid farm"
+
+
+@dataclass(frozen=True)
+class LabgridUrl:
+    place: str | None
+    tags: dict[str, str] = field(default_factory=dict)
+    coordinator: str | None = None
+    wait_s: float = 0.0
+    boot_s: float = 60.0
+    power_off_s: float = 1.0
+
+
+def parse_url(url: str) -> LabgridUrl:
+    """The URL's place or tags and options; one UserError line for one that names nothing."""
+    u = urllib.parse.urlsplit(url)
+    if u.scheme.lower() != "labgrid" or u.path not in ("", "/"):
+        raise UserError(f"target {url!r}: expected {SUMMARY}")
+    query = dict(urllib.parse.parse_qsl(u.query, keep_blank_values=True))
+    numbers = {}
+    for key, default in (("wait", 0.0), ("boot", 60.0), ("power_off", 1.0)):
+        try:
+            numbers[key] = float(query.get(key, default))
+        except ValueError:
+            numbers[key] = -1.0
+        if not 0 <= numbers[key] <= 86400 or (key == "boot" and numbers[key] == 0):
+            raise UserError(f"target {url!r}: {key}={query[key]!r} is not a number of seconds (0 to 86400)")
+    coordinator = query.get("coordinator") or None
+    if coordinator is not None and not coordinator.rpartition(":")[2].isdigit():
+        raise UserError(f"target {url!r}: coordinator={coordinator!r}: expected HOST:PORT (127.0.0.1:20408)")
+    tags = {k: v for k, v in query.items() if k not in OPTIONS}
+    if u.netloc and tags:
+        raise UserError(f"target {url!r}: a place or tags, not both (unknown options: {', '.join(sorted(tags))})",
+                        hint=f"options: {', '.join(sorted(OPTIONS))}")  # fmt: skip
+    if any(not v for v in tags.values()):
+        raise UserError(f"target {url!r}: a tag is NAME=VALUE ({', '.join(k for k, v in tags.items() if not v)})")
+    return LabgridUrl(u.netloc or None, tags, coordinator, numbers["wait"], numbers["boot"], numbers["power_off"])
+
+
+def _tags_text(tags: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(tags.items())) or "none"
+
+
+class LabgridTarget(Target):
+    schemes = ("labgrid",)
+    info = TargetInfo(kind="board", summary=SUMMARY, thermal=True, takes=AgentTarget.info.takes, recovers=True)
+
+    def __init__(self, url: str, options: TargetOptions | None = None):
+        super().__init__(url, options)
+        self.where = parse_url(url)
+        self.log = self.options.log
+        self.client: LabgridClient | None = None
+        self.place: str | None = None  # the place this target acquired (released by close)
+        self._trying: str | None = None  # a place being acquired: an interrupt may have left it ours
+        self.serial: Resource | None = None
+        self.power: Resource | None = None
+        self.serial_url: str | None = None
+        self.agent: AgentTarget | None = None
+        self.cycled = False  # the board is power-cycled once at most
+        self.timings: dict[str, float] = {}
+
+    @classmethod
+    def check_url(cls, url: str) -> None:
+        parse_url(url)
+
+    @classmethod
+    def short_name(cls, url: str) -> str:
+        try:
+            where = parse_url(url)
+        except UserError:
+            return url
+        if not (where.place or where.tags):
+            return "labgrid"
+        return f"labgrid:{where.place or _tags_text(where.tags).replace(', ', ',')}"
+
+    def _client(self) -> LabgridClient:
+        if self.client is None:
+            self.client = LabgridClient(self.where.coordinator, self.url)
+        return self.client
+
+    # ------------------------------------------------------------------------------------------------ the place
+    def _acquire(self) -> None:
+        """Acquire the place named (or the first free one with the tags), waiting up to `wait` seconds."""
+        client = self._client()
+        deadline = time.monotonic() + self.where.wait_s
+        told = False
+        while True:
+            names = [self.where.place] if self.where.place else self._tagged(client.places())
+            held = {}
+            for name in names:
+                self._trying = name
+                try:
+                    owner = client.acquire(name)
+                finally:  # an interrupt keeps it: the coordinator may have given the place before the client died
+                    self._trying = None if not isinstance(sys.exc_info()[1], KeyboardInterrupt) else name
+                if owner is None:
+                    self.place = name
+                    return
+                held[name] = owner
+            if time.monotonic() >= deadline:
+                raise self._held(held)
+            if not told:
+                told = True
+                self.log(f"{self.url}: {', '.join(f'{n!r} held by {o}' for n, o in held.items())}; waiting up to "
+                         f"{self.where.wait_s:g} s")  # fmt: skip
+            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+
+    def _tagged(self, places: list[Place]) -> list[str]:
+        names = [p.name for p in places if all(p.tags.get(k) == v for k, v in self.where.tags.items())]
+        if not names:
+            raise TargetError(f"{self.url}: no labgrid place has tags {_tags_text(self.where.tags)}", "user-error")
+        return sorted(names, key=lambda n: next(p.owner is not None for p in places if p.name == n))
+
+    def _held(self, held: dict[str, str | None]) -> TargetError:
+        waited = f"waited {self.where.wait_s:g} s; wait=S waits longer" if self.where.wait_s else "wait=S waits for it"
+        said = []
+        for name, owner in held.items():
+            if owner == LabgridClient.YOURS:
+                said.append(f"{name!r} is already acquired by this host and user (another run, or one that did not "
+                            f"release it: labgrid-client -p {name} release)")  # fmt: skip
+            else:
+                said.append(f"{name!r} is held by {owner}")
+        what = "place " + said[0] if len(said) == 1 else "every place with those tags is held: " + "; ".join(said)
+        return TargetError(f"{self.url}: {what} ({waited})", "refused")
+
+    def _find_port(self) -> None:
+        """The acquired place's NetworkSerialPort (and power port, if any) -> the agent's rfc2217 URL."""
+        resources = self._client().resources(self.place)
+        serial = next((r for r in resources if r.cls == "NetworkSerialPort"), None)
+        self.power = next((r for r in resources if "Power" in r.cls), None)
+        if serial is None:
+            raise TargetError(f"{self.url}: place {self.place!r} has no NetworkSerialPort (an exporter's "
+                              "RawSerialPort or USBSerialPort, added with labgrid-client add-match)",
+                              "user-error")  # fmt: skip
+        self.serial = serial
+        self._check_exporter(resources)
+        if (serial.params.get("extra") or {}).get("proxy_required"):
+            raise TargetError(f"{self.url}: {serial.path} is reached through labgrid's SSH proxy, which this target "
+                              "does not use", "unusable")  # fmt: skip
+        host, port, speed = serial.params.get("host"), serial.params.get("port"), serial.params.get("speed")
+        if not host or not port:
+            raise TargetError(f"{self.url}: {serial.path} has no network port yet (the exporter's ser2net did not "
+                              "start)", "unreachable")  # fmt: skip
+        host = f"[{host}]" if ":" in str(host) else host
+        query = urllib.parse.urlencode({"ign_set_control": 1, **({"baud": int(speed)} if speed else {})})
+        self.serial_url = f"rfc2217://{host}:{int(port)}?{query}"
+
+    def _check_exporter(self, resources: list[Resource] | None = None) -> None:
+        """One line when the serial port's exporter is gone (the coordinator dropped or disabled its resource)."""
+        try:
+            resources = self._client().resources(self.place) if resources is None else resources
+        except TargetError:
+            return  # the coordinator itself is not answering: the caller's own error says more
+        gone = self.serial is not None and not any(r.path == self.serial.path and r.avail for r in resources)
+        if gone:
+            exporter, group = self.serial.path.split("/")[:2]
+            raise TargetError(f"{self.url}: place {self.place!r}: exporter {exporter!r} is gone (its {group} serial "
+                              "port is no longer offered)", "unreachable")  # fmt: skip
+
+    def _release(self) -> None:
+        """Release the place; SIGINT, SIGTERM and SIGHUP wait until labgrid-client has answered (then they act)."""
+        place, ours = self.place or self._trying, self.place is not None  # _trying: the coordinator may not have it
+        self.place = self._trying = None
+        held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+        try:
+            words = self._client().release(place)
+        except (TargetError, UserError) as err:
+            words = str(err)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        if words and ours:
+            self.log(f"{self.url}: could not release place {place!r}: {words}")
+
+    # ------------------------------------------------------------------------------------------------ the board
+    def _reach(self, step: Callable[[AgentTarget], dict]) -> dict:
+        """Acquire, find the port, and `step` the agent (connect or describe), power-cycling once if it is dead."""
+        t0 = time.monotonic()
+        if self.place is None:
+            self._acquire()
+        t1 = time.monotonic()
+        if self.serial_url is None:
+            self._find_port()
+            options = replace(self.options, connect_timeout=min(self.options.connect_timeout, 10.0))
+            self.agent = AgentTarget(self.serial_url, options)
+        t2 = time.monotonic()
+        try:
+            got = step(self.agent)
+        except TargetError as err:
+            if err.kind not in DEAD:
+                raise self._said(err) from None
+            got = self._after_power_cycle(step, err)
+        self.timings = {"acquire_s": t1 - t0, "find_port_s": t2 - t1, "agent_s": time.monotonic() - t2}
+        return got
+
+    def _said(self, err: TargetError) -> TargetError:
+        return TargetError(f"{self.url}: place {self.place!r}: {err}", err.kind, hint=err.hint)
+
+    def _after_power_cycle(self, step: Callable[[AgentTarget], dict], err: TargetError):
+        """The agent does not answer: say why in one line, or power-cycle the board (once) and wait for it."""
+        self._check_exporter()
+        if self.power is None or self.cycled:
+            why = "no power port to cycle" if self.power is None else "it was power-cycled once already"
+            raise TargetError(f"{self.url}: place {self.place!r}: the board's agent does not answer ({why}): "
+                              f"{err}", err.kind) from None  # fmt: skip
+        self.cycled = True
+        self.agent.close()
+        self.log(f"{self.url}: the board's agent does not answer ({bare(self.serial_url, str(err))}); "
+                 f"power-cycling it through {self.power.path}")  # fmt: skip
+        words = self._client().power_cycle(self.place, self.where.power_off_s)
+        if words:
+            raise TargetError(f"{self.url}: place {self.place!r}: the agent does not answer and the power cycle "
+                              f"through {self.power.path} failed: {words}", "unreachable") from None  # fmt: skip
+        deadline = time.monotonic() + self.where.boot_s
+        while True:
+            try:
+                return step(self.agent)
+            except TargetError as again:
+                if again.kind not in DEAD or time.monotonic() >= deadline:
+                    raise TargetError(f"{self.url}: place {self.place!r}: the board's agent does not answer after a "
+                                      f"power cycle through {self.power.path} (waited {self.where.boot_s:g} s, "
+                                      f"boot=S waits longer): {again}", again.kind) from None  # fmt: skip
+                time.sleep(0.5)
+
+    def connect(self) -> dict:
+        ident = self._reach(lambda agent: agent.connect())
+        self.identity = {**ident, "labgrid": self._place_row()}
+        return self.identity
+
+    def _place_row(self) -> dict:
+        return {"place": self.place, "board": self.serial.path.rsplit("/", 2)[0] if self.serial else None,
+                "tags": dict(self.where.tags), "serial_url": self.serial_url,
+                "power": self.power.path if self.power else None, "coordinator": self.where.coordinator,
+                "power_cycled": self.cycled, **{k: round(v, 3) for k, v in self.timings.items()}}  # fmt: skip
+
+    def describe(self) -> dict:
+        """`labgrid://` (no place, no tags): the coordinator's places, whether each is free; else the board's agent,
+        as the agent target describes it, with the place it was reached through."""
+        if self.where.place is None and not self.where.tags:
+            places = self._client().places()
+            rows = [{"name": p.name, "tags": p.tags, "boards": p.boards, "owner": p.owner} for p in places]
+            return {"coordinator": self.where.coordinator, "places": rows}
+        row = self._reach(lambda agent: agent.describe())
+        return {**row, "labgrid": self._place_row()}
+
+    @classmethod
+    def describe_text(cls, row: dict) -> list[str]:
+        if "places" in row:
+            where = row.get("coordinator") or "labgrid's default coordinator"
+            lines = [f"{row['url']}  reachable  (labgrid coordinator at {where}, {len(row['places'])} places)"]
+            for p in row["places"]:
+                state = f"held by {p['owner']}" if p["owner"] else "free"
+                lines.append(f"  {p['name']:<16} {state:<24} boards {', '.join(p['boards']) or '-'}; "
+                             f"tags {_tags_text(p['tags'])}")  # fmt: skip
+            return lines
+        lg = row["labgrid"]
+        lines = AgentTarget.describe_text(row)
+        took = f"acquired in {lg.get('acquire_s', 0):.1f} s, agent answered {lg.get('agent_s', 0):.1f} s later"
+        cycled = ", power-cycled" if lg.get("power_cycled") else ""
+        lines.insert(1, f"  place     {lg['place']} ({lg['board']}) via {lg['serial_url']}; power "
+                        f"{lg['power'] or 'none'}{cycled}; {took}")  # fmt: skip
+        return lines
+
+    def bench(self, request, *, progress: Progress | None = None, rid: str | None = None,
+              sink: Callable[[TargetResult], None] | None = None) -> TargetResult:  # fmt: skip
+        """The agent target's bench on the place's board; a board that stops answering is power-cycled once (if the
+        place has a power port) and asked again under the same request id (it never runs a request twice)."""
+        rid = rid or new_request_id("bench-")
+        if self.agent is None:
+            self.connect()
+        try:
+            return self.agent.bench(request, progress=progress, rid=rid, sink=sink)
+        except TargetError as err:
+            if err.kind not in DEAD:
+                raise self._said(err) from None
+            self._after_power_cycle(lambda agent: agent.connect(), err)
+        try:
+            return self.agent.bench(request, progress=progress, rid=rid, sink=sink)
+        except TargetError as err:
+            raise self._said(err) from None
+
+    def cancel(self, rid: str) -> bool:
+        return self.agent.cancel(rid) if self.agent is not None else False
+
+    def recover(self, rid: str, sink: Callable[[TargetResult], None] | None = None,
+                progress: Progress | None = None) -> TargetResult | None:  # fmt: skip
+        return self.agent.recover(rid, sink, progress) if self.agent is not None else None
+
+    def close(self) -> None:
+        """Close the agent's connection and release the place (always: whatever ended the run). A later connect
+        acquires it again and reads its port again (ser2net's port may differ then)."""
+        try:
+            if self.agent is not None:
+                self.agent.close()
+        finally:
+            self.agent = self.serial_url = None
+            if self.place is not None or self._trying is not None:
+                self._release()
