@@ -216,7 +216,7 @@ def test_dataset_labels_and_types_are_checked_against_the_model(liar, tmp_path):
 def test_after_a_run_left_behind_the_next_connect_finds_the_device(tmp_path):
     """A Ctrl-C leaves the device inside `infer`: its laps, results and m-ready come later, and the next user's
     `name` must not take them for its answer (it was an internal error)."""
-    written_then_found(tmp_path, b"infer 1000 0%")  # half a second of work, its answer read by nobody
+    assert written_then_found(tmp_path, b"infer 1000 0%") == (True, "ic01")  # its answer read by nobody
 
 
 def test_a_reset_in_the_middle_of_a_load_is_said_in_the_record(liar):
@@ -227,18 +227,21 @@ def test_a_reset_in_the_middle_of_a_load_is_said_in_the_record(liar):
     assert any("reset 1 time(s)" in w for w in got.warnings)
 
 
-def written_then_found(tmp_path, data: bytes) -> None:
-    """`data` written on the device's line by someone else, then the target connects: it must find the device."""
+def written_then_found(tmp_path, data: bytes) -> tuple[bool, str]:
+    """`data` written on the device's line by someone else, then the target connects: (the simulator still alive,
+    the model the target found)."""
     proc, link = start_sim(tmp_path)
     try:
         fd = os.open(link, os.O_WRONLY | os.O_NOCTTY)
         os.write(fd, data)
         os.close(fd)
         time.sleep(0.3)
-        assert proc.poll() is None, "the simulator died"
+        alive = proc.poll() is None
         t = EembcTarget(f"eembc://{link}", TargetOptions())
-        assert t.connect()["model"] == "ic01"
-        t.close()
+        try:
+            return alive, t.connect()["model"]
+        finally:
+            t.close()
     finally:
         proc.terminate()
         proc.wait(10)
@@ -246,8 +249,8 @@ def written_then_found(tmp_path, data: bytes) -> None:
 
 def test_a_stray_byte_in_the_firmware_buffer_is_not_an_unreachable_device(tmp_path):
     """`x` left on the line (a Ctrl-C mid-command, noise) makes the first `name` read `xname`: asked again."""
-    written_then_found(tmp_path, b"x")
+    assert written_then_found(tmp_path, b"x") == (True, "ic01")
 
 
 def test_the_simulator_survives_bytes_that_are_not_ascii(tmp_path):
-    written_then_found(tmp_path, b"\xff\xfe%")
+    assert written_then_found(tmp_path, b"\xff\xfe%") == (True, "ic01")
