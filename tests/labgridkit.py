@@ -95,7 +95,7 @@ class Farm:
         self.cables: dict[str, Cable] = {}
         self.agents: dict[str, AgentProcess] = {}
         self.power = PowerRelay()
-        self.exporter: subprocess.Popen | None = None
+        self.exporters: dict[str, subprocess.Popen] = {}
         wrap = tmp / "wrap"
         wrap.mkdir(parents=True)
         (wrap / "ser2net").write_text(SER2NET_WRAPPER.format(ser2net=self.ser2net))
@@ -127,44 +127,48 @@ class Farm:
         return subprocess.run([str(self.bin / "labgrid-client"), *args], capture_output=True, text=True, env=env,
                               timeout=60)  # fmt: skip
 
-    def board(self, name: str, power_index: int | None = None, agent: bool = True) -> None:
-        """A board: a cable, the agent on its far end (unless `agent` is False), and a relay channel if asked."""
+    def board(self, name: str, power_index: int | None = None, agent: bool = True, exporter: str = "exp1") -> None:
+        """A board: a cable, the agent on its far end (unless `agent` is False), and a relay channel if asked; on
+        `exporter` (start_exporter starts each)."""
         cable = self.cables[name] = Cable()
         if agent:
             self.start_agent(name)
-        self._boards = [*getattr(self, "_boards", []), (name, cable.host_path, power_index)]
+        self._boards = [*getattr(self, "_boards", []), (name, cable.host_path, power_index, exporter)]
 
     def start_agent(self, name: str) -> None:
         self.agents[name] = AgentProcess(self.cables[name].agent_url, self.tmp / f"state-{name}")
 
-    def start_exporter(self) -> None:
+    def start_exporter(self, exporter: str = "exp1") -> None:
         lines = []
-        for name, path, index in self._boards:
+        for name, path, index, on in self._boards:
+            if on != exporter:
+                continue
             lines.append(f"{name}:\n  RawSerialPort: {{port: {path}, speed: 115200}}\n")
             if index is not None:
                 url = f"http://127.0.0.1:{self.power.port}/relay/{{index}}/{{value}}"
                 power = f"{{model: simplerest, host: '{url}', index: {index}}}"
                 lines.append(f"{name}-power:\n  NetworkPowerPort: {power}\n")
-        (self.tmp / "exporter.yaml").write_text("".join(lines))
-        self.exporter = self._start([self.bin / "labgrid-exporter", "-c", self.coordinator, "-n", "exp1",
-                                     "--hostname", "127.0.0.1", self.tmp / "exporter.yaml"])  # fmt: skip
-        want = {f"exp1/{n}/NetworkSerialPort" for n, _p, _i in self._boards}
+        (self.tmp / f"{exporter}.yaml").write_text("".join(lines))
+        self.exporters[exporter] = self._start([self.bin / "labgrid-exporter", "-c", self.coordinator, "-n", exporter,
+                                                "--hostname", "127.0.0.1", self.tmp / f"{exporter}.yaml"])  # fmt: skip
+        want = {f"{exporter}/{n}/NetworkSerialPort" for n, _p, _i, on in self._boards if on == exporter}
         self._wait(lambda: want <= set(self.client("resources").stdout.split()), "the exporter's resources")
 
-    def stop_exporter(self) -> None:
+    def stop_exporter(self, exporter: str = "exp1") -> None:
         """The exporter goes away (its ser2net with it), as a lab PC that is switched off does."""
-        self._stop(self.exporter)
+        self._stop(self.exporters.get(exporter))
 
     def place(self, name: str, group: str, tags: dict[str, str]) -> None:
         """A place matching the board `group`'s serial port (and its power port), with `tags`."""
-        for args in (["create"], ["add-match", f"exp1/{group}/NetworkSerialPort"],
-                     *([["add-match", f"exp1/{group}-power/NetworkPowerPort"]] if self._has_power(group) else []),
+        exp = next(on for n, _p, _i, on in self._boards if n == group)
+        for args in (["create"], ["add-match", f"{exp}/{group}/NetworkSerialPort"],
+                     *([["add-match", f"{exp}/{group}-power/NetworkPowerPort"]] if self._has_power(group) else []),
                      *([["set-tags", *(f"{k}={v}" for k, v in tags.items())]] if tags else [])):  # fmt: skip
             proc = self.client("-p", name, *args)
             assert proc.returncode == 0, proc.stderr
 
     def _has_power(self, board: str) -> bool:
-        return any(n == board and i is not None for n, _p, i in self._boards)
+        return any(n == board and i is not None for n, _p, i, _on in self._boards)
 
     def owner(self, place: str) -> str | None:
         """Who holds `place` ("host/user"), or None."""

@@ -1,7 +1,8 @@
 """Campaign files (TOML) as typed records: which targets, models and scenarios, how many repetitions, which SLOs.
 
     [campaign]   name, repetitions
-    [[target]]   name, url, and for the board: cpus, threads, backend, device, token_file; [target.slo] overrides
+    [[target]]   name, url, and for the board: cpus, threads, backend, device, token_file, reconnect_for (seconds a
+                 board's lost link is tried again before its run fails; default 60); [target.slo] overrides
     [[model]]    name, path
     [[scenario]] kind, duration_s | iterations, warmup_s | warmup, min_duration_s, min_queries, and the kind's own
                  keys (bench/scenarios: rate_qps; samples_per_query, interval_ms; burst_on_s, burst_off_s; arrivals)
@@ -27,10 +28,19 @@ from edge_runtime.measure.request import SCENARIO_KEYS, SCENARIO_OPTIONAL
 
 KEYS = {
     "campaign": {"name", "repetitions", "description"},
-    "target": {"name", "url", "cpus", "threads", "backend", "device", "token_file", "slo", "headers"},
+    "target": {"name", "url", "cpus", "threads", "backend", "device", "token_file", "slo", "headers", "reconnect_for"},
     "model": {"name", "path"},
-    "scenario": {"kind", "duration_s", "iterations", "warmup_s", "warmup", "min_duration_s", "min_queries",
-                 "concurrency", *ALL_KEYS},
+    "scenario": {
+        "kind",
+        "duration_s",
+        "iterations",
+        "warmup_s",
+        "warmup",
+        "min_duration_s",
+        "min_queries",
+        "concurrency",
+        *ALL_KEYS,
+    },
     "slo": {*SLO_KEYS, "error_budget"},
 }
 TOP = {"campaign", "target", "model", "scenario", "slo"}
@@ -56,6 +66,7 @@ class Target:
     token_file: str | None = None
     slo: SLO | None = None
     headers: dict | None = None  # a server target's HTTP/gRPC headers (an access token: "${VAR}" reads the environment)
+    reconnect_for: float = 60.0  # a board's link lost for longer fails its run
 
     @property
     def info(self) -> TargetInfo:
@@ -186,6 +197,7 @@ def _target(where: Where, i: int, t: dict, base: str) -> Target:
         except ValueError as err:
             raise UserError(f"{where}: [[target]] {name!r} cpus {cpus!r}: {err}") from None
     slo = _slo(where, f"[target.slo] of {name!r}", t["slo"]) if "slo" in t else None
+    again = number(where, f"[[target]] {name!r} reconnect_for", t.get("reconnect_for", 60.0), 0, 86400)
     headers = t.get("headers")
     if headers is not None:
         if "headers" not in info.takes:
@@ -194,17 +206,17 @@ def _target(where: Where, i: int, t: dict, base: str) -> Target:
             raise UserError(f"{where}: [[target]] {name!r}: headers go with server targets that take them "
                             f"({', '.join(summaries(takes='headers'))})")  # fmt: skip
         if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
-            raise UserError(f"{where}: [target.headers] of {name!r}: a table of NAME = \"value\" strings")
+            raise UserError(f'{where}: [target.headers] of {name!r}: a table of NAME = "value" strings')
         from bench.targets.base import expand_headers
 
         # Checked now, ${VAR}s included, not when the target's turn comes after the others have run.
         expand_headers(headers, f"{where}: [target.headers] of {name!r}")
-    for key in ("cpus", "threads", "backend", "device", "token_file"):
+    for key in ("cpus", "threads", "backend", "device", "token_file", "reconnect_for"):
         if info.kind == "server" and t.get(key) is not None:
             also = " and [target.headers]" if "headers" in info.takes else ""
             raise UserError(f"{where}: [[target]] {name!r}: {key} is a board's option; a server target takes the "
                             f"options of its URL{also} ({info.summary})")  # fmt: skip
-    return Target(name, url, cpus, threads, t.get("backend"), t.get("device"), token, slo, headers)
+    return Target(name, url, cpus, threads, t.get("backend"), t.get("device"), token, slo, headers, again)
 
 
 def _model(where: Where, i: int, m: dict, base: str) -> Model:
@@ -260,7 +272,7 @@ def _scenario(where: Where, i: int, s: dict, base: str) -> Scenario:
     for key in ALL_KEYS - set(keys_of(kind)):
         if key in s:
             goes = [k for k in KINDS if key in keys_of(k)]
-            raise UserError(f'{where}: {table}: {key} goes with kind = {" or ".join(map(repr, goes))}, not {kind!r}')
+            raise UserError(f"{where}: {table}: {key} goes with kind = {' or '.join(map(repr, goes))}, not {kind!r}")
     min_d = (
         number(where, f"{table} min_duration_s", s["min_duration_s"], 0, 7 * 86400) if "min_duration_s" in s else None
     )
@@ -272,8 +284,9 @@ def _scenario(where: Where, i: int, s: dict, base: str) -> Scenario:
         )
     if min_q is not None and iters is not None and iters < min_q:
         raise UserError(f"{where}: {table}: iterations {iters} is under min_queries {min_q}: no run could pass")
-    return Scenario(kind, duration, iters, warm_s, warm, min_duration_s=min_d, min_queries=min_q, concurrency=conc,
-                    **own)
+    return Scenario(
+        kind, duration, iters, warm_s, warm, min_duration_s=min_d, min_queries=min_q, concurrency=conc, **own
+    )
 
 
 def _slo(where: Where, table: str, d) -> SLO:

@@ -49,7 +49,8 @@ class NotStarted(KeyboardInterrupt):
 def execute(target: Target, request, store, key: RunKey, *, slo: SLO, scenario=None,
             progress: Callable[[str], None] | None = None, rid: str | None = None, keep_partial: bool = False,
             also_keep: Callable[[Executed], None] | None = None, stopping: Callable[[], None] = lambda: None,
-            recovering: Callable[[str], None] | None = None) -> Executed:  # fmt: skip
+            recovering: Callable[[str], None] | None = None,
+            before_keep: Callable[[], None] = lambda: None) -> Executed:  # fmt: skip
     """Bench `request` on `target` under `rid`; the sink checks the result (slo; the run rules of `scenario`), stores it
     (the request id makes a second delivery a no-op) and calls `also_keep` (the one-off's --json and --prom, the
     campaign's outcome row) before the target is told it may forget it.
@@ -61,6 +62,7 @@ def execute(target: Target, request, store, key: RunKey, *, slo: SLO, scenario=N
     kept = Executed()
 
     def sink(got: TargetResult) -> None:
+        before_keep()  # may refuse it (a campaign's board whose result arrives after Ctrl-C): nothing is kept
         doc = got.record()
         kept.got, kept.doc = got, doc
         kept.slo = evaluate(doc, slo)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from bench.campaign import Campaign, Target
 from bench.campaign.execute import Executed, RunKey, execute
@@ -114,53 +115,119 @@ def _outcome(o: RunOutcome, kept: Executed) -> None:
     o.result, o.slo, o.rules, o.store_id = kept.doc, kept.slo, kept.rules, kept.store_id
 
 
-def run(campaign: Campaign, store, progress: Progress | Callable[[str], None]) -> CampaignRun:
+@dataclass
+class _Context:
+    """What every run of a campaign shares: its targets (opened once each, closed at the end), the store, the
+    members that sit out the rest (name -> why), what each worker runs now."""
+
+    campaign: Campaign
+    store: object
+    say: Callable[[str], None]
+    targets: dict = field(default_factory=dict)
+    gone: dict = field(default_factory=dict)
+    running: Any = None  # fan_out.Running
+
+
+def _one(ctx: _Context, o: RunOutcome, target: Target, scenario, model, head: str, member: bool = False) -> None:
+    """One run of `target` (or of one board a fanned-out target stands for: o.target, o.url) into `o`."""
+    from bench.campaign.fan_out import GONE_KINDS, Stopped
     from bench.targets import TargetError, TargetOptions, target_for
+
+    say, name = ctx.say, o.target
+    if name in ctx.gone:
+        o.error = f"not run: {ctx.gone[name]}"
+        return
+    rid = new_request_id("camp-")
+    try:
+        t = ctx.targets.get(name)
+        if t is None:
+            token = None
+            if target.token_file:
+                from edge_runtime.wire.endpoint import read_token
+
+                token = read_token(target.token_file)
+            options = TargetOptions(token=token, reconnect_for=target.reconnect_for, headers=target.headers, log=say)
+            t = ctx.targets[name] = target_for(o.url, options)
+        req = request_for(ctx.campaign, scenario, model, target)
+        key = RunKey(name, o.url, scenario.label, ctx.campaign.name, model.name, o.repetition)
+        if member:
+            ctx.running.begin(name, t, rid)
+        got = execute(t, req, ctx.store, key, before_keep=ctx.running.check if member else lambda: None,
+                      slo=ctx.campaign.slo.merged(target.slo), scenario=scenario,
+                      progress=lambda m: say(f"{head}: {m}"), rid=rid,
+                      also_keep=lambda kept: _outcome(o, kept)).got  # fmt: skip
+        if got.stopped_by is not None:  # the local run kept what it measured: stored, then the campaign stops
+            raise Interrupted(got.stopped_by)
+    except TargetError as err:
+        o.error = str(err)
+        say(f"{head}: {err}")
+        if member and err.kind in GONE_KINDS:  # a held place, a dead board: released, and it sits out the rest
+            ctx.gone[name] = o.error
+            _close(ctx.targets.pop(name, None))
+    except Stopped:
+        pass  # after Ctrl-C: not kept, the row goes with the run under way
+    except Exception as err:  # one board's worker: its row says it, the other boards go on
+        if not member:
+            raise
+        o.error = f"{type(err).__name__}: {err}"
+        say(f"{head}: {o.error}")
+    finally:
+        if member:
+            ctx.running.end(name)
+
+
+def _close(t) -> None:
+    if t is None:
+        return
+    try:
+        t.close()
+    except Exception:  # noqa: BLE001 - closing a broken link: nothing left to do
+        pass
+
+
+def run(campaign: Campaign, store, progress: Progress | Callable[[str], None], *, parallel: int = 4,
+        fanned: dict | None = None) -> CampaignRun:  # fmt: skip
+    """The campaign's plan, in order; a target that stands for many boards (`fanned`: fan_out.expand's) runs each
+    step on all of them at once, at most `parallel` at a time."""
+    from bench.campaign.fan_out import Running, expand, run_many
 
     if not isinstance(progress, Progress):
         progress = Progress(progress)
-    say = progress.say
+    fanned = expand(campaign) if fanned is None else fanned
     out = CampaignRun(campaign)
     plan = campaign.plan()
-    targets: dict[str, object] = {}
-    t0 = time.monotonic()
+    total = sum(len(fanned.get(t.name, [None])) for _r, _s, _m, t in plan)
+    ctx = _Context(campaign, store, progress.say, running=Running())
+    t0, k = time.monotonic(), 0
     try:
-        for k, (rep, scenario, model, target) in enumerate(plan, 1):
-            head = f"{target.name} {model.name} {scenario.label} {repetition_text(rep, campaign.repetitions)}"
-            progress.start(k, len(plan), head)
-            o = RunOutcome(rep, scenario.label, model.name, target.name, target.url)
-            out.outcomes.append(o)
-            try:
-                t = targets.get(target.name)
-                if t is None:
-                    token = None
-                    if target.token_file:
-                        from edge_runtime.wire.endpoint import read_token
+        for rep, scenario, model, target in plan:
+            head = f"{model.name} {scenario.label} {repetition_text(rep, campaign.repetitions)}"
+            members = fanned.get(target.name)
+            if members is None:
+                k += 1
+                progress.start(k, total, f"{target.name} {head}")
+                o = RunOutcome(rep, scenario.label, model.name, target.name, target.url)
+                out.outcomes.append(o)
+                _one(ctx, o, target, scenario, model, f"{target.name} {head}")
+                progress.end()
+                continue
+            progress.start(k + 1, total, f"{target.name} on {len(members)} boards: {head}")
+            rows = [RunOutcome(rep, scenario.label, model.name, m.name, m.url) for m in members]
+            out.outcomes.extend(rows)
 
-                        token = read_token(target.token_file)
-                    options = TargetOptions(token=token, reconnect_for=60.0, headers=target.headers, log=say)
-                    t = targets[target.name] = target_for(target.url, options)
-                req = request_for(campaign, scenario, model, target)
-                key = RunKey(target.name, target.url, scenario.label, campaign.name, model.name, rep)
-                got = execute(t, req, store, key, slo=campaign.slo.merged(target.slo), scenario=scenario,
-                              progress=lambda m, head=head: say(f"{head}: {m}"), rid=new_request_id("camp-"),
-                              also_keep=lambda kept, o=o: _outcome(o, kept)).got  # fmt: skip
-                if got.stopped_by is not None:  # the local run kept what it measured: stored, then the campaign stops
-                    raise Interrupted(got.stopped_by)
-            except TargetError as err:
-                o.error = str(err)
-                say(f"{head}: {err}")
-            progress.end()
+            def work(o: RunOutcome, scenario=scenario, model=model, target=target, head=head) -> None:
+                _one(ctx, o, target, scenario, model, f"{o.target} {head}", member=True)
+                progress.end()
+
+            run_many(rows, work, parallel, ctx.running)
+            k += len(members)
     except KeyboardInterrupt as err:
         out.stopped_by = getattr(err, "signum", None) or (err.args[0] if err.args and isinstance(err.args[0], int)
                                                            else 2)  # fmt: skip
-        if out.outcomes and out.outcomes[-1].result is None and out.outcomes[-1].error is None:
-            out.outcomes.pop()  # the run under way: not finished, not reported
+        # the runs under way: not finished, not reported
+        out.outcomes = [o for o in out.outcomes if o.result is not None or o.error is not None]
     finally:
-        for t in targets.values():
-            try:
-                t.close()
-            except Exception:  # noqa: BLE001 - closing a broken link: nothing left to do
-                pass
+        for t in ctx.targets.values():
+            _close(t)
         out.seconds = time.monotonic() - t0
     return out

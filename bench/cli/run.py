@@ -36,7 +36,7 @@ BOARD_ONLY = ("cpus", "threads", "backend", "device", "delegate", "rt_priority",
 
 
 USAGE = (
-    "%(prog)s CAMPAIGN.toml [--store F] [--html F] [--md F] [--csv F] [--junit F] [--json [F]]\n"
+    "%(prog)s CAMPAIGN.toml [--store F] [--html F] [--md F] [--csv F] [--junit F] [--json [F]] [--parallel N]\n"
     "       %(prog)s --target URL --model PATH [--slo KEY=VALUE] [--store F] [--html F] [--json [F]] [bench options]"
 )
 
@@ -51,6 +51,8 @@ def add_arguments(p) -> None:
         metavar="CAMPAIGN.toml",
         help="a campaign file: targets, models, scenarios, repetitions, SLOs (campaigns/*.toml)",
     )
+    p.add_argument("--parallel", metavar="N", help="a campaign: at most N boards at once of a target that stands for "
+                   "many (labgrid://?TAG=VALUE&places=all; default 4)")  # fmt: skip
     reports = p.add_argument_group("reports (each says where it wrote; a one-off run takes --html and --json)")
     _add_first(p, reports)
     reports.add_argument("--md", metavar="FILE", help="a campaign: Markdown (tables, SLO verdicts), for a pull request")

@@ -16,6 +16,7 @@ CAMPAIGN_OUTPUTS = ("--json", "--html", "--md", "--csv", "--junit")
 def run_campaign(args) -> int:
     from bench import report
     from bench.campaign import load
+    from bench.campaign.fan_out import DEFAULT_PARALLEL, expand, parallel_arg
     from bench.campaign.runner import run as run_plan
     from bench.report import edge_vs_server, firmware, html
     from bench.report.answer import ranked
@@ -27,19 +28,25 @@ def run_campaign(args) -> int:
     if args.slo:
         raise UsageError("--slo goes with the one-off form: a campaign's SLOs are in its [slo] and [target.slo] tables")
     flags = {**_campaign_flags(args.rest), "--html": args.html}  # --html: parsed with --target (both forms take it)
+    parallel = parallel_arg(flags.pop("--parallel", None) or str(DEFAULT_PARALLEL))
     campaign = load(args.campaign)
     store = open_store(args, create=True)
     outs = plan_outputs([(f, v) for f, v in flags.items()], [("the campaign", args.campaign), ("the store", args.store),
                         *[("a model", m.path) for m in campaign.models]])  # fmt: skip
     if "--html" in outs:
         html.require()
+    fanned = expand(campaign)  # a target that stands for many boards: its coordinator says which, now
     plan = campaign.plan()
-    progress, done = campaign_progress(campaign.name, len(plan))
-    print(f"edge-bench: campaign {campaign.name}: {len(plan)} runs ({len(campaign.targets)} targets x "
-          f"{len(campaign.models)} models x {len(campaign.scenarios)} scenarios x {campaign.repetitions})",
-          file=sys.stderr)  # fmt: skip
+    runs = sum(len(fanned.get(t.name, [None])) for _r, _s, _m, t in plan)
+    boards = len(campaign.targets) + sum(len(m) - 1 for m in fanned.values())
+    print(f"edge-bench: campaign {campaign.name}: {runs} runs ({boards} targets x {len(campaign.models)} models x "
+          f"{len(campaign.scenarios)} scenarios x {campaign.repetitions})", file=sys.stderr)  # fmt: skip
+    for name, members in fanned.items():
+        print(f"edge-bench: {name}: {len(members)} boards ({', '.join(m.name.partition('@')[2] for m in members)}), "
+              f"at most {parallel} at once", file=sys.stderr)  # fmt: skip
+    progress, done = campaign_progress(campaign.name, runs)
     try:
-        result = run_plan(campaign, store, progress)
+        result = run_plan(campaign, store, progress, parallel=parallel, fanned=fanned)
     finally:
         done()
         store.close()
@@ -71,7 +78,7 @@ def run_campaign(args) -> int:
         sys.stdout.write(report.table(rows, answer) + edge_vs_server.text(comps) + firmware.text(named))
         sys.stdout.write(f"{report.verdict_line(rows, cases)}; stored in {args.store}\n")
     if result.stopped_by is not None:
-        print(f"edge-bench: interrupted: {len(rows)} of {len(plan)} runs kept", file=sys.stderr)
+        print(f"edge-bench: interrupted: {len(rows)} of {runs} runs kept", file=sys.stderr)
         return 128 + result.stopped_by
     failed = [f"{o.target} {o.scenario}: {why}" for o in result.outcomes if (why := nothing_succeeded(o.result))]
     for line in failed:
@@ -87,12 +94,12 @@ def _campaign_flags(rest: list[str]) -> dict[str, str]:
         if flag == "--debug":
             i += 1
             continue
-        if flag not in CAMPAIGN_OUTPUTS:
-            raise UsageError(f"{flag!r}: a campaign takes {', '.join(CAMPAIGN_OUTPUTS)} FILE (bench options belong "
-                             "in the campaign file)")  # fmt: skip
+        if flag not in (*CAMPAIGN_OUTPUTS, "--parallel"):
+            raise UsageError(f"{flag!r}: a campaign takes {', '.join(CAMPAIGN_OUTPUTS)} FILE and --parallel N (bench "
+                             "options belong in the campaign file)")  # fmt: skip
         value = rest[i + 1] if i + 1 < len(rest) and not rest[i + 1].startswith("--") else None
         if value is None and flag != "--json":
-            raise UsageError(f"{flag}: a FILE is needed")
+            raise UsageError(f"{flag}: {'a number' if flag == '--parallel' else 'a FILE'} is needed")
         flags[flag] = value or "-"
         i += 2 if value is not None else 1
     return flags

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
@@ -21,6 +22,9 @@ from edge_runtime import results
 from edge_runtime.errors import UserError
 
 SCHEMA_VERSION = 2
+# One run written at a time in this process: a campaign fanned out over a farm's places keeps each place's result from
+# that place's worker thread (a store's connection is one; SQLite's is opened for use from any thread).
+_WRITING = threading.Lock()
 MIGRATIONS: dict[int, list[str]] = {
     1: [
         """CREATE TABLE runs (
@@ -175,7 +179,7 @@ class RunStore:
             _dumps(timeline) if timeline is not None else None,
             _dumps(verdict) if verdict is not None else None,
         )
-        with self._transaction():
+        with _WRITING, self._transaction():  # a campaign's places finish at once, each in its own thread
             return self._insert_run(row, request_id)
 
     def run(self, ref: str | int) -> Run:

@@ -45,7 +45,7 @@ class SQLiteStore(RunStore):
             if not os.path.isdir(parent):
                 raise UserError(f"{where}: no directory {parent!r} to create it in") from None
         try:
-            self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
             _wal(self.db)
             self.db.execute("PRAGMA foreign_keys=ON")
             version = self.schema_version

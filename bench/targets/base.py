@@ -121,6 +121,12 @@ class Target(abc.ABC):
         return f"{scheme}:{where}" if where not in ("", "/") else scheme
 
     @classmethod
+    def fan_out(cls, url: str, group: str) -> list[tuple[str, str]] | None:
+        """The many boards one URL stands for in a campaign (a farm's places that match tags): each (its name, its
+        own URL, which carries `group`), asked once when the campaign starts; None (the default): one target."""
+        return None
+
+    @classmethod
     def named_model(cls, url: str) -> str | None:
         """The model a server's URL names (then --model is optional), or None: the model is a file on this host."""
         return None

@@ -16,6 +16,10 @@ survive edge_runtime.wire.endpoint's query parsing (parse_qs drops blank values)
 
 Options: `coordinator=HOST:PORT` (else LG_COORDINATOR, else labgrid's default), `wait=S` (0: refuse at once),
 `boot=S` (after a power cycle), `power_off=S` (how long the board stays off). Any other key of the tag form is a tag.
+`places=all` (or `places=N`) with tags: in a campaign, every matching place (or N of them, free ones first) runs the
+target's work, concurrently (bench/campaign/fan_out.py); each place's runs carry a `place` section naming the place
+and its `group` (the campaign target's name), which the reports compare boards of one kind by. `group=NAME` is what a
+fan-out gives each place's URL; a one-off run's group is its place.
 
 Never: open a port itself (the agent target does, through the transports), send the agent's token anywhere but the
 agent, or take over a place this user already holds from another session (one line, with how to release it)."""
@@ -27,60 +31,19 @@ import sys
 import time
 import urllib.parse
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from bench.targets.agent import AgentTarget
 from bench.targets.base import Progress, Target, TargetError, TargetInfo, TargetOptions, TargetResult
 from bench.targets.labgrid_client import LabgridClient, Place, Resource
+from bench.targets.labgrid_url import SUMMARY, parse_url, tags_text
 from bench.transports import bare
 from bench.transports.connection import new_request_id
 from edge_runtime.errors import UserError
 
-OPTIONS = {"coordinator", "wait", "boot", "power_off"}
 # An agent that does not answer: no hello, or a link lost past reconnect_for. Not "timeout" (a request a busy board
 # has not answered in its time): a power cycle would cut a run that is going on.
 DEAD = ("unreachable",)
-SUMMARY = "labgrid://PLACE or labgrid://?TAG=VALUE (coordinator=HOST:PORT, wait=S, boot=S): a board in a labgrid farm"
-
-
-@dataclass(frozen=True)
-class LabgridUrl:
-    place: str | None
-    tags: dict[str, str] = field(default_factory=dict)
-    coordinator: str | None = None
-    wait_s: float = 0.0
-    boot_s: float = 60.0
-    power_off_s: float = 1.0
-
-
-def parse_url(url: str) -> LabgridUrl:
-    """The URL's place or tags and options; one UserError line for one that names nothing."""
-    u = urllib.parse.urlsplit(url)
-    if u.scheme.lower() != "labgrid" or u.path not in ("", "/"):
-        raise UserError(f"target {url!r}: expected {SUMMARY}")
-    query = dict(urllib.parse.parse_qsl(u.query, keep_blank_values=True))
-    numbers = {}
-    for key, default in (("wait", 0.0), ("boot", 60.0), ("power_off", 1.0)):
-        try:
-            numbers[key] = float(query.get(key, default))
-        except ValueError:
-            numbers[key] = -1.0
-        if not 0 <= numbers[key] <= 86400 or (key == "boot" and numbers[key] == 0):
-            raise UserError(f"target {url!r}: {key}={query[key]!r} is not a number of seconds (0 to 86400)")
-    coordinator = query.get("coordinator") or None
-    if coordinator is not None and not coordinator.rpartition(":")[2].isdigit():
-        raise UserError(f"target {url!r}: coordinator={coordinator!r}: expected HOST:PORT (127.0.0.1:20408)")
-    tags = {k: v for k, v in query.items() if k not in OPTIONS}
-    if u.netloc and tags:
-        raise UserError(f"target {url!r}: a place or tags, not both (unknown options: {', '.join(sorted(tags))})",
-                        hint=f"options: {', '.join(sorted(OPTIONS))}")  # fmt: skip
-    if any(not v for v in tags.values()):
-        raise UserError(f"target {url!r}: a tag is NAME=VALUE ({', '.join(k for k, v in tags.items() if not v)})")
-    return LabgridUrl(u.netloc or None, tags, coordinator, numbers["wait"], numbers["boot"], numbers["power_off"])
-
-
-def _tags_text(tags: dict[str, str]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in sorted(tags.items())) or "none"
 
 
 class LabgridTarget(Target):
@@ -113,7 +76,24 @@ class LabgridTarget(Target):
             return url
         if not (where.place or where.tags):
             return "labgrid"
-        return f"labgrid:{where.place or _tags_text(where.tags).replace(', ', ',')}"
+        return f"labgrid:{where.place or tags_text(where.tags).replace(', ', ',')}"
+
+    @classmethod
+    def fan_out(cls, url: str, group: str) -> list[tuple[str, str]] | None:
+        """`places=all|N` with tags: each matching place (free ones first, then by name; N of them) and its URL,
+        with this URL's options and `group`; None for a URL that names one place. Asks the coordinator."""
+        where = parse_url(url)
+        if where.places == 1:
+            return None
+        places = LabgridClient(where.coordinator, url).places()
+        matched = sorted((p for p in places if all(p.tags.get(k) == v for k, v in where.tags.items())),
+                         key=lambda p: (p.owner is not None, p.name))  # fmt: skip
+        if not matched:
+            raise TargetError(f"{url}: no labgrid place has tags {tags_text(where.tags)}", "user-error")
+        kept = {"coordinator": where.coordinator, "wait": f"{where.wait_s:g}", "boot": f"{where.boot_s:g}",
+                "power_off": f"{where.power_off_s:g}", "group": group}  # fmt: skip
+        query = urllib.parse.urlencode({k: v for k, v in kept.items() if v is not None})
+        return [(p.name, f"labgrid://{urllib.parse.quote(p.name, safe='')}?{query}") for p in matched[: where.places]]
 
     def _client(self) -> LabgridClient:
         if self.client is None:
@@ -150,7 +130,7 @@ class LabgridTarget(Target):
     def _tagged(self, places: list[Place]) -> list[str]:
         names = [p.name for p in places if all(p.tags.get(k) == v for k, v in self.where.tags.items())]
         if not names:
-            raise TargetError(f"{self.url}: no labgrid place has tags {_tags_text(self.where.tags)}", "user-error")
+            raise TargetError(f"{self.url}: no labgrid place has tags {tags_text(self.where.tags)}", "user-error")
         return sorted(names, key=lambda n: next(p.owner is not None for p in places if p.name == n))
 
     def _held(self, held: dict[str, str | None]) -> TargetError:
@@ -217,6 +197,9 @@ class LabgridTarget(Target):
     # ------------------------------------------------------------------------------------------------ the board
     def _reach(self, step: Callable[[AgentTarget], dict]) -> dict:
         """Acquire, find the port, and `step` the agent (connect or describe), power-cycling once if it is dead."""
+        if self.where.places != 1:
+            raise TargetError(f"{self.url}: places= fans a target out over many places in a campaign; a run on its "
+                              "own takes one place (drop places=)", "user-error")  # fmt: skip
         t0 = time.monotonic()
         if self.place is None:
             self._acquire()
@@ -269,6 +252,12 @@ class LabgridTarget(Target):
         self.identity = {**ident, "labgrid": self._place_row()}
         return self.identity
 
+    def _place_section(self) -> dict:
+        """The record's `place`: where the run ran in the farm, and the group its siblings share."""
+        return {"name": self.place, "group": self.where.group or self.place, "tags": dict(self.where.tags),
+                "board": self.serial.path.rsplit("/", 2)[0] if self.serial else None,
+                "coordinator": self.where.coordinator, "power_cycled": self.cycled}  # fmt: skip
+
     def _place_row(self) -> dict:
         return {"place": self.place, "board": self.serial.path.rsplit("/", 2)[0] if self.serial else None,
                 "tags": dict(self.where.tags), "serial_url": self.serial_url,
@@ -276,10 +265,10 @@ class LabgridTarget(Target):
                 "power_cycled": self.cycled, **{k: round(v, 3) for k, v in self.timings.items()}}  # fmt: skip
 
     def describe(self) -> dict:
-        """`labgrid://` (no place, no tags): the coordinator's places, whether each is free; else the board's agent,
+        """`labgrid://` (or tags with places=): the (matching) places, whether each is free; else the board's agent,
         as the agent target describes it, with the place it was reached through."""
-        if self.where.place is None and not self.where.tags:
-            places = self._client().places()
+        if self.where.place is None and (not self.where.tags or self.where.places != 1):  # the places (matching)
+            places = [p for p in self._client().places() if all(p.tags.get(k) == v for k, v in self.where.tags.items())]
             rows = [{"name": p.name, "tags": p.tags, "boards": p.boards, "owner": p.owner} for p in places]
             return {"coordinator": self.where.coordinator, "places": rows}
         row = self._reach(lambda agent: agent.describe())
@@ -293,7 +282,7 @@ class LabgridTarget(Target):
             for p in row["places"]:
                 state = f"held by {p['owner']}" if p["owner"] else "free"
                 lines.append(f"  {p['name']:<16} {state:<24} boards {', '.join(p['boards']) or '-'}; "
-                             f"tags {_tags_text(p['tags'])}")  # fmt: skip
+                             f"tags {tags_text(p['tags'])}")  # fmt: skip
             return lines
         lg = row["labgrid"]
         lines = AgentTarget.describe_text(row)
@@ -310,23 +299,34 @@ class LabgridTarget(Target):
         rid = rid or new_request_id("bench-")
         if self.agent is None:
             self.connect()
+        placed = self._with_place(sink)
         try:
-            return self.agent.bench(request, progress=progress, rid=rid, sink=sink)
+            return self.agent.bench(request, progress=progress, rid=rid, sink=placed)
         except TargetError as err:
             if err.kind not in DEAD:
                 raise self._said(err) from None
             self._after_power_cycle(lambda agent: agent.connect(), err)
         try:
-            return self.agent.bench(request, progress=progress, rid=rid, sink=sink)
+            return self.agent.bench(request, progress=progress, rid=rid, sink=placed)
         except TargetError as err:
             raise self._said(err) from None
+
+    def _with_place(self, sink: Callable[[TargetResult], None] | None) -> Callable[[TargetResult], None]:
+        """The sink, given each result with its `place` section first."""
+
+        def placed(got: TargetResult) -> None:
+            got.result = {**got.result, "place": self._place_section()}
+            if sink is not None:
+                sink(got)
+
+        return placed
 
     def cancel(self, rid: str) -> bool:
         return self.agent.cancel(rid) if self.agent is not None else False
 
     def recover(self, rid: str, sink: Callable[[TargetResult], None] | None = None,
                 progress: Progress | None = None) -> TargetResult | None:  # fmt: skip
-        return self.agent.recover(rid, sink, progress) if self.agent is not None else None
+        return self.agent.recover(rid, self._with_place(sink), progress) if self.agent is not None else None
 
     def close(self) -> None:
         """Close the agent's connection and release the place (always: whatever ended the run). A later connect

@@ -19,8 +19,9 @@ from conftest import MODELS, ROOT, need
 from helpers import assert_one_line_error, read_until, reaped
 from labgridkit import Farm, labgrid_bin
 
-from bench.targets.labgrid import LabgridTarget, parse_url
+from bench.targets.labgrid import LabgridTarget
 from bench.targets.labgrid_client import Place, owner_in, parse_places, parse_resources
+from bench.targets.labgrid_url import parse_url
 from edge_runtime.errors import UserError
 
 DIGITS = MODELS / "digits_cnn" / "digits_cnn_int8.onnx"

@@ -1,0 +1,173 @@
+"""A campaign fanned out over a labgrid farm's places (issue 28), on real labgrid on loopback (tests/labgridkit.py):
+`labgrid://?TAG=VALUE&places=all` runs each step on every matching place at once, one worker a place; a place held by
+another user, a board whose agent is silent and an exporter that disappears mid-run are each one line in their own
+rows, and the other places' results are kept; every place is released at the end, Ctrl-C and SIGTERM included."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+from conftest import MODELS, ROOT, need
+from helpers import read_until, reaped
+from labgridkit import Farm
+
+DIGITS = MODELS / "digits_cnn" / "digits_cnn_int8.onnx"
+OTHER = "someone-else"
+
+
+@pytest.fixture(scope="module")
+def farm(tmp_path_factory):
+    """rack=1: pa and pb (boards with agents), pheld (held by OTHER in the tests that say so), pdead (no agent, no
+    power port: a board that never answers)."""
+    need("onnxruntime")
+    f = Farm(tmp_path_factory.mktemp("farm"))
+    try:
+        for board in ("a", "b", "held"):
+            f.board(board)
+        f.board("dead", agent=False)
+        f.start_exporter()
+        for board in ("a", "b", "held", "dead"):
+            f.place(f"p{board}", board, {"rack": "1", "board": "sim"})
+        yield f
+    finally:
+        f.close()
+
+
+def campaign(tmp_path, farm: Farm, query: str, scenario: str, repetitions: int = 1, extra: str = "") -> str:
+    path = tmp_path / "farm.toml"
+    path.write_text(f'[campaign]\nname = "farm"\nrepetitions = {repetitions}\n[[target]]\nname = "sim"\n'
+                    f'url = "labgrid://?{query}&places=all&coordinator={farm.coordinator}"\n{extra}'
+                    f'[[model]]\nname = "digits"\npath = "{DIGITS}"\n[[scenario]]\n{scenario}\n')  # fmt: skip
+    return str(path)
+
+
+def command(farm: Farm, *args: str) -> tuple[list[str], dict]:
+    env = {**os.environ, "EDGE_BENCH_LABGRID_CLIENT": str(farm.bin / "labgrid-client")}
+    env.pop("LG_COORDINATOR", None)  # the URL names the coordinator
+    return [sys.executable, "-m", "bench.cli", *args], env
+
+
+def edge_bench(farm: Farm, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    argv, env = command(farm, *args)
+    return subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=timeout, env=env)
+
+
+def interval(doc: dict) -> tuple[float, float]:
+    start = datetime.datetime.fromisoformat(doc["started_at"]).timestamp()
+    return start, start + doc["wall_s"]
+
+
+def stored(path) -> list[tuple[str, dict]]:
+    with sqlite3.connect(path) as db:
+        return [(t, json.loads(r)) for t, r in db.execute("SELECT target, result FROM runs ORDER BY id")]
+
+
+def test_every_matching_place_runs_at_once_and_the_broken_ones_are_one_line_each(farm, tmp_path):
+    assert farm.client("-p", "pheld", "acquire", user=OTHER).returncode == 0
+    try:
+        path = campaign(tmp_path, farm, "rack=1", 'kind = "single-stream"\nduration_s = 3', repetitions=2)
+        store = tmp_path / "s.sqlite"
+        proc = edge_bench(farm, "run", path, "--store", str(store), "--parallel", "4", "--json", str(tmp_path / "j"))
+        assert OTHER in (farm.owner("pheld") or "")
+    finally:
+        farm.client("-p", "pheld", "release", user=OTHER)
+    assert proc.returncode == 1, proc.stderr  # two places failed: exit 1, as an SLO miss is
+    assert "Traceback" not in proc.stderr
+    assert "sim: 4 boards (pa, pb, pdead, pheld), at most 4 at once" in proc.stderr
+    rows = {(r["target"], r["repetition"]): r for r in json.loads((tmp_path / "j").read_text())["runs"]}
+    assert sorted(rows) == sorted((f"sim@p{b}", rep) for b in ("a", "b", "held", "dead") for rep in (0, 1))
+    for b in ("a", "b"):
+        for rep in (0, 1):
+            assert rows[f"sim@p{b}", rep]["error"] is None and rows[f"sim@p{b}", rep]["p50_us"] > 0
+    held, dead = rows["sim@pheld", 0]["error"], rows["sim@pdead", 0]["error"]
+    assert "place 'pheld' is held by" in held and OTHER in held and "\n" not in held
+    assert "place 'pdead'" in dead and "does not answer (no power port to cycle)" in dead and "\n" not in dead
+    assert rows["sim@pheld", 1]["error"] == f"not run: {held}"  # sat out the rest, and said why
+    assert rows["sim@pdead", 1]["error"] == f"not run: {dead}"
+    runs = stored(store)
+    assert sorted(t for t, _ in runs) == ["sim@pa", "sim@pa", "sim@pb", "sim@pb"]
+    for target, doc in runs:
+        assert doc["place"]["name"] == target.partition("@")[2] and doc["place"]["group"] == "sim"
+    # rep 1 (both places held and connected by then): the runs overlap. started_at is to the second (rounded down):
+    # a start one second late still begins before the other run ends, which a run after the other could not
+    (sa, ea), (sb, eb) = (interval([d for t, d in runs if t == name][1]) for name in ("sim@pa", "sim@pb"))
+    assert sb + 1 < ea and sa + 1 < eb, "the two places ran one after the other, not at once"
+    for place in ("pa", "pb", "pdead"):
+        assert farm.owner(place) is None, place  # released, the failed ones as soon as they failed
+
+
+def test_a_fanned_out_campaign_writes_one_postgresql_store_from_its_workers(farm, tmp_path):
+    import pgkit
+
+    pg = pgkit.cluster()  # skips, saying why, where PostgreSQL or psycopg is missing
+    url = pg.new_database("farm")
+    path = campaign(tmp_path, farm, "rack=1&board=sim", 'kind = "single-stream"\niterations = 100', repetitions=2)
+    farm.client("-p", "pdead", "set-tags", "rack=0")  # this test: the two live boards
+    farm.client("-p", "pheld", "set-tags", "rack=0")
+    try:
+        proc = edge_bench(farm, "run", path, "--store", url, "--parallel", "2")
+    finally:
+        for p in ("pdead", "pheld"):
+            farm.client("-p", p, "set-tags", "rack=1", "board=sim")
+    assert proc.returncode == 0, proc.stderr
+    assert pg.password not in proc.stderr + proc.stdout
+    report = edge_bench(farm, "report", "--store", url, "--json", "-")
+    assert report.returncode == 0, report.stderr
+    targets = sorted(r["target"] for r in json.loads(report.stdout)["runs"])
+    assert targets == ["sim@pa", "sim@pa", "sim@pb", "sim@pb"]
+
+
+def test_sigterm_mid_fan_out_stops_every_board_keeps_nothing_half_done_and_releases_every_place(farm, tmp_path):
+    path = campaign(tmp_path, farm, "rack=1&board=sim", 'kind = "single-stream"\nduration_s = 60')
+    for p in ("pdead", "pheld"):
+        farm.client("-p", p, "set-tags", "rack=0")
+    argv, env = command(farm, "run", path, "--store", str(tmp_path / "s.sqlite"))
+    try:
+        with reaped(subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True)) as run:  # fmt: skip
+            seen = read_until(run, "measuring")
+            seen += read_until(run, "sim@p" + ("b" if "sim@pa" in seen[-1] else "a"))
+            run.send_signal(signal.SIGTERM)
+            _out, err = run.communicate(timeout=60)
+    finally:
+        for p in ("pdead", "pheld"):
+            farm.client("-p", p, "set-tags", "rack=1", "board=sim")
+    assert run.returncode == 128 + signal.SIGTERM, err
+    assert "Traceback" not in err and "interrupted: 0 of 2 runs kept" in err
+    assert stored(tmp_path / "s.sqlite") == []
+    assert (farm.owner("pa"), farm.owner("pb")) == (None, None)
+
+
+def test_an_exporter_that_disappears_mid_run_is_one_line_and_the_other_exporters_place_is_kept(tmp_path):
+    need("onnxruntime")
+    farm = Farm(tmp_path / "farm")  # its own: this one loses an exporter
+    try:
+        farm.board("near")
+        farm.board("far", exporter="exp2")
+        farm.start_exporter()
+        farm.start_exporter("exp2")
+        farm.place("pnear", "near", {"pair": "1"})
+        farm.place("pfar", "far", {"pair": "1"})
+        path = campaign(tmp_path, farm, "pair=1", 'kind = "single-stream"\nduration_s = 4', extra="reconnect_for = 2\n")
+        argv, env = command(farm, "run", path, "--store", str(tmp_path / "s.sqlite"), "--json", str(tmp_path / "j"))
+        with reaped(subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True)) as run:  # fmt: skip
+            read_until(run, "sim@pfar digits single-stream repetition 0: measuring")
+            farm.stop_exporter("exp2")
+            _out, err = run.communicate(timeout=120)
+        assert run.returncode == 1, err
+        rows = {r["target"]: r for r in json.loads((tmp_path / "j").read_text())["runs"]}
+        assert rows["sim@pnear"]["error"] is None and rows["sim@pnear"]["p50_us"] > 0
+        said = rows["sim@pfar"]["error"]
+        assert "place 'pfar'" in said and "exporter 'exp2' is gone" in said and "\n" not in said, said
+        assert [t for t, _ in stored(tmp_path / "s.sqlite")] == ["sim@pnear"]
+        assert (farm.owner("pnear"), farm.owner("pfar")) == (None, None)
+    finally:
+        farm.close()
