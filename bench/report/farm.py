@@ -21,6 +21,8 @@ Decided here:
 - Beside each flagged place, its environment and each sibling's: governor (the distinct values), kernel,
   temperature (thermal max, else start), firmware, board, hostname. A cell is marked where the outlier differs from
   every sibling (for temperature: hotter or cooler than all of them by more than TEMP_MARGIN_C): the likely cause.
+  The hostname is shown, never marked: every board has its own, so it differs by nature.
+- Groups of one place are said in one line; a report with no place section says nothing.
 
 Never: flag a place faster than its siblings, compare places across groups, models, scenarios or backends, or let a
 name from a coordinator become markup (HTML escaped, Markdown through cells.md_text).
@@ -39,6 +41,7 @@ from bench.report.units import duration, rate
 SLOWER = 1.2  # 20% slower than the siblings' median: a finding
 TEMP_MARGIN_C = 5.0  # a temperature differs from the siblings' when outside all of theirs by more than this
 FIELDS = ("governor", "kernel", "temperature", "firmware", "board", "hostname")
+MARKED = FIELDS[:-1]  # not the hostname: one a board
 CONFIG_KEYS = ("threads", "cpus", "iterations", "duration_s", "batch")
 RULE = (f"a place is an outlier when it is >= {round((SLOWER - 1) * 100)}% slower than the median of its siblings "
         f"(same group, model, scenario, backend and device; itself excluded): p50 >= {SLOWER}x, or throughput <= "
@@ -105,7 +108,7 @@ def _place(name: str, runs: list[tuple[str, dict]]) -> dict:
 def _differs(me: dict, others: list[dict]) -> list[str]:
     """The fields where `me` differs from every one of `others` (a known value against known values)."""
     out = []
-    for f in FIELDS:
+    for f in MARKED:
         mine = me[f]
         if f == "temperature":
             t, theirs = me["temperature_c"], [o["temperature_c"] for o in others]
@@ -174,6 +177,12 @@ def compare_places(items: list[tuple[str, str, dict | None]]) -> dict:
     return {"rule": RULE, "groups": groups, "not_compared": sorted(set(single))}
 
 
+def _single(doc: dict) -> str:
+    names = doc["not_compared"]
+    more = f" and {len(names) - 6} more" if len(names) > 6 else ""
+    return f"one place only, not compared: {', '.join(names[:6])}{more}"
+
+
 def _title(g: dict) -> str:
     return f"group {g['group']}: {g['model']}, {g['scenario']}, {g['backend']} {g['device']}"
 
@@ -187,8 +196,8 @@ def _figures(g: dict) -> str:
 def text(items: list[tuple[str, str, dict | None]]) -> str:
     """The terminal's section: per group, its findings with the environments side by side, or that none is slower."""
     doc = compare_places(items)
-    if not doc["groups"] and not doc["not_compared"]:
-        return ""
+    if not doc["groups"]:
+        return f"\n{TITLE}: {_single(doc)}\n" if doc["not_compared"] else ""
     lines = ["", f"{TITLE}: {RULE}"]
     for g in doc["groups"]:
         lines.append(f"  {_title(g)}: {_figures(g)}")
@@ -202,7 +211,7 @@ def text(items: list[tuple[str, str, dict | None]]) -> str:
                 theirs = ", ".join(f"{n} {v}" for n, v in row["siblings"])
                 lines.append(f"      {row['field']:<12} {row['value']}{mark}; siblings: {theirs}")
     if doc["not_compared"]:
-        lines.append(f"  one place only, not compared: {', '.join(doc['not_compared'])}")
+        lines.append(f"  {_single(doc)}")
     return "\n".join(lines) + "\n"
 
 
@@ -220,8 +229,8 @@ def _md_row(cells: list[str]) -> str:
 
 def markdown(items: list[tuple[str, str, dict | None]]) -> str:
     doc = compare_places(items)
-    if not doc["groups"] and not doc["not_compared"]:
-        return ""
+    if not doc["groups"]:
+        return f"\n{md_text(TITLE + ': ' + _single(doc))}\n" if doc["not_compared"] else ""
     out = ["", f"## {TITLE}", "", md_text(RULE)]
     for g in doc["groups"]:
         out += ["", f"### {md_text(_title(g))}", "", _md_row(["place", "runs", "p50", "throughput", "finding"]),
@@ -240,7 +249,7 @@ def markdown(items: list[tuple[str, str, dict | None]]) -> str:
                 mine = md_text(row["value"]) + (" **(differs)**" if row["differs"] else "")
                 out.append(_md_row([row["field"], mine, *(md_text(v) for _, v in row["siblings"])]))
     if doc["not_compared"]:
-        out += ["", f"One place only, not compared: {md_text(', '.join(doc['not_compared']))}"]
+        out += ["", md_text(_single(doc))]
     return "\n".join(out) + "\n"
 
 
@@ -254,9 +263,9 @@ def _first_per_place(findings: list[dict]) -> list[dict]:
 
 def html_section(items: list[tuple[str, str, dict | None]]) -> str:
     doc = compare_places(items)
-    if not doc["groups"] and not doc["not_compared"]:
-        return ""
     e = html.escape
+    if not doc["groups"]:
+        return f'<p class="note" id="farm">{e(TITLE + ": " + _single(doc))}</p>' if doc["not_compared"] else ""
     out = [f'<section id="farm"><h2>{e(TITLE)}</h2><p class="note">{e(RULE)}</p>']
     for g in doc["groups"]:
         flagged = {f["place"] for f in g["findings"]}
@@ -278,5 +287,5 @@ def html_section(items: list[tuple[str, str, dict | None]]) -> str:
                 out.append(f"<tr><th>{e(row['field'])}</th>{mine}{theirs}</tr>")
             out.append("</table>")
     if doc["not_compared"]:
-        out.append(f'<p class="note">One place only, not compared: {e(", ".join(doc["not_compared"]))}</p>')
+        out.append(f'<p class="note">{e(_single(doc))}</p>')
     return "\n".join([*out, "</section>"])
