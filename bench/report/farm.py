@@ -76,7 +76,7 @@ def _env_cells(runs: list[dict]) -> dict:
 
     temps = [t for r in runs if (t := _finite(_temperature(r))) is not None]
     return {
-        "governor": values(lambda r: ((r.get("environment") or {}).get("governor") or {}).values()),
+        "governor": values(lambda r: _governors((r.get("environment") or {}).get("governor"))),
         "kernel": values(lambda r: [(r.get("environment") or {}).get("kernel")]),
         "temperature": f"{max(temps):.0f} C" if temps else "n/a",
         "firmware": values(lambda r: [_plain((r.get("environment") or {}).get("firmware"))]),
@@ -84,6 +84,11 @@ def _env_cells(runs: list[dict]) -> dict:
         "hostname": values(lambda r: [(r.get("environment") or {}).get("hostname")]),
         "temperature_c": max(temps) if temps else None,
     }
+
+
+def _governors(v) -> list:
+    """The record's governor section is cpu -> governor; a bare name (a record put together by hand) is one."""
+    return list(v.values()) if isinstance(v, dict) else [v]
 
 
 def _temperature(res: dict):
