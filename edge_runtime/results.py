@@ -445,6 +445,10 @@ class BenchResult(Record):
     # its own timer measured (each a mean per inference: no distribution, so the percentiles are absent and `why`
     # says so), resets and reloads on the way, its last result vector, and in accuracy mode the score.
     firmware: Mapping[str, Any] | None = field(default=None, metadata=OMIT_NONE)
+    # A run on a labgrid place (issue 28): the place's name, its group (the kind: the campaign target a campaign fanned
+    # out to its places, or the place itself for a one-off run), its tags, board, coordinator and whether it was power
+    # cycled; the farm report compares the places of one group.
+    place: Mapping[str, Any] | None = field(default=None, metadata=OMIT_NONE)
     # Latency over time: up to 200 windows of equal count in order, {t_s (end of the window, s from the start of the
     # measured part), count, p50, p99, max (us)}: what a plot of the run against its temperature needs.
     timeline_us: tuple[Mapping[str, Any], ...] | None = field(default=None, metadata=OMIT_NONE)

@@ -21,7 +21,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from bench import report
-    from bench.report import edge_vs_server, firmware, html
+    from bench.report import edge_vs_server, farm, firmware, html
     from bench.report.answer import ranked
     from bench.store import default_path
     from edge_runtime.files.outputs import write_json, write_output
@@ -38,16 +38,18 @@ def run(args) -> int:
     items = [(r.target, r.result) for r in runs]
     comps = edge_vs_server.pairs(items)
     named = [(f"run {r.id} {r.target}", r.result) for r in runs]  # the firmware section names each stored run
+    placed = [(f"run {r.id} {r.target}", r.scenario, r.result) for r in runs]  # the farm's: and its scenario
     for flag, out in outs.items():
         if flag == "--json":
             listed = [{**row, "result": r.result} for row, r in zip(rows, runs, strict=True)]
-            doc = {"schema": "edge-bench/report/1", "answer": answer, "edge_vs_server": comps, "runs": listed}
+            doc = {"schema": "edge-bench/report/1", "answer": answer, "edge_vs_server": comps,
+                   "farm": farm.compare_places(placed), "runs": listed}  # fmt: skip
             write_json(doc, out)
         elif flag == "--html":
             write_output(out, html.render_stored("edge-bench runs", runs))
         elif flag == "--md":
             md = report.markdown("edge-bench runs", rows, report.stored_cases(runs), answer)
-            md += edge_vs_server.markdown(comps) + firmware.markdown(named)
+            md += edge_vs_server.markdown(comps) + firmware.markdown(named) + farm.markdown(placed)
             write_output(out, md)
         else:
             write_output(out, edge_vs_server.csv_text(rows, items))
@@ -55,6 +57,6 @@ def run(args) -> int:
     if not any(o.is_stdout for o in outs.values()):
         text = f"no runs in {args.store}\n"
         if rows:
-            text = report.table(rows, answer) + edge_vs_server.text(comps) + firmware.text(named)
+            text = report.table(rows, answer) + edge_vs_server.text(comps) + firmware.text(named) + farm.text(placed)
         sys.stdout.write(text)
     return 0

@@ -18,7 +18,7 @@ def run_campaign(args) -> int:
     from bench.campaign import load
     from bench.campaign.fan_out import DEFAULT_PARALLEL, expand, parallel_arg
     from bench.campaign.runner import run as run_plan
-    from bench.report import edge_vs_server, firmware, html
+    from bench.report import edge_vs_server, farm, firmware, html
     from bench.report.answer import ranked
     from edge_runtime.files.outputs import write_json, write_output
     from edge_runtime.program.args import plan_outputs
@@ -56,11 +56,15 @@ def run_campaign(args) -> int:
     items = [(o.target, o.result) for o in result.outcomes]  # aligned with rows (a failed run's result is None)
     comps = edge_vs_server.pairs(items)
     named = [(f"run {row.get('run')} {o.target}", o.result) for row, o in zip(rows, result.outcomes, strict=True)]
+    placed = [(lab, o.scenario, o.result) for (lab, _), o in zip(named, result.outcomes, strict=True)]
     docs = {
         "--json": lambda: None,
-        "--md": lambda: report.markdown(f"Campaign {campaign.name}", rows, cases, answer)
-        + edge_vs_server.markdown(comps)
-        + firmware.markdown(named),
+        "--md": lambda: (
+            report.markdown(f"Campaign {campaign.name}", rows, cases, answer)
+            + edge_vs_server.markdown(comps)
+            + firmware.markdown(named)
+            + farm.markdown(placed)
+        ),
         "--csv": lambda: edge_vs_server.csv_text(rows, items),
         "--junit": lambda: report.junit(campaign.name, cases, result.seconds, rows),
         "--html": lambda: html.render(f"Campaign {campaign.name}", rows, [o.result for o in result.outcomes], cases),
@@ -68,14 +72,15 @@ def run_campaign(args) -> int:
     for flag, out in outs.items():
         if flag == "--json":
             write_json({"schema": "edge-bench/campaign/1", "campaign": campaign.name, "store": args.store,
-                        "answer": answer, "edge_vs_server": comps,
+                        "answer": answer, "edge_vs_server": comps, "farm": farm.compare_places(placed),
                         "runs": [{**r, "slo_detail": o.slo, "result": o.result} for r, o in
                                  zip(rows, result.outcomes, strict=True)]}, out)  # fmt: skip
         else:
             write_output(out, docs[flag]())
     say_written(outs)
     if not any(o.is_stdout for o in outs.values()):
-        sys.stdout.write(report.table(rows, answer) + edge_vs_server.text(comps) + firmware.text(named))
+        sys.stdout.write(report.table(rows, answer) + edge_vs_server.text(comps) + firmware.text(named)
+                         + farm.text(placed))  # fmt: skip
         sys.stdout.write(f"{report.verdict_line(rows, cases)}; stored in {args.store}\n")
     if result.stopped_by is not None:
         print(f"edge-bench: interrupted: {len(rows)} of {runs} runs kept", file=sys.stderr)

@@ -75,6 +75,10 @@ def render(title: str, rows: list[dict], results: list[dict | None], slos: list[
     from bench.report import firmware
 
     out.append(firmware.html_section([(label, res) for label, (_, res) in zip(labels, runs, strict=True)]))
+    from bench.report import farm  # boards of one kind, the slow one beside its siblings (issue 28)
+
+    placed = [(lab, str(row.get("scenario")), res) for lab, (row, res) in zip(labels, runs, strict=True)]
+    out.append(farm.html_section(placed))
     out += ["<h2>SLOs</h2>", _slos(slos, slo_note, named, rows), "<h2>Latency</h2>"]
     if named:
         out += plots(named, [str(row.get("target")) for row, _ in runs])
