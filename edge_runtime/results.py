@@ -360,6 +360,7 @@ class Environment(Record):
 
     sysroot: str | None = None
     board: str | None = None
+    firmware: str | None = None  # DMI's BIOS, or the boot loader the device tree names (a farm report compares it)
     kernel: str | None = None
     cmdline: str | None = None
     cpu_model: str | None = None

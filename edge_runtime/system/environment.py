@@ -29,14 +29,15 @@ def packages(distributions: Iterable[str]) -> dict[str, str]:
 
 
 def environment(root: SystemRoot, cpus: list[int] | None, package_versions: dict[str, str]) -> dict:
-    """Where the run happened. The observed system (board, kernel, command line, CPU, governors, isolation) comes from
-    the system root and only from it: with --sysroot a captured tree describes a board, and nothing of this machine is
-    mixed in. What belongs to the process (Python, packages, the kernel it really ran on) is this machine's, and
-    `measured_on` says so whenever the two differ."""
+    """Where the run happened. The observed system (board, firmware, kernel, command line, CPU, governors, isolation)
+    comes from the system root and only from it: with --sysroot a captured tree describes a board, and nothing of this
+    machine is mixed in. What belongs to the process (Python, packages, the kernel it really ran on) is this
+    machine's, and `measured_on` says so whenever the two differ."""
     govs = root.governors()
     env = {
         "sysroot": str(root.root),
         "board": root.board_model() or None,
+        "firmware": root.firmware() or None,
         "kernel": root.kernel() or (platform.release() if root.is_live else None),
         "cmdline": root.read("/proc/cmdline"),  # None when the tree has none: unknown, not empty
         "cpu_model": root.cpu_model() or ((platform.processor() or None) if root.is_live else None),
@@ -50,8 +51,8 @@ def environment(root: SystemRoot, cpus: list[int] | None, package_versions: dict
     if not root.is_live:
         live = SystemRoot("/")
         env["measured_on"] = {
-            "note": "the model ran on this machine; board, kernel, cmdline, cpu_model, governor, CPU sets and "
-            "hostname above were read from the --sysroot tree (null: the tree does not say)",
+            "note": "the model ran on this machine; board, firmware, kernel, cmdline, cpu_model, governor, CPU sets "
+            "and hostname above were read from the --sysroot tree (null: the tree does not say)",
             "hostname": platform.node(),
             "kernel": live.kernel() or platform.release(),
             "cpu_model": live.cpu_model() or platform.processor() or None,

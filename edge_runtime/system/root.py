@@ -168,6 +168,15 @@ class SystemRoot:
         product = self.read("/sys/class/dmi/id/product_name", "") or ""
         return " ".join(p for p in (vendor.strip(), product.strip()) if p)
 
+    def firmware(self) -> str:
+        """The board's firmware: DMI's BIOS vendor, version and date (x86, and arm64 boards booting UEFI), else the
+        boot loader the device tree names (U-Boot's `chosen/u-boot,version`); "" when neither says."""
+        dmi = [(self.read(f"/sys/class/dmi/id/bios_{k}", "") or "").strip() for k in ("vendor", "version", "date")]
+        if dmi[1]:
+            return " ".join(p for p in dmi[:2] if p) + (f" ({dmi[2]})" if dmi[2] else "")
+        loader = self.device_tree("chosen/u-boot,version")
+        return loader[0] if loader else ""
+
     def irq_affinities(self) -> dict[str, list[int]]:
         """IRQ number -> CPUs it may be delivered to (/proc/irq/N/smp_affinity_list, else the smp_affinity mask)."""
         from edge_runtime.system.cpulist import parse_cpu_mask

@@ -53,3 +53,19 @@ def test_a_tree_that_does_not_say_is_unknown_and_its_hostname_is_the_boards(tmp_
     assert f"thermal and power read from the --sysroot tree {root}, not from the machine" in " ".join(
         doc["quality"]["warnings"]
     )
+
+
+def test_the_firmware_is_dmis_bios_or_the_boot_loader_the_device_tree_names(tmp_path):
+    """A farm report sets it beside its siblings' (issue 28): x86's DMI BIOS from a real capture; U-Boot's version in
+    the device tree's `chosen` node; nothing when a tree says neither (the Raspberry Pi 5 capture)."""
+    from edge_runtime.system.root import SystemRoot
+
+    dmi = FIXTURES / "x86-procfs" / "sys" / "class" / "dmi" / "id"
+    version, date = ((dmi / f"bios_{k}").read_text().strip() for k in ("version", "date"))
+    said = SystemRoot(str(FIXTURES / "x86-procfs")).firmware()
+    assert version in said and f"({date})" in said
+    assert SystemRoot(str(FIXTURES / "rpi5")).firmware() == ""
+    root = tmp_path / "root"
+    shutil.copytree(FIXTURES / "rpi5", root)
+    write_tree(root, {"proc/device-tree/chosen/u-boot,version": "U-Boot 2024.01-rc5\x00"})
+    assert SystemRoot(str(root)).firmware() == "U-Boot 2024.01-rc5"
