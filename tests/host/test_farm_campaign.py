@@ -12,7 +12,10 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
 
+import psutil
 import pytest
 from conftest import MODELS, ROOT, need
 from helpers import read_until, reaped
@@ -122,6 +125,69 @@ def test_a_fanned_out_campaign_writes_one_postgresql_store_from_its_workers(farm
     assert report.returncode == 0, report.stderr
     targets = sorted(r["target"] for r in json.loads(report.stdout)["runs"])
     assert targets == ["sim@pa", "sim@pa", "sim@pb", "sim@pb"]
+
+
+class Throttled:
+    """A board slowed as a hot one is: its agent and everything it runs stopped `off_s` of every `period_s` (SIGSTOP
+    and SIGCONT), for as long as the `with` lasts."""
+
+    def __init__(self, pid: int, off_s: float = 0.06, period_s: float = 0.1):
+        self.pid, self.off_s, self.period_s = pid, off_s, period_s
+        self.done = threading.Event()
+
+    def _signal(self, sig: int) -> None:
+        try:
+            procs = [psutil.Process(self.pid)]
+            procs += procs[0].children(recursive=True)
+        except psutil.NoSuchProcess:
+            return
+        for p in procs:
+            try:
+                p.send_signal(sig)
+            except psutil.NoSuchProcess:
+                pass
+
+    def _loop(self) -> None:
+        while not self.done.is_set():
+            self._signal(signal.SIGSTOP)
+            time.sleep(self.off_s)
+            self._signal(signal.SIGCONT)
+            self.done.wait(self.period_s - self.off_s)
+
+    def __enter__(self):
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.done.set()
+        self.thread.join()
+        self._signal(signal.SIGCONT)
+
+
+def test_a_board_slower_than_its_sibling_is_a_finding_with_its_environment_beside(farm, tmp_path):
+    """pb's agent is stopped 60% of the time (a throttled board): the campaign's report names pb, by its throughput,
+    and not pa; the environment rows are there for both."""
+    path = campaign(tmp_path, farm, "rack=1&board=sim", 'kind = "single-stream"\nduration_s = 2', repetitions=2)
+    for p in ("pdead", "pheld"):
+        farm.client("-p", p, "set-tags", "rack=0")
+    try:
+        with Throttled(farm.agents["b"].proc.pid):
+            proc = edge_bench(farm, "run", path, "--store", str(tmp_path / "s.sqlite"), "--json", str(tmp_path / "j"))
+    finally:
+        for p in ("pdead", "pheld"):
+            farm.client("-p", p, "set-tags", "rack=1", "board=sim")
+    assert proc.returncode == 0, proc.stderr
+    (group,) = json.loads((tmp_path / "j").read_text())["farm"]["groups"]
+    assert sorted(p["place"] for p in group["places"]) == ["pa", "pb"]
+    found = {(f["place"], f["measure"]) for f in group["findings"]}
+    assert ("pb", "throughput") in found and not any(place == "pa" for place, _ in found), group["findings"]
+    slow = next(f for f in group["findings"] if f["measure"] == "throughput")
+    assert slow["ratio"] < 0.7 and slow["siblings"] == ["pa"] and not slow["provisional"]
+    assert "Boards of one kind" in proc.stdout and "pb: throughput" in proc.stdout
+    for env in (p["environment"] for p in group["places"]):
+        assert env["kernel"] == os.uname().release  # what each board said, side by side
+        assert {"governor", "temperature", "firmware", "board"} <= set(env)
 
 
 def test_sigterm_mid_fan_out_stops_every_board_keeps_nothing_half_done_and_releases_every_place(farm, tmp_path):
