@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -37,7 +38,7 @@ def farm(tmp_path_factory):
         f.board("dead", agent=False)
         f.start_exporter()
         for board in ("a", "b", "held", "dead"):
-            f.place(f"p{board}", board, {"rack": "1", "board": "sim"})
+            f.place(f"p{board}", board, {"rack": "1", "board": "rock-5b"})
         yield f
     finally:
         f.close()
@@ -111,14 +112,14 @@ def test_a_fanned_out_campaign_writes_one_postgresql_store_from_its_workers(farm
 
     pg = pgkit.cluster()  # skips, saying why, where PostgreSQL or psycopg is missing
     url = pg.new_database("farm")
-    path = campaign(tmp_path, farm, "rack=1&board=sim", 'kind = "single-stream"\niterations = 100', repetitions=2)
+    path = campaign(tmp_path, farm, "rack=1&board=rock-5b", 'kind = "single-stream"\niterations = 100', repetitions=2)
     farm.client("-p", "pdead", "set-tags", "rack=0")  # this test: the two live boards
     farm.client("-p", "pheld", "set-tags", "rack=0")
     try:
         proc = edge_bench(farm, "run", path, "--store", url, "--parallel", "2")
     finally:
         for p in ("pdead", "pheld"):
-            farm.client("-p", p, "set-tags", "rack=1", "board=sim")
+            farm.client("-p", p, "set-tags", "rack=1", "board=rock-5b")
     assert proc.returncode == 0, proc.stderr
     assert pg.password not in proc.stderr + proc.stdout
     report = edge_bench(farm, "report", "--store", url, "--json", "-")
@@ -168,7 +169,7 @@ class Throttled:
 def test_a_board_slower_than_its_sibling_is_a_finding_with_its_environment_beside(farm, tmp_path):
     """pb's agent is stopped 60% of the time (a throttled board): the campaign's report names pb, by its throughput,
     and not pa; the environment rows are there for both."""
-    path = campaign(tmp_path, farm, "rack=1&board=sim", 'kind = "single-stream"\nduration_s = 2', repetitions=2)
+    path = campaign(tmp_path, farm, "rack=1&board=rock-5b", 'kind = "single-stream"\nduration_s = 2', repetitions=2)
     for p in ("pdead", "pheld"):
         farm.client("-p", p, "set-tags", "rack=0")
     try:
@@ -176,7 +177,7 @@ def test_a_board_slower_than_its_sibling_is_a_finding_with_its_environment_besid
             proc = edge_bench(farm, "run", path, "--store", str(tmp_path / "s.sqlite"), "--json", str(tmp_path / "j"))
     finally:
         for p in ("pdead", "pheld"):
-            farm.client("-p", p, "set-tags", "rack=1", "board=sim")
+            farm.client("-p", p, "set-tags", "rack=1", "board=rock-5b")
     assert proc.returncode == 0, proc.stderr
     (group,) = json.loads((tmp_path / "j").read_text())["farm"]["groups"]
     assert sorted(p["place"] for p in group["places"]) == ["pa", "pb"]
@@ -190,21 +191,43 @@ def test_a_board_slower_than_its_sibling_is_a_finding_with_its_environment_besid
         assert {"governor", "temperature", "firmware", "board"} <= set(env)
 
 
+def test_the_readmes_farm_campaign_runs_on_every_free_place(farm, tmp_path):
+    """campaigns/farm.toml as the README gives it, the coordinator from LG_COORDINATOR; this farm's rock-5b places
+    but the held and the dead one (set aside): both boards, three repetitions, the report's farm section."""
+    for p in ("pdead", "pheld"):
+        farm.client("-p", p, "set-tags", "board=other")
+    argv, env = command(farm, "run", "campaigns/farm.toml", "--store", str(tmp_path / "s.sqlite"), "--parallel", "2",
+                        "--json", str(tmp_path / "j"))  # fmt: skip
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=240,
+                              env={**env, "LG_COORDINATOR": farm.coordinator})  # fmt: skip
+    finally:
+        for p in ("pdead", "pheld"):
+            farm.client("-p", p, "set-tags", "rack=1", "board=rock-5b")
+    assert proc.returncode == 0, proc.stderr
+    assert "rock5b: 2 boards (pa, pb), at most 2 at once" in proc.stderr
+    doc = json.loads((tmp_path / "j").read_text())
+    assert sorted(r["target"] for r in doc["runs"]) == ["rock5b@pa"] * 3 + ["rock5b@pb"] * 3
+    (group,) = doc["farm"]["groups"]
+    assert group["group"] == "rock5b" and sorted(p["place"] for p in group["places"]) == ["pa", "pb"]
+    assert "Boards of one kind" in proc.stdout
+
+
 def test_sigterm_mid_fan_out_stops_every_board_keeps_nothing_half_done_and_releases_every_place(farm, tmp_path):
-    path = campaign(tmp_path, farm, "rack=1&board=sim", 'kind = "single-stream"\nduration_s = 60')
+    path = campaign(tmp_path, farm, "rack=1&board=rock-5b", 'kind = "single-stream"\nduration_s = 60')
     for p in ("pdead", "pheld"):
         farm.client("-p", p, "set-tags", "rack=0")
     argv, env = command(farm, "run", path, "--store", str(tmp_path / "s.sqlite"))
     try:
         with reaped(subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True)) as run:  # fmt: skip
-            seen = read_until(run, "measuring")
-            seen += read_until(run, "sim@p" + ("b" if "sim@pa" in seen[-1] else "a"))
+            first = read_until(run, re.compile(r"sim@p[ab] .*: measuring"))[-1]
+            read_until(run, re.compile(rf"sim@p{'b' if 'sim@pa' in first else 'a'} .*: measuring"))  # both at work
             run.send_signal(signal.SIGTERM)
             _out, err = run.communicate(timeout=60)
     finally:
         for p in ("pdead", "pheld"):
-            farm.client("-p", p, "set-tags", "rack=1", "board=sim")
+            farm.client("-p", p, "set-tags", "rack=1", "board=rock-5b")
     assert run.returncode == 128 + signal.SIGTERM, err
     assert "Traceback" not in err and "interrupted: 0 of 2 runs kept" in err
     assert stored(tmp_path / "s.sqlite") == []
