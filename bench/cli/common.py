@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 
 from edge_runtime.errors import UsageError
 from edge_runtime.program.args import path_arg
@@ -40,10 +41,14 @@ def check_reconnect(value: float) -> float:
 def progress_printer():
     tty = sys.stderr is not None and sys.stderr.isatty()
 
+    lock = threading.Lock()  # a campaign's boards run in threads of their own: one line at a time, whole
+
     def say(msg: str) -> None:
         if sys.stderr is None:
             return
-        print(f"\r{msg}\033[K" if tty else msg, end="" if tty else "\n", file=sys.stderr, flush=True)
+        with lock:
+            sys.stderr.write(f"\r{msg}\033[K" if tty else msg + "\n")
+            sys.stderr.flush()
 
     def done() -> None:
         if tty:

@@ -223,3 +223,11 @@ def expand_headers(headers: Mapping | None, where: str) -> dict[str, str]:
             raise UserError(f"{where}: header {k!r}: set by the HTTP/gRPC client itself, not by a campaign")
         out[name] = value
     return out
+
+
+def printable(text: object, limit: int = 200, markup: bool = True) -> str:
+    """What a device or a farm calls itself, fit for a terminal, Markdown and a store: control characters (and with
+    `markup`, <>|`) made visible as "?", its length bounded. The eembc target's device names, the labgrid target's
+    places, tags and owners (whoever can talk to a coordinator chooses them)."""
+    out = "".join(c if c.isprintable() and (not markup or c not in "<>|`") else "?" for c in str(text))
+    return out if len(out) <= limit else out[: limit - 3] + "..."

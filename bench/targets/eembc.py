@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bench.targets import eembc_protocol as proto
-from bench.targets.base import Progress, Target, TargetError, TargetInfo, TargetOptions, TargetResult
+from bench.targets.base import Progress, Target, TargetError, TargetInfo, TargetOptions, TargetResult, printable
 from bench.targets.eembc_load import RETRIES, Loading, proto_words
 from bench.transports import Stream, StreamLost, open_stream, parse_endpoint
 from edge_runtime.errors import UserError
@@ -252,13 +252,6 @@ class EembcDevice(Loading):
 def median_ips(loops: list[Loop]) -> float:
     """The median of the loops' inferences per second (MLPerf Tiny reports the median of its loops)."""
     return statistics.median(loop.perf.inferences_per_s for loop in loops)
-
-
-def printable(text: object, limit: int = 200) -> str:
-    """What the device calls itself, fit for a terminal, Markdown and a store: control characters and markup made
-    visible, its length bounded."""
-    out = "".join(c if c.isprintable() and c not in "<>|`" else "?" for c in str(text))
-    return out if len(out) <= limit else out[: limit - 3] + "..."
 
 
 class EembcTarget(Target):

@@ -26,15 +26,15 @@ agent, or take over a place this user already holds from another session (one li
 
 from __future__ import annotations
 
+import shlex
 import signal
-import sys
 import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import replace
 
 from bench.targets.agent import AgentTarget
-from bench.targets.base import Progress, Target, TargetError, TargetInfo, TargetOptions, TargetResult
+from bench.targets.base import Progress, Target, TargetError, TargetInfo, TargetOptions, TargetResult, printable
 from bench.targets.labgrid_client import LabgridClient, Place, Resource
 from bench.targets.labgrid_url import SUMMARY, parse_url, tags_text
 from bench.transports import bare
@@ -61,6 +61,7 @@ class LabgridTarget(Target):
         self.power: Resource | None = None
         self.serial_url: str | None = None
         self.agent: AgentTarget | None = None
+        self._unsure: str | None = None  # interrupted while acquiring a place this user held: not released, said
         self.cycled = False  # the board is power-cycled once at most
         self.timings: dict[str, float] = {}
 
@@ -83,7 +84,7 @@ class LabgridTarget(Target):
         """`places=all|N` with tags: each matching place (free ones first, then by name; N of them) and its URL,
         with this URL's options and `group`; None for a URL that names one place. Asks the coordinator."""
         where = parse_url(url)
-        if where.places == 1:
+        if not where.fan:
             return None
         places = LabgridClient(where.coordinator, url).places()
         matched = sorted((p for p in places if all(p.tags.get(k) == v for k, v in where.tags.items())),
@@ -102,48 +103,58 @@ class LabgridTarget(Target):
 
     # ------------------------------------------------------------------------------------------------ the place
     def _acquire(self) -> None:
-        """Acquire the place named (or the first free one with the tags), waiting up to `wait` seconds."""
+        """Acquire the place named (or the first free one with the tags), waiting up to `wait` seconds. An interrupt
+        inside labgrid-client's acquire leaves it unknown whether the coordinator gave the place: it is released at
+        close only if it was last seen free or held by another user, never when this host and user held it (another
+        session's, which a release would pull from under it); else close says how to release it."""
         client = self._client()
         deadline = time.monotonic() + self.where.wait_s
-        told = False
+        told, seen = False, {}  # seen: place -> its owner as last seen (None: free)
         while True:
-            names = [self.where.place] if self.where.place else self._tagged(client.places())
+            names = [self.where.place] if self.where.place else self._tagged(client.places(), seen)
             held = {}
             for name in names:
-                self._trying = name
                 try:
                     owner = client.acquire(name)
-                finally:  # an interrupt keeps it: the coordinator may have given the place before the client died
-                    self._trying = None if not isinstance(sys.exc_info()[1], KeyboardInterrupt) else name
+                except KeyboardInterrupt:
+                    ours = seen.get(name, LabgridClient.YOURS) in (LabgridClient.YOURS, client.me)
+                    self._trying, self._unsure = (None, name) if ours else (name, None)
+                    raise
                 if owner is None:
                     self.place = name
                     return
-                held[name] = owner
+                held[name] = seen[name] = owner
             if time.monotonic() >= deadline:
                 raise self._held(held)
             if not told:
                 told = True
-                self.log(f"{self.url}: {', '.join(f'{n!r} held by {o}' for n, o in held.items())}; waiting up to "
-                         f"{self.where.wait_s:g} s")  # fmt: skip
+                who = ", ".join(f"{n!r} held by {printable(o, markup=False)}" for n, o in held.items())
+                self.log(f"{self.url}: {who}; waiting up to {self.where.wait_s:g} s")
             time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
 
-    def _tagged(self, places: list[Place]) -> list[str]:
-        names = [p.name for p in places if all(p.tags.get(k) == v for k, v in self.where.tags.items())]
-        if not names:
+    def _tagged(self, places: list[Place], seen: dict) -> list[str]:
+        if not self.where.tags:
+            raise TargetError(f"{self.url}: names no place and no tags (labgrid://PLACE or labgrid://?TAG=VALUE; "
+                              "edge-bench targets lists the places)", "user-error")  # fmt: skip
+        matched = [p for p in places if all(p.tags.get(k) == v for k, v in self.where.tags.items())]
+        if not matched:
             raise TargetError(f"{self.url}: no labgrid place has tags {tags_text(self.where.tags)}", "user-error")
-        return sorted(names, key=lambda n: next(p.owner is not None for p in places if p.name == n))
+        seen.update({p.name: p.owner for p in matched})
+        return [p.name for p in sorted(matched, key=lambda p: p.owner is not None)]
 
     def _held(self, held: dict[str, str | None]) -> TargetError:
+        mine = all(o in (LabgridClient.YOURS, self._client().me) for o in held.values())
+        x = f" -x {self.where.coordinator}" if self.where.coordinator else ""
         waited = f"waited {self.where.wait_s:g} s; wait=S waits longer" if self.where.wait_s else "wait=S waits for it"
         said = []
         for name, owner in held.items():
-            if owner == LabgridClient.YOURS:
+            if owner in (LabgridClient.YOURS, self._client().me):
                 said.append(f"{name!r} is already acquired by this host and user (another run, or one that did not "
-                            f"release it: labgrid-client -p {name} release)")  # fmt: skip
+                            f"release it: labgrid-client{x} -p {shlex.quote(name)} release)")  # fmt: skip
             else:
-                said.append(f"{name!r} is held by {owner}")
+                said.append(f"{name!r} is held by {printable(owner, markup=False)}")
         what = "place " + said[0] if len(said) == 1 else "every place with those tags is held: " + "; ".join(said)
-        return TargetError(f"{self.url}: {what} ({waited})", "refused")
+        return TargetError(f"{self.url}: {what}" + ("" if mine else f" ({waited})"), "refused")
 
     def _find_port(self) -> None:
         """The acquired place's NetworkSerialPort (and power port, if any) -> the agent's rfc2217 URL."""
@@ -195,9 +206,10 @@ class LabgridTarget(Target):
             self.log(f"{self.url}: could not release place {place!r}: {words}")
 
     # ------------------------------------------------------------------------------------------------ the board
-    def _reach(self, step: Callable[[AgentTarget], dict]) -> dict:
-        """Acquire, find the port, and `step` the agent (connect or describe), power-cycling once if it is dead."""
-        if self.where.places != 1:
+    def _reach(self, step: Callable[[AgentTarget], dict], cycle: bool = True) -> dict:
+        """Acquire, find the port, and `step` the agent (connect or describe), power-cycling once if it is dead (and
+        `cycle`: `edge-bench targets` asks what is there and switches nothing)."""
+        if self.where.fan:
             raise TargetError(f"{self.url}: places= fans a target out over many places in a campaign; a run on its "
                               "own takes one place (drop places=)", "user-error")  # fmt: skip
         t0 = time.monotonic()
@@ -214,6 +226,11 @@ class LabgridTarget(Target):
         except TargetError as err:
             if err.kind not in DEAD:
                 raise self._said(err) from None
+            if not cycle:
+                self._check_exporter()
+                how = f"a run would power-cycle it through {self.power.path}" if self.power else "no power port"
+                raise TargetError(f"{self.url}: place {self.place!r}: the board's agent does not answer ({how}; "
+                                  f"targets switches nothing): {err}", err.kind) from None  # fmt: skip
             got = self._after_power_cycle(step, err)
         self.timings = {"acquire_s": t1 - t0, "find_port_s": t2 - t1, "agent_s": time.monotonic() - t2}
         return got
@@ -267,11 +284,11 @@ class LabgridTarget(Target):
     def describe(self) -> dict:
         """`labgrid://` (or tags with places=): the (matching) places, whether each is free; else the board's agent,
         as the agent target describes it, with the place it was reached through."""
-        if self.where.place is None and (not self.where.tags or self.where.places != 1):  # the places (matching)
+        if self.where.place is None and (not self.where.tags or self.where.fan):  # the places (matching)
             places = [p for p in self._client().places() if all(p.tags.get(k) == v for k, v in self.where.tags.items())]
             rows = [{"name": p.name, "tags": p.tags, "boards": p.boards, "owner": p.owner} for p in places]
             return {"coordinator": self.where.coordinator, "places": rows}
-        row = self._reach(lambda agent: agent.describe())
+        row = self._reach(lambda agent: agent.describe(), cycle=False)
         return {**row, "labgrid": self._place_row()}
 
     @classmethod
@@ -279,10 +296,11 @@ class LabgridTarget(Target):
         if "places" in row:
             where = row.get("coordinator") or "labgrid's default coordinator"
             lines = [f"{row['url']}  reachable  (labgrid coordinator at {where}, {len(row['places'])} places)"]
-            for p in row["places"]:
-                state = f"held by {p['owner']}" if p["owner"] else "free"
-                lines.append(f"  {p['name']:<16} {state:<24} boards {', '.join(p['boards']) or '-'}; "
-                             f"tags {tags_text(p['tags'])}")  # fmt: skip
+            for p in row["places"]:  # a coordinator's words: whoever talks to it chooses them (made printable)
+                state = f"held by {printable(p['owner'], markup=False)}" if p["owner"] else "free"
+                boards = printable(", ".join(p["boards"]) or "-", markup=False)
+                lines.append(f"  {printable(p['name'], markup=False):<16} {state:<24} boards {boards}; "
+                             f"tags {printable(tags_text(p['tags']), markup=False)}")  # fmt: skip
             return lines
         lg = row["labgrid"]
         lines = AgentTarget.describe_text(row)
@@ -338,3 +356,9 @@ class LabgridTarget(Target):
             self.agent = self.serial_url = None
             if self.place is not None or self._trying is not None:
                 self._release()
+            if self._unsure is not None:
+                x = f" -x {self.where.coordinator}" if self.where.coordinator else ""
+                self.log(f"{self.url}: interrupted while acquiring {self._unsure!r}, which this host and user held: "
+                         f"not released (if it is this run's: labgrid-client{x} -p {shlex.quote(self._unsure)} "
+                         "release)")  # fmt: skip
+                self._unsure = None

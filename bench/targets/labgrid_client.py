@@ -125,8 +125,14 @@ class LabgridClient:
     YOURS = "this host and user"  # acquire()'s owner of a place this user holds from another session
 
     def __init__(self, coordinator: str | None, name: str):
+        import getpass
+        import socket
+
         self.coordinator, self.name = coordinator, name  # name: the target's URL, the first word of every error
         self.argv0 = find_client()
+        # The owner labgrid names this host and user by ("host/user"), as labgrid-client run from here tells it
+        host = os.environ.get("LG_HOSTNAME") or socket.gethostname()
+        self.me = f"{host}/{os.environ.get('LG_USERNAME') or getpass.getuser()}"
 
     def run(self, *args: str, place: str | None = None, timeout: float = CALL_TIMEOUT_S) -> tuple[int, str, str]:
         """(exit status, stdout, the client's last error line); one TargetError line when the coordinator is not

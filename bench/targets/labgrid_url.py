@@ -25,6 +25,7 @@ class LabgridUrl:
     boot_s: float = 60.0
     power_off_s: float = 1.0
     places: int | None = 1  # a campaign fans the tag form out over this many matching places (None: all of them)
+    fan: bool = False  # places= given (places=1 too): a campaign's target that stands for its places
     group: str | None = None  # the kind a fan-out's places are compared as (the campaign target's name)
 
 
@@ -53,13 +54,14 @@ def parse_url(url: str) -> LabgridUrl:
     if any(not v for v in tags.values()):
         raise UserError(f"target {url!r}: a tag is NAME=VALUE ({', '.join(k for k, v in tags.items() if not v)})")
     places = _places(url, query.get("places", "1"))
-    if places != 1 and u.netloc:
+    if "places" in query and u.netloc:
         raise UserError(f"target {url!r}: places= goes with tags (labgrid://?TAG=VALUE&places=all); a place is one")
     group = query.get("group")
     if group is not None and not (group.strip() and group.isprintable() and len(group) <= 200):
         raise UserError(f"target {url!r}: group={group!r}: a name (printable, at most 200 characters)")
-    return LabgridUrl(u.netloc or None, tags, coordinator, numbers["wait"], numbers["boot"], numbers["power_off"],
-                      places, group)  # fmt: skip
+    place = urllib.parse.unquote(u.netloc) or None
+    return LabgridUrl(place, tags, coordinator, numbers["wait"], numbers["boot"], numbers["power_off"],
+                      places, "places" in query, group)  # fmt: skip
 
 
 def _places(url: str, text: str) -> int | None:

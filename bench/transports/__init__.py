@@ -98,7 +98,8 @@ class SerialStream(Stream):
 
     def read(self, timeout: float) -> bytes:
         try:
-            self.port.timeout = timeout
+            if self.port.timeout != timeout:  # pyserial reconfigures the port on each set: over rfc2217 that is a
+                self.port.timeout = timeout  # round of option messages to ser2net, ~150 ms a read (issue 28)
             data = self.port.read(max(1, self.port.in_waiting))
             more = self.port.in_waiting
             return data + self.port.read(more) if more else data

@@ -4,6 +4,7 @@ ser2net over rfc2217; a power relay over HTTP. `edge-bench` runs in a child proc
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import re
@@ -115,7 +116,12 @@ def test_a_url_that_names_nothing_is_one_line():
         "labgrid:p1", "labgrid")  # fmt: skip
     bad = (("labgrid://p1?board=x", "a place or tags, not both"), ("labgrid://p1/x", "expected labgrid://"),
            ("labgrid://p1?wait=soon", "wait='soon'"), ("labgrid://p1?boot=0", "boot='0'"),
-           ("labgrid://?board=", "a tag is NAME=VALUE"), ("labgrid://p1?coordinator=h", "HOST:PORT"))  # fmt: skip
+           ("labgrid://?board=", "a tag is NAME=VALUE"), ("labgrid://p1?coordinator=h", "HOST:PORT"),
+           ("labgrid://?b=x&places=0", "places='0'"), ("labgrid://?b=x&places=some", "'all' or a number"),
+           ("labgrid://?b=x&places=\u00b2", "places="), ("labgrid://p1?places=all", "places= goes with tags"),
+           ("labgrid://?b=x&group=%1b", "group="), ("labgrid://?b=x&coordinator=h:\u00b2", "HOST:PORT"))  # fmt: skip
+    assert (parse_url("labgrid://?b=x&places=1").fan, parse_url("labgrid://?b=x").fan) == (True, False)
+    assert parse_url("labgrid://?b=x&places=all").places is None and parse_url("labgrid://sp%20ace").place == "sp ace"
     for url_, said in bad:
         with pytest.raises(UserError, match=re.escape(said)):
             parse_url(url_)
@@ -227,6 +233,67 @@ def test_ctrl_c_while_waiting_for_a_held_place_leaves_its_owner_alone(farm, tmp_
         assert farm.client("-p", "p1", "release", user=OTHER).returncode == 0
 
 
+SLOW_ACQUIRE = """#!/bin/sh
+# labgrid-client whose acquire takes 3 s: an interrupt lands inside it
+for a in "$@"; do [ "$a" = acquire ] && sleep 3; done
+exec {client} "$@"
+"""
+
+
+def test_an_interrupt_inside_acquire_never_releases_a_place_this_user_holds_from_another_session(farm, tmp_path):
+    """Hostile review, round 3: SIGTERM inside labgrid-client's acquire of a place this host and user already held
+    (another CI job on the runner) released it from under that session. Now it is left alone, and said."""
+    slow = tmp_path / "labgrid-client"
+    slow.write_text(SLOW_ACQUIRE.format(client=farm.bin / "labgrid-client"))
+    slow.chmod(0o755)
+    assert farm.client("-p", "p1", "acquire").returncode == 0  # session A: this host and user
+    try:
+        env = {**os.environ, "EDGE_BENCH_LABGRID_CLIENT": str(slow)}
+        cmd = [sys.executable, "-m", "bench.cli", "run", "--target", url(farm, "p1", wait=60), "--model",
+               str(DIGITS), "--iterations", "20", "--store", str(tmp_path / "s.sqlite")]  # fmt: skip
+        with reaped(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True)) as run:  # fmt: skip
+            read_until(run, "waiting up to 60 s")
+            time.sleep(2.5)  # the retry's acquire is under way (1 s of sleep, then 3 s inside the client)
+            run.send_signal(signal.SIGTERM)
+            _out, err = run.communicate(timeout=60)
+        assert run.returncode == 128 + signal.SIGTERM and "Traceback" not in err, err
+        assert farm.owner("p1") == f"{socket.gethostname()}/{os.environ.get('LG_USERNAME') or getpass.getuser()}"
+        assert "not released (if it is this run's: labgrid-client -x" in err, err
+        # and a run of its own is told, with a release command that names the coordinator, and no wait advice
+        proc = edge_bench(farm, "run", "--target", url(farm, "p1"), "--model", str(DIGITS), "--iterations", "20",
+                          "--store", str(tmp_path / "s.sqlite"))  # fmt: skip
+        assert_one_line_error(error_line(proc), f"labgrid-client -x {farm.coordinator} -p p1 release)",
+                              code=1, program="edge-bench")  # fmt: skip
+        assert "wait=S" not in proc.stderr
+    finally:
+        assert farm.client("-p", "p1", "release").returncode == 0
+
+
+def test_what_a_coordinator_says_reaches_the_terminal_printable_and_a_run_needs_a_place_or_tags(farm, tmp_path):
+    """Whoever talks to the coordinator names places, tags and owners: escapes never reach the terminal. A run on
+    `labgrid://` with no place and no tags (the listing's URL) is refused rather than run on whatever is free."""
+    evil = "x\x1b[31mRED"
+    assert farm.client("-p", evil, "create").returncode == 0
+    try:
+        assert farm.client("-p", evil, "set-tags", "kk=v\x1b[2J").returncode == 0
+        proc = edge_bench(farm, "targets", url(farm, ""), "--json", "-")
+        text = edge_bench(farm, "targets", url(farm, ""))
+        assert proc.returncode == 0 and text.returncode == 0, text.stderr
+        assert "\x1b" not in text.stdout + text.stderr and "x?[31mRED" in text.stdout, text.stdout
+        assert any(p["name"] == evil for p in json.loads(proc.stdout)["targets"][0]["places"])  # JSON: as it is
+    finally:
+        farm.client("-p", evil, "delete")
+    proc = edge_bench(farm, "run", "--target", url(farm, ""), "--model", str(DIGITS), "--iterations", "20",
+                      "--store", str(tmp_path / "s.sqlite"))  # fmt: skip
+    assert_one_line_error(proc, "names no place and no tags", code=2, program="edge-bench")
+    proc = edge_bench(farm, "run", "--target", url(farm, "?board=rock-5b", places="all"), "--model", str(DIGITS),
+                      "--store", str(tmp_path / "s.sqlite"))  # fmt: skip
+    assert_one_line_error(proc, "places= fans a target out over many places in a campaign", code=2,
+                          program="edge-bench")  # fmt: skip
+    assert farm.owner("p1") is None and farm.owner("p2") is None
+
+
 def test_a_board_that_does_not_answer_is_power_cycled_once_then_one_line(farm, tmp_path):
     need("onnxruntime")
     before = len(farm.power.seen)
@@ -240,15 +307,19 @@ def test_a_board_that_does_not_answer_is_power_cycled_once_then_one_line(farm, t
     assert len(said) == 1 and "power-cycling it through exp1/board2-power" in said[0], proc.stderr
     assert farm.power.seen[before:] == [(1, 0), (1, 1)]
     assert farm.owner("p2") is None
-    # The board comes back when switched on: the run goes on and says it cycled it.
+    # `targets` asks what is there and switches nothing: it says a run would cycle it.
+    proc = edge_bench(farm, "targets", url(farm, "p2", boot=60, power_off=0.2))
+    assert proc.returncode == 1 and farm.power.seen[before + 2 :] == [], proc.stdout + proc.stderr
+    assert "a run would power-cycle it through exp1/board2-power" in proc.stdout + proc.stderr
+    # The board comes back when switched on: the run goes on, and its record says the board was cycled.
     farm.power.on_power_on[1] = lambda: threading.Thread(target=farm.start_agent, args=("board2",)).start()
     try:
-        proc = edge_bench(farm, "targets", url(farm, "p2", boot=60, power_off=0.2), "--json", "-")
+        proc = edge_bench(farm, "run", "--target", url(farm, "p2", boot=60, power_off=0.2), "--model", str(DIGITS),
+                          "--iterations", "20", "--store", str(tmp_path / "s.sqlite"), "--json", "-")  # fmt: skip
     finally:
         farm.power.on_power_on.pop(1)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    (row,) = json.loads(proc.stdout)["targets"]
-    assert row["labgrid"]["power_cycled"] and farm.power.seen[before + 2 :] == [(1, 0), (1, 1)]
+    assert json.loads(proc.stdout)["place"]["power_cycled"] and farm.power.seen[before + 2 :] == [(1, 0), (1, 1)]
     assert farm.owner("p2") is None
 
 
