@@ -4,6 +4,8 @@ stop; what finished is kept and reported. Each run goes through execute.py, as `
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -185,6 +187,25 @@ def _close(t) -> None:
         pass
 
 
+def _close_all(targets: list) -> None:
+    """Close every target, at once (a farm's places are released in parallel: each release is a labgrid-client call
+    of a second or so); Ctrl-C and SIGTERM wait until all are closed, then act."""
+    if len(targets) <= 1:
+        for t in targets:
+            _close(t)
+        return
+    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)  # the closing threads are born with it blocked too
+    try:
+        threads = [threading.Thread(target=_close, args=(t,), daemon=True) for t in targets]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(120)  # each close is bounded by its own timeouts (labgrid-client: 30 s)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def run(campaign: Campaign, store, progress: Progress | Callable[[str], None], *, parallel: int = 4,
         fanned: dict | None = None) -> CampaignRun:  # fmt: skip
     """The campaign's plan, in order; a target that stands for many boards (`fanned`: fan_out.expand's) runs each
@@ -227,7 +248,6 @@ def run(campaign: Campaign, store, progress: Progress | Callable[[str], None], *
         # the runs under way: not finished, not reported
         out.outcomes = [o for o in out.outcomes if o.result is not None or o.error is not None]
     finally:
-        for t in ctx.targets.values():
-            _close(t)
+        _close_all(list(ctx.targets.values()))
         out.seconds = time.monotonic() - t0
     return out

@@ -3,7 +3,7 @@ board: goal, 4 places in at most 1.3x the wall time of one; the harness's own CP
 
 One real labgrid farm on loopback (tests/labgridkit.py): four boards, each `edge-runtime agent` on a pty, four places
 tagged `sim=1`; `first2=yes` marks p1 and p2, `first1=yes` p1, so `labgrid://?sim=1&first2=yes&places=all` takes two.
-Every size goes through the fan-out (`places=1` would not: one place is an ordinary target, not a member). The same
+Every size goes through the fan-out (`places=1` would too, since issue 28's third round). The same
 campaign (digits INT8 on ONNX Runtime, the server scenario at 50 queries/s for 3 s, 2 repetitions: its length is set by
 the clock, not by the CPU the four simulated boards share with the harness) runs as `edge-bench run --parallel 4` on
 1, 2 and 4 places, interleaved over ROUNDS rounds, after a warm-up campaign on all four (each board's first upload).
