@@ -126,7 +126,7 @@ sys-libs:
 
 test: $(VENV)/.done $(TFLRT)/.done $(TRITON)/.done $(MLSERVER)/.done $(PERF)/.done $(LABGRID)/.done sys-tools sys-libs \
 	lint
-	$(VENV)/bin/pytest -q -p no:cacheprovider tests --ignore=tests/benchmarks
+	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=30 tests --ignore=tests/benchmarks
 	EDGE_RUNTIME_TFLITE_IMPL=tflite-runtime $(TFLRT)/bin/pytest -q -p no:cacheprovider -m tflite_runtime \
 		tests/runtime/test_tflite_runtime.py
 
