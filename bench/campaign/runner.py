@@ -139,17 +139,22 @@ def _one(ctx: _Context, o: RunOutcome, target: Target, scenario, model, head: st
     if name in ctx.gone:
         o.error = f"not run: {ctx.gone[name]}"
         return
-    rid = new_request_id("camp-")
+    rid, slot = new_request_id("camp-"), name
     try:
-        t = ctx.targets.get(name)
-        if t is None:
+        from bench.targets.registry import target_class
+
+        slot = target_class(o.url).shared_by(o.url) or name  # two targets on one labgrid place share its lease
+        t = ctx.targets.get(slot)
+        if t is not None:
+            t.adopt(o.url)
+        else:
             token = None
             if target.token_file:
                 from edge_runtime.wire.endpoint import read_token
 
                 token = read_token(target.token_file)
             options = TargetOptions(token=token, reconnect_for=target.reconnect_for, headers=target.headers, log=say)
-            t = ctx.targets[name] = target_for(o.url, options)
+            t = ctx.targets[slot] = target_for(o.url, options)
         req = request_for(ctx.campaign, scenario, model, target)
         key = RunKey(name, o.url, scenario.label, ctx.campaign.name, model.name, o.repetition)
         if member:
@@ -165,7 +170,7 @@ def _one(ctx: _Context, o: RunOutcome, target: Target, scenario, model, head: st
         say(f"{head}: {err}")
         if member and err.kind in GONE_KINDS:  # a held place, a dead board: released, and it sits out the rest
             ctx.gone[name] = o.error
-            _close(ctx.targets.pop(name, None))
+            _close(ctx.targets.pop(slot, None))
     except Stopped:
         pass  # after Ctrl-C: not kept, the row goes with the run under way
     except Exception as err:  # one board's worker: its row says it, the other boards go on

@@ -127,6 +127,15 @@ class Target(abc.ABC):
         return None
 
     @classmethod
+    def shared_by(cls, url: str) -> str | None:
+        """What a campaign's targets share one object by when they reach the same thing (a labgrid place, held for
+        the campaign: a second acquire of it would be refused); None (the default): each target its own."""
+        return None
+
+    def adopt(self, url: str) -> None:  # noqa: B027 - optional: only a shared target has options to take
+        """A shared object (shared_by) is used for another of the campaign's targets: take that URL's options."""
+
+    @classmethod
     def named_model(cls, url: str) -> str | None:
         """The model a server's URL names (then --model is optional), or None: the model is a file on this host."""
         return None

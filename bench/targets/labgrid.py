@@ -96,6 +96,17 @@ class LabgridTarget(Target):
         query = urllib.parse.urlencode({k: v for k, v in kept.items() if v is not None})
         return [(p.name, f"labgrid://{urllib.parse.quote(p.name, safe='')}?{query}") for p in matched[: where.places]]
 
+    @classmethod
+    def shared_by(cls, url: str) -> str | None:
+        """A place is held for the campaign: the campaign's targets on one place (two backends on each board of a
+        farm, a fan-out and a plain target) share this object, so it is acquired once."""
+        where = parse_url(url)
+        return f"labgrid:{where.coordinator or ''}:{where.place}" if where.place else None
+
+    def adopt(self, url: str) -> None:
+        """Used for another target on the same place: its URL and options (its group, its waits)."""
+        self.url, self.where = url, parse_url(url)
+
     def _client(self) -> LabgridClient:
         if self.client is None:
             self.client = LabgridClient(self.where.coordinator, self.url)

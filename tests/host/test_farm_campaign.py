@@ -215,6 +215,31 @@ def test_the_readmes_farm_campaign_runs_on_every_free_place(farm, tmp_path):
     assert "Boards of one kind" in proc.stdout
 
 
+def test_two_targets_on_the_same_places_share_each_place_for_the_campaign(farm, tmp_path):
+    """Two backends on every board of a kind: two fanned-out targets matching the same places. A place is held for
+    the campaign, so a second acquire of it would be refused: the two share it (acquired once, released once)."""
+    path = tmp_path / "two.toml"
+    where = f"labgrid://?rack=1&board=rock-5b&places=all&coordinator={farm.coordinator}"
+    path.write_text(f'[campaign]\nname = "two"\n[[target]]\nname = "ort"\nurl = "{where}"\nbackend = "onnxruntime"\n'
+                    f'[[target]]\nname = "ov"\nurl = "{where}"\nbackend = "openvino"\n[[model]]\nname = "digits"\n'
+                    f'path = "{DIGITS}"\n[[scenario]]\nkind = "single-stream"\niterations = 100\n')  # fmt: skip
+    for p in ("pdead", "pheld"):
+        farm.client("-p", p, "set-tags", "rack=0")
+    try:
+        proc = edge_bench(farm, "run", str(path), "--store", str(tmp_path / "s.sqlite"), "--json", str(tmp_path / "j"))
+    finally:
+        for p in ("pdead", "pheld"):
+            farm.client("-p", p, "set-tags", "rack=1", "board=rock-5b")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "j").read_text())
+    assert sorted(r["target"] for r in doc["runs"]) == ["ort@pa", "ort@pb", "ov@pa", "ov@pb"]
+    backends = {r["target"]: r["result"]["backend"]["name"] for r in doc["runs"]}
+    assert backends["ort@pa"] == "onnxruntime" and backends["ov@pb"] == "openvino"
+    groups = sorted((g["group"], g["backend"]) for g in doc["farm"]["groups"])
+    assert groups == [("ort", "onnxruntime"), ("ov", "openvino")]
+    assert (farm.owner("pa"), farm.owner("pb")) == (None, None)
+
+
 def test_sigterm_mid_fan_out_stops_every_board_keeps_nothing_half_done_and_releases_every_place(farm, tmp_path):
     path = campaign(tmp_path, farm, "rack=1&board=rock-5b", 'kind = "single-stream"\nduration_s = 60')
     for p in ("pdead", "pheld"):
