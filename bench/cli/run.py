@@ -129,6 +129,8 @@ def run(args) -> int:
         from bench.cli.run_campaign import run_campaign
 
         return run_campaign(args)
+    if any(w == "--parallel" or w.startswith("--parallel=") for w in args.rest):
+        raise UsageError("--parallel goes with a campaign (a target standing for many boards); a one-off run is one")
     cls, bargs, store, outs, request, slo = _one_off(args)
     # A short name and the model's (a server's URL names it), not the URL with its options (issue 25); the URL is kept
     # whole as the run's target_url.

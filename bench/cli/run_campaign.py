@@ -92,10 +92,15 @@ def run_campaign(args) -> int:
 
 
 def _campaign_flags(rest: list[str]) -> dict[str, str]:
-    """--json/--md/--csv/--junit FILE (--json alone: stdout). Anything else is a mistake, named."""
+    """--json/--md/--csv/--junit FILE (--json alone: stdout), --parallel N; --FLAG=VALUE as well. Anything else, or
+    a flag given twice, is a mistake, named."""
+    rest = [part for word in rest for part in (word.split("=", 1) if word.startswith("--") and "=" in word
+                                               else [word])]  # fmt: skip
     flags, i = {}, 0
     while i < len(rest):
         flag = rest[i]
+        if flag in flags:
+            raise UsageError(f"{flag} is given twice")
         if flag == "--debug":
             i += 1
             continue
