@@ -19,7 +19,7 @@ import time
 import psutil
 import pytest
 from conftest import MODELS, ROOT, need
-from helpers import read_until, reaped
+from helpers import assert_one_line_error, read_until, reaped
 from labgridkit import Farm
 
 DIGITS = MODELS / "digits_cnn" / "digits_cnn_int8.onnx"
@@ -287,3 +287,25 @@ def test_an_exporter_that_disappears_mid_run_is_one_line_and_the_other_exporters
         assert (farm.owner("pnear"), farm.owner("pfar")) == (None, None)
     finally:
         farm.close()
+
+
+@pytest.mark.parametrize(("flags", "said"), [
+    (["--parallel", "0"], "--parallel '0': a number of boards at once, 1 to 256"),
+    (["--parallel=nan"], "--parallel 'nan': a number of boards at once"),
+    (["--parallel", "1e12"], "--parallel '1e12'"),
+    (["--parallel", "2", "--parallel=3"], "--parallel is given twice"),
+    (["--parallel"], "--parallel: a number is needed"),
+])  # fmt: skip
+def test_parallel_that_is_no_number_of_boards_is_one_line(tmp_path, flags, said):
+    proc = subprocess.run([sys.executable, "-m", "bench.cli", "run", "campaigns/farm.toml", "--store",
+                           str(tmp_path / "s.sqlite"), *flags], capture_output=True, text=True, cwd=ROOT,
+                          timeout=60)  # fmt: skip
+    assert_one_line_error(proc, said, code=2, program="edge-bench")
+    assert not (tmp_path / "s.sqlite").exists()  # refused before anything was made
+
+
+def test_parallel_with_a_one_off_run_is_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "bench.cli", "run", "--target", "local:", "--model", str(DIGITS),
+                           "--parallel", "2", "--store", str(tmp_path / "s.sqlite")], capture_output=True, text=True,
+                          cwd=ROOT, timeout=60)  # fmt: skip
+    assert_one_line_error(proc, "--parallel goes with a campaign", code=2, program="edge-bench")
