@@ -90,7 +90,7 @@ def redact(url: str) -> str:
     scheme, user, _, rest = split_url(url)
     where, mark, query = rest.partition("?")
     query = "&".join(p for p in query.split("&") if p and unquote(p.split("=", 1)[0]).lower() != "password")
-    return f"{scheme}://{user + '@' if user else ''}{where}{mark if query else ''}{query}"
+    return f"{scheme}://{'' if user is None else user + '@'}{where}{mark if query else ''}{query}"
 
 
 def secrets_of(url: str) -> list[str]:
