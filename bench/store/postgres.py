@@ -270,11 +270,11 @@ class PostgresStore(RunStore):
                     f"(or GRANT CREATE ON SCHEMA public TO {user})")  # fmt: skip
         return None
 
-    def reconnect(self, err: Exception) -> None:
+    def reconnect(self, err: Exception, said: str | None = None) -> None:
         """A new connection for the one `err` lost, tried for up to RECONNECT_S (a server restarting), else one line."""
         import psycopg
 
-        said = getattr(err, "said", None) or scrub(str(err), self._url)
+        said = said or scrub(str(err), self._url)
         deadline, pause = time.monotonic() + RECONNECT_S, 0.5
         self.conn.close()
         while True:
@@ -354,7 +354,7 @@ class PostgresStore(RunStore):
             except _Lost as lost:
                 if attempt == 2 or (lost.committing and not repeatable):
                     raise
-                self.reconnect(lost)
+                self.reconnect(lost, lost.said)
 
     def _insert_run(self, row: tuple, request_id: str | None) -> int:
         marks = ", ".join("?" * len(row))
