@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 
 import pytest
 
@@ -60,13 +61,24 @@ class Cluster:
         os.unlink(pwfile)
         for _ in range(3):  # a port taken between choosing it and binding it: another one
             self.port = _free_port()
-            opts = f"-k {self.dir} -h 127.0.0.1 -p {self.port} -c fsync=off -c max_connections=50"
-            if self._run("pg_ctl", "-D", self.data, "-l", os.path.join(self.dir, "log"), "-w", "-t", "30", "-o",
-                         opts, "start", check=False).returncode == 0:  # fmt: skip
+            self.opts = f"-k {self.dir} -h 127.0.0.1 -p {self.port} -c fsync=off -c max_connections=50"
+            if self.start(check=False).returncode == 0:
                 break
         else:
             raise RuntimeError(f"PostgreSQL did not start: {self.log()[-500:]}")
         self.made = 0
+
+    def start(self, check: bool = True) -> subprocess.CompletedProcess:
+        # -l: the server's output to the log, not to our pipe (a pipe it held would never end the read)
+        return self._run("pg_ctl", "-D", self.data, "-l", os.path.join(self.dir, "log"), "-w", "-t", "30", "-o",
+                         self.opts, "start", check=check)  # fmt: skip
+
+    def restart(self, down_s: float = 0.0) -> None:
+        """The server stopped as a restart or a failover stops it (fast: every session ended), started again after
+        `down_s`."""
+        self._run("pg_ctl", "-D", self.data, "-m", "fast", "-w", "stop")
+        time.sleep(down_s)
+        self.start()
 
     @property
     def data(self) -> str:

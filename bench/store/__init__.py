@@ -12,7 +12,9 @@ an unknown schema or a newer major version is refused when it is stored, and whe
 store by other means), in one line naming the run and the store.
 
 Which store `--store` names: `postgresql://...` or `postgres://...` (any case) is PostgreSQL; another `SCHEME://` is
-refused (a typo of the scheme would otherwise become a file name); everything else is an SQLite file's path.
+refused (a typo of the scheme would otherwise become a file name), and so is a database's scheme with its `//`
+missing (`postgresql:USER:PW@HOST/DB`, `sqlite:x`), which would write a file named after the URL, password and all;
+everything else is an SQLite file's path.
 Never: show a store URL's password (`path` is the URL without it).
 """
 
@@ -32,6 +34,8 @@ __all__ = ["DEFAULT_STORE", "ENV", "MIGRATIONS", "SCHEMA_VERSION", "Run", "RunSt
 DEFAULT_STORE = "edge-bench.sqlite"
 ENV = "EDGE_BENCH_STORE"
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+# A database's scheme without its `//`: never a file's name (any case: `PostgreSQL:...`).
+_NO_SLASHES = re.compile(r"^(postgres|postgresql|sqlite|mysql|mariadb):(?!//)", re.IGNORECASE)
 
 
 def default_path() -> str:
@@ -39,14 +43,20 @@ def default_path() -> str:
 
 
 def names_url(where: str | os.PathLike[str]) -> bool:
-    """`SCHEME://...`: a URL (a store's, or refused by Store), never a file to look for."""
-    return bool(_SCHEME.match(os.fspath(where)))
+    """`SCHEME://...` (or a database's scheme without `//`): a URL (a store's, or refused by Store), never a file to
+    look for."""
+    return bool(_SCHEME.match(os.fspath(where)) or _NO_SLASHES.match(os.fspath(where)))
 
 
 def Store(where: str | os.PathLike[str], *, create: bool = True) -> RunStore:  # named as the class it was
     """The store `where` names, opened (and made, or taken forward to this schema): a PostgreSQL URL or an SQLite
     file. Not `create`: a PostgreSQL database without a store is "no such store" (the CLI checks a file itself)."""
     text = os.fspath(where)
+    missing = _NO_SLASHES.match(text)
+    if missing:  # nothing after the scheme is shown: it may hold a password
+        scheme = missing.group(1).lower()
+        meant = "did you mean postgresql://...?" if scheme.startswith("postgres") else "an SQLite store is a file path"
+        raise UserError(f"--store '{missing.group(0)}...': not a store URL ({scheme}: without //)", hint=meant)
     if is_url(text):
         from bench.store.postgres import PostgresStore
 

@@ -125,6 +125,12 @@ class RunStore:
         `request_id` gives that run's id, and nothing is inserted."""
         raise NotImplementedError
 
+    def _atomically(self, work, *, repeatable: bool = True):
+        """`work()` in one transaction, its value; a backend whose connection can be lost does it again on a new
+        one (`repeatable`: also when the loss came at COMMIT, which may have kept it)."""
+        with self._transaction():
+            return work()
+
     @property
     def schema_version(self) -> int:
         raise NotImplementedError
@@ -179,8 +185,9 @@ class RunStore:
             _dumps(timeline) if timeline is not None else None,
             _dumps(verdict) if verdict is not None else None,
         )
-        with _WRITING, self._transaction():  # a campaign's places finish at once, each in its own thread
-            return self._insert_run(row, request_id)
+        with _WRITING:  # a campaign's places finish at once, each in its own thread
+            # a request id makes the insert safe to do again: a run kept before the loss is found, not kept twice
+            return self._atomically(lambda: self._insert_run(row, request_id), repeatable=request_id is not None)
 
     def run(self, ref: str | int) -> Run:
         """A run by id (`17`) or by baseline name (`baseline:NAME` or a name that is not a number)."""
