@@ -208,7 +208,8 @@ def test_the_example_campaign_holds_every_key_edge_bench_reads_and_loads(monkeyp
         warnings.simplefilter("always")
         camp = load(str(path))
     assert [str(w.message) for w in said if w.category is CampaignWarning] == [
-        f"campaign {str(path)!r}: concurrency applies to server targets; 'board', 'rock5b', 'local' run one query at a time"
+        f"campaign {str(path)!r}: concurrency applies to server targets; 'board', 'rock5b', 'local' run one query "
+        "at a time"
     ]
     assert camp.repetitions == 3 and {s.kind for s in camp.scenarios} == {
         "single-stream", "server", "burst", "multi-stream", "offline", "replay"}  # fmt: skip
