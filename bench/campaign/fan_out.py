@@ -34,6 +34,7 @@ class Member:
     name: str  # TARGET@PLACE: the stored run's target
     url: str
     target: str  # the campaign target it is one of
+    place: str  # the board's name (a labgrid place)
 
 
 class Stopped(Exception):
@@ -53,7 +54,7 @@ def expand(campaign) -> dict[str, list[Member]]:
         except TargetError as err:
             raise UserError(f"campaign {campaign.path!r}: [[target]] {t.name!r}: {err}") from None
         if many is not None:
-            out[t.name] = [Member(f"{t.name}@{name}", url, t.name) for name, url in many]
+            out[t.name] = [Member(f"{t.name}@{name}", url, t.name, name) for name, url in many]
     return out
 
 

@@ -15,7 +15,7 @@ from bench.campaign import Campaign, Target
 from bench.campaign.execute import Executed, RunKey, execute
 from bench.report import state_cells
 from bench.transports.connection import new_request_id
-from edge_runtime.errors import Interrupted
+from edge_runtime.errors import EdgeRuntimeError, Interrupted
 
 
 @dataclass
@@ -128,6 +128,7 @@ class _Context:
     targets: dict = field(default_factory=dict)
     gone: dict = field(default_factory=dict)
     running: Any = None  # fan_out.Running
+    fatal: Exception | None = None  # what ends the campaign from a board's worker (the store failed)
 
 
 def _one(ctx: _Context, o: RunOutcome, target: Target, scenario, model, head: str, member: bool = False) -> None:
@@ -136,6 +137,8 @@ def _one(ctx: _Context, o: RunOutcome, target: Target, scenario, model, head: st
     from bench.targets import TargetError, TargetOptions, target_for
 
     say, name = ctx.say, o.target
+    if member and ctx.running.stopping.is_set():
+        return  # Ctrl-C (or the store failed) before this board began: nothing started, no row
     if name in ctx.gone:
         o.error = f"not run: {ctx.gone[name]}"
         return
@@ -166,6 +169,8 @@ def _one(ctx: _Context, o: RunOutcome, target: Target, scenario, model, head: st
         if got.stopped_by is not None:  # the local run kept what it measured: stored, then the campaign stops
             raise Interrupted(got.stopped_by)
     except TargetError as err:
+        if member and ctx.running.stopping.is_set():
+            return  # cancelled by Ctrl-C: not a failure of the board, and no row (as the run under way)
         o.error = str(err)
         say(f"{head}: {err}")
         if member and err.kind in GONE_KINDS:  # a held place, a dead board: released, and it sits out the rest
@@ -176,6 +181,10 @@ def _one(ctx: _Context, o: RunOutcome, target: Target, scenario, model, head: st
     except Exception as err:  # one board's worker: its row says it, the other boards go on
         if not member:
             raise
+        if isinstance(err, EdgeRuntimeError):  # the store cannot keep runs (a full disk): every board stops, and
+            ctx.fatal = ctx.fatal or err  # the campaign ends in that one line, as without a fan-out
+            ctx.running.cancel_all()
+            return
         o.error = f"{type(err).__name__}: {err}"
         say(f"{head}: {o.error}")
     finally:
@@ -246,6 +255,8 @@ def run(campaign: Campaign, store, progress: Progress | Callable[[str], None], *
                 progress.end()
 
             run_many(rows, work, parallel, ctx.running)
+            if ctx.fatal is not None:
+                raise ctx.fatal
             k += len(members)
     except KeyboardInterrupt as err:
         out.stopped_by = getattr(err, "signum", None) or (err.args[0] if err.args and isinstance(err.args[0], int)

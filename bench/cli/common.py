@@ -47,8 +47,11 @@ def progress_printer():
         if sys.stderr is None:
             return
         with lock:
-            sys.stderr.write(f"\r{msg}\033[K" if tty else msg + "\n")
-            sys.stderr.flush()
+            try:
+                sys.stderr.write(f"\r{msg}\033[K" if tty else msg + "\n")
+                sys.stderr.flush()
+            except (OSError, ValueError):  # a closed pipe (`| head`): progress is lost, never a board's run
+                pass
 
     def done() -> None:
         if tty:
@@ -96,8 +99,9 @@ def campaign_progress(name: str, total: int):
 
         def say(self, msg: str) -> None:
             label = getattr(self, "label", "")
-            shown = msg[len(label) + 2:] if label and msg.startswith(label + ": ") else msg
-            bars.update(task, description=f"{label}: {shown}" if label else shown)
+            member = "@" in msg.split(" ", 1)[0]  # a board of a fan-out (TARGET@PLACE ...): its words name it, whole
+            whole = not label or member or msg.startswith(label + ": ")
+            bars.update(task, description=msg if whole else f"{label}: {msg}")
 
         def end(self) -> None:
             bars.advance(task)

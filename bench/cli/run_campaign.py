@@ -39,11 +39,14 @@ def run_campaign(args) -> int:
     plan = campaign.plan()
     runs = sum(len(fanned.get(t.name, [None])) for _r, _s, _m, t in plan)
     boards = len(campaign.targets) + sum(len(m) - 1 for m in fanned.values())
-    print(f"edge-bench: campaign {campaign.name}: {runs} runs ({boards} targets x {len(campaign.models)} models x "
-          f"{len(campaign.scenarios)} scenarios x {campaign.repetitions})", file=sys.stderr)  # fmt: skip
+    on = f" on {boards} boards" if fanned else ""
+    print(f"edge-bench: campaign {campaign.name}: {runs} runs ({len(campaign.targets)} targets{on} x "
+          f"{len(campaign.models)} models x {len(campaign.scenarios)} scenarios x {campaign.repetitions})",
+          file=sys.stderr)  # fmt: skip
     for name, members in fanned.items():
-        print(f"edge-bench: {name}: {len(members)} boards ({', '.join(m.name.partition('@')[2] for m in members)}), "
-              f"at most {parallel} at once", file=sys.stderr)  # fmt: skip
+        places = [m.place for m in members]
+        shown = ", ".join(places[:8]) + (f" and {len(places) - 8} more" if len(places) > 8 else "")
+        print(f"edge-bench: {name}: {len(members)} boards ({shown}), at most {parallel} at once", file=sys.stderr)
     progress, done = campaign_progress(campaign.name, runs)
     try:
         result = run_plan(campaign, store, progress, parallel=parallel, fanned=fanned)
@@ -83,7 +86,8 @@ def run_campaign(args) -> int:
                          + farm.text(placed))  # fmt: skip
         sys.stdout.write(f"{report.verdict_line(rows, cases)}; stored in {args.store}\n")
     if result.stopped_by is not None:
-        print(f"edge-bench: interrupted: {len(rows)} of {runs} runs kept", file=sys.stderr)
+        kept = sum(o.store_id is not None for o in result.outcomes)
+        print(f"edge-bench: interrupted: {kept} of {runs} runs kept", file=sys.stderr)
         return 128 + result.stopped_by
     failed = [f"{o.target} {o.scenario}: {why}" for o in result.outcomes if (why := nothing_succeeded(o.result))]
     for line in failed:

@@ -59,8 +59,9 @@ def _key(scenario: str, res: dict) -> tuple:
     model, be, cfg = res.get("model") or {}, res.get("backend") or {}, res.get("config") or {}
     model_key = model.get("sha256") or os.path.basename(str(model.get("path") or "")) or model.get("server_name")
     config = tuple(str(cfg.get(k)) for k in CONFIG_KEYS)
+    board = (res.get("environment") or {}).get("board")  # boards of one kind: a pi4 in a rack of rock-5b is not one
     return (str(res["place"].get("group")), str(model_key), str(scenario), str(be.get("name")), str(be.get("device")),
-            config)  # fmt: skip
+            config, str(board))  # fmt: skip
 
 
 def _env_cells(runs: list[dict]) -> dict:
@@ -162,10 +163,14 @@ def compare_places(items: list[tuple[str, str, dict | None]]) -> dict:
             continue
         place = {**place, "group": place.get("group") or place["name"]}  # a one-off run: its place is its group
         res = {**res, "place": place}
-        by_key.setdefault(_key(scenario, res), {}).setdefault(str(place["name"]), []).append((label, res))
+        where = (str(place.get("coordinator") or ""), str(place["name"]))  # one name on two farms: two places
+        by_key.setdefault(_key(scenario, res), {}).setdefault(where, []).append((label, res))
     groups, single = [], []
-    for key, places in by_key.items():
-        group, _, scenario, backend, device, _ = key
+    for key, by_where in by_key.items():
+        group, _, scenario, backend, device, _, _board = key
+        names = [n for _c, n in by_where]
+        places = {(n if names.count(n) == 1 else f"{n} ({c or 'default coordinator'})"): runs
+                  for (c, n), runs in by_where.items()}  # fmt: skip
         if len(places) < 2:
             single.append(f"{group} ({next(iter(places))})")
             continue

@@ -96,6 +96,15 @@ class SQLiteStore(RunStore):
 
         return _Tx()
 
+    def _atomically(self, work, *, repeatable: bool = True):
+        """The base's one transaction; a write the file cannot take (a full disk, a file made read-only, I/O errors)
+        is one line naming the store, and nothing of the run is kept (the transaction is rolled back)."""
+        try:
+            return super()._atomically(work, repeatable=repeatable)
+        except sqlite3.DatabaseError as err:
+            raise UserError(f"store {self.path!r}: the run could not be written ({' '.join(str(err).split())})",
+                            hint="free space or name another store (--store)") from None  # fmt: skip
+
     def _insert_run(self, row: tuple, request_id: str | None) -> int:
         if request_id is not None:  # under the write lock: nobody else can insert it between the two statements
             found = self.db.execute("SELECT id FROM runs WHERE request_id = ?", (request_id,)).fetchone()

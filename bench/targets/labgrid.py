@@ -26,6 +26,7 @@ agent, or take over a place this user already holds from another session (one li
 
 from __future__ import annotations
 
+import os
 import shlex
 import signal
 import time
@@ -61,6 +62,7 @@ class LabgridTarget(Target):
         self.power: Resource | None = None
         self.serial_url: str | None = None
         self.agent: AgentTarget | None = None
+        self._cancelled = False  # cancel() came before the board had the request
         self._unsure: str | None = None  # interrupted while acquiring a place this user held: not released, said
         self.cycled = False  # the board is power-cycled once at most
         self.timings: dict[str, float] = {}
@@ -93,7 +95,7 @@ class LabgridTarget(Target):
             raise TargetError(f"{url}: no labgrid place has tags {tags_text(where.tags)}", "user-error")
         kept = {"coordinator": where.coordinator, "wait": f"{where.wait_s:g}", "boot": f"{where.boot_s:g}",
                 "power_off": f"{where.power_off_s:g}", "group": group}  # fmt: skip
-        query = urllib.parse.urlencode({k: v for k, v in kept.items() if v is not None})
+        query = urllib.parse.urlencode({k: v for k, v in kept.items() if v is not None}, safe=":")
         return [(p.name, f"labgrid://{urllib.parse.quote(p.name, safe='')}?{query}") for p in matched[: where.places]]
 
     @classmethod
@@ -141,7 +143,9 @@ class LabgridTarget(Target):
                 told = True
                 who = ", ".join(f"{n!r} held by {printable(o, markup=False)}" for n, o in held.items())
                 self.log(f"{self.url}: {who}; waiting up to {self.where.wait_s:g} s")
-            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+            for _ in range(10):  # a second, in tenths: a cancel ends the wait at once
+                self._check_cancelled()
+                time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
 
     def _tagged(self, places: list[Place], seen: dict) -> list[str]:
         if not self.where.tags:
@@ -297,6 +301,8 @@ class LabgridTarget(Target):
         as the agent target describes it, with the place it was reached through."""
         if self.where.place is None and (not self.where.tags or self.where.fan):  # the places (matching)
             places = [p for p in self._client().places() if all(p.tags.get(k) == v for k, v in self.where.tags.items())]
+            if self.where.tags and not places:
+                raise TargetError(f"{self.url}: no labgrid place has tags {tags_text(self.where.tags)}", "user-error")
             rows = [{"name": p.name, "tags": p.tags, "boards": p.boards, "owner": p.owner} for p in places]
             return {"coordinator": self.where.coordinator, "places": rows}
         row = self._reach(lambda agent: agent.describe(), cycle=False)
@@ -305,7 +311,7 @@ class LabgridTarget(Target):
     @classmethod
     def describe_text(cls, row: dict) -> list[str]:
         if "places" in row:
-            where = row.get("coordinator") or "labgrid's default coordinator"
+            where = row.get("coordinator") or os.environ.get("LG_COORDINATOR") or "labgrid's default coordinator"
             lines = [f"{row['url']}  reachable  (labgrid coordinator at {where}, {len(row['places'])} places)"]
             for p in row["places"]:  # a coordinator's words: whoever talks to it chooses them (made printable)
                 state = f"held by {printable(p['owner'], markup=False)}" if p["owner"] else "free"
@@ -326,8 +332,10 @@ class LabgridTarget(Target):
         """The agent target's bench on the place's board; a board that stops answering is power-cycled once (if the
         place has a power port) and asked again under the same request id (it never runs a request twice)."""
         rid = rid or new_request_id("bench-")
+        self._cancelled = False
         if self.agent is None:
             self.connect()
+        self._check_cancelled()
         placed = self._with_place(sink)
         try:
             return self.agent.bench(request, progress=progress, rid=rid, sink=placed)
@@ -351,7 +359,14 @@ class LabgridTarget(Target):
         return placed
 
     def cancel(self, rid: str) -> bool:
+        """Stop `rid` on the board; before the board has it (waiting for the place, connecting), the wait ends and
+        no bench is started (a campaign's Ctrl-C, from its main thread)."""
+        self._cancelled = True
         return self.agent.cancel(rid) if self.agent is not None else False
+
+    def _check_cancelled(self) -> None:
+        if self._cancelled:
+            raise TargetError(f"{self.url}: cancelled before the board was asked", "cancelled")
 
     def recover(self, rid: str, sink: Callable[[TargetResult], None] | None = None,
                 progress: Progress | None = None) -> TargetResult | None:  # fmt: skip

@@ -240,6 +240,29 @@ def test_two_targets_on_the_same_places_share_each_place_for_the_campaign(farm, 
     assert (farm.owner("pa"), farm.owner("pb")) == (None, None)
 
 
+def test_a_store_that_fills_up_mid_fan_out_ends_the_campaign_in_one_line_and_every_place_is_released(farm, tmp_path):
+    """Hostile review, round 4: a full disk under the store was each board's error (a raw OperationalError) and the
+    campaign measured on, keeping nothing. Now the first failed write ends the campaign, as without a fan-out."""
+    from agentkit import tmpfs
+
+    path = campaign(tmp_path, farm, "rack=1&board=rock-5b", 'kind = "single-stream"\niterations = 2000',
+                    repetitions=20)  # fmt: skip
+    for p in ("pdead", "pheld"):
+        farm.client("-p", p, "set-tags", "rack=0")
+    try:
+        with tmpfs(tmp_path / "small", size="192k") as small:
+            proc = edge_bench(farm, "run", path, "--store", str(small / "s.sqlite"))
+            kept = len(stored(small / "s.sqlite"))
+    finally:
+        for p in ("pdead", "pheld"):
+            farm.client("-p", p, "set-tags", "rack=1", "board=rock-5b")
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert last.startswith("edge-bench: error: store ") and "the run could not be written" in last, last
+    assert "full" in last and kept < 40, (last, kept)
+    assert (farm.owner("pa"), farm.owner("pb")) == (None, None)
+
+
 def test_sigterm_mid_fan_out_stops_every_board_keeps_nothing_half_done_and_releases_every_place(farm, tmp_path):
     path = campaign(tmp_path, farm, "rack=1&board=rock-5b", 'kind = "single-stream"\nduration_s = 60')
     for p in ("pdead", "pheld"):
@@ -258,6 +281,34 @@ def test_sigterm_mid_fan_out_stops_every_board_keeps_nothing_half_done_and_relea
     assert run.returncode == 128 + signal.SIGTERM, err
     assert "Traceback" not in err and "interrupted: 0 of 2 runs kept" in err
     assert stored(tmp_path / "s.sqlite") == []
+    assert (farm.owner("pa"), farm.owner("pb")) == (None, None)
+
+
+def test_ctrl_c_while_a_place_is_awaited_ends_the_wait_and_starts_nothing_after(farm, tmp_path):
+    """Hostile review, round 4: Ctrl-C while pheld was awaited (wait=600) let its run start 9 s later, after the
+    campaign had stopped, and left that board running. Now the wait ends at once and no board starts after."""
+    path = campaign(tmp_path, farm, "rack=1", 'kind = "single-stream"\nduration_s = 30')
+    path_text = open(path).read().replace("&places=all", "&places=all&wait=600")
+    open(path, "w").write(path_text)
+    farm.client("-p", "pdead", "set-tags", "rack=0")
+    assert farm.client("-p", "pheld", "acquire", user=OTHER).returncode == 0
+    try:
+        argv, env = command(farm, "run", path, "--store", str(tmp_path / "s.sqlite"))
+        with reaped(subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True)) as run:  # fmt: skip
+            first = read_until(run, re.compile(r"sim@p[ab] .*: measuring"))[-1]
+            read_until(run, re.compile(rf"sim@p{'b' if 'sim@pa' in first else 'a'} .*: measuring"))
+            t0 = time.monotonic()
+            run.send_signal(signal.SIGINT)
+            _out, err = run.communicate(timeout=60)
+            took = time.monotonic() - t0
+        assert OTHER in (farm.owner("pheld") or "")
+    finally:
+        farm.client("-p", "pheld", "release", user=OTHER)
+        farm.client("-p", "pdead", "set-tags", "rack=1", "board=rock-5b")
+    assert run.returncode == 130 and "Traceback" not in err, err
+    assert "sim@pheld digits single-stream repetition 0: starting" not in err, err
+    assert "interrupted: 0 of 3 runs kept" in err and took < 12, (took, err)
     assert (farm.owner("pa"), farm.owner("pb")) == (None, None)
 
 

@@ -267,3 +267,19 @@ def test_a_campaigns_json_carries_the_farm_document(real):
     """The campaign's own reports go through the same section: no place here (local:), so no group and nothing said."""
     _, doc = real
     assert doc["farm"]["groups"] == [] and doc["farm"]["not_compared"] == [] and "20%" in doc["farm"]["rule"]
+
+
+def test_boards_of_another_kind_and_one_name_on_two_farms_are_not_siblings(real):
+    """Hostile review, round 4: a rack tagged by rack, not board, holds a pi4 beside two rock-5b: the pi4 is not
+    their slow sibling; and `p0` of one coordinator is not `p0` of another."""
+    digits = runs_of(real)
+    rock = [placed(digits, n, board="Radxa ROCK 5B") for n in ("r1", "r2")]
+    pi = placed(digits, "pi", factor=2.5, board="Raspberry Pi 4 Model B")
+    doc = farm.compare_places(items(*rock, pi))
+    assert [sorted(p["place"] for p in g["places"]) for g in doc["groups"]] == [["r1", "r2"]]
+    assert findings(doc) == [] and any("pi" in s for s in doc["not_compared"])
+    a, b = placed(digits, "p0"), placed(digits, "p0", factor=1.5)
+    b["place"]["coordinator"] = "farm-b:20408"
+    (g,) = farm.compare_places(items(a, b))["groups"]
+    assert sorted(p["place"] for p in g["places"]) == ["p0 (127.0.0.1:20408)", "p0 (farm-b:20408)"]
+    assert {f["place"] for f in g["findings"]} == {"p0 (farm-b:20408)"}
