@@ -23,7 +23,7 @@ def finish(profile: EngineProfile) -> tuple[tuple[OpRow, ...], float | None, flo
     if total is None or total <= 0 or not timed:
         return profile.rows, None, None
     named = sum(r.mean_us for r in timed)  # type: ignore[misc]
-    rows = tuple(replace(r, share=None if r.mean_us is None else r.mean_us / total) for r in profile.rows)
+    rows = tuple(replace(r, share=None if r.mean_us is None else round(r.mean_us / total, 5)) for r in profile.rows)
     overhead = total - named
     row = OpRow(
         name=OVERHEAD_NAME,
@@ -31,9 +31,9 @@ def finish(profile: EngineProfile) -> tuple[tuple[OpRow, ...], float | None, flo
         where="-",
         kernel=None,
         precision=None,
-        mean_us=overhead,
+        mean_us=round(overhead, 3),
         p99_us=None,
-        share=overhead / total,
+        share=round(overhead / total, 5),
         status=OVERHEAD,
     )
     return (*rows, row), named, overhead
