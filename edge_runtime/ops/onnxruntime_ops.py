@@ -80,6 +80,10 @@ class ProfilingBackend(OnnxRuntimeBackend):
         return self._session.end_profiling()
 
 
+def check_options(options: dict[str, str] | None) -> None:
+    """Nothing to refuse: ONNX Runtime's profiler is a SessionOptions field, which no --option reaches."""
+
+
 def short(provider: str) -> str:
     """CPUExecutionProvider -> CPU; OpenVINOExecutionProvider -> OpenVINO."""
     return provider.removesuffix("ExecutionProvider") or provider

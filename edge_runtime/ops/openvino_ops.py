@@ -65,6 +65,18 @@ class PerfCountBackend(OpenVinoBackend):
         return out
 
 
+def check_options(options: dict[str, str] | None) -> None:
+    """PERF_COUNT is this module's to turn on, on the profiled model only: given by the user, it would profile the
+    timed session too."""
+    from edge_runtime.errors import UsageError
+
+    if any(k.upper() == "PERF_COUNT" for k in options or {}):
+        raise UsageError(
+            "--option PERF_COUNT: edge-runtime ops turns OpenVINO's counters on itself, on a second compiled model "
+            "(the timed one runs without them)"
+        )
+
+
 def precision_of(exec_type: str) -> str | None:
     """`brgconv_avx512_amx_I8` -> "int8"; `jit_avx512_bf16` -> "bf16"; "undef" -> None."""
     if not exec_type or exec_type == "undef" or "_" not in exec_type:

@@ -15,7 +15,8 @@ from collections.abc import Callable, Mapping
 from edge_runtime.errors import UserError
 from edge_runtime.ops.record import OpsReport
 
-# backend name -> the module that profiles it (a `profile(session, feeds, *, iterations, warmup)` function)
+# backend name -> the module that profiles it: `check_options(options)` (refuses what would profile the timed
+# session) and `profile(session, feeds, *, iterations, warmup) -> EngineProfile`
 ENGINES = {
     "openvino": "edge_runtime.ops.openvino_ops",
     "onnxruntime": "edge_runtime.ops.onnxruntime_ops",
@@ -60,6 +61,7 @@ def profile_model(
 
     name = engine_for(model, load_kwargs.get("backend"))
     engine = importlib.import_module(ENGINES[name])
+    engine.check_options(load_kwargs.get("options"))
     session = load(model, **{**load_kwargs, "backend": name})
     with session:
         inputs = dict(feeds(session)) if feeds is not None else random_feeds(session.inputs, seed)[0]
@@ -69,7 +71,7 @@ def profile_model(
         total = {k: round(stats[k], 3) for k in ("p50", "mean", "p99")}
         profile = engine.profile(session, inputs, iterations=iterations, warmup=warmup)
         backend = session.backend
-        model_doc = {"path": str(session.model.path), "format": session.model.format}
+        model_doc = {"path": str(session.model.path), "sha256": session.model.sha256, "format": session.model.format}
     return build_report(profile, backend, model_doc, total)
 
 

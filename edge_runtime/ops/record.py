@@ -103,7 +103,7 @@ class OpsReport:
     `overhead_us`: profiled_us - named_us, the overhead row (named + overhead == profiled, by construction)."""
 
     engine: dict  # {name, version, device, delegate, fallback}
-    model: dict  # {path, format}
+    model: dict  # {path, sha256, format}
     device: str
     runs: int
     ops: tuple[OpRow, ...]
