@@ -28,7 +28,7 @@ from edge_runtime.errors import UserError
 from edge_runtime.measure.loop import measure
 from edge_runtime.measure.stats import nearest_rank
 from edge_runtime.ops.record import EXECUTED, PROFILER, Counted, EngineProfile, OpRow, Partition
-from edge_runtime.runtime.backends.onnxruntime_backend import OnnxRuntimeBackend
+from edge_runtime.runtime.backends.onnxruntime_backend import PROVIDERS, OnnxRuntimeBackend
 from edge_runtime.runtime.session import Session
 
 PLACEMENT_KEY = "session.record_ep_graph_assignment_info"
@@ -121,7 +121,8 @@ def profile(session: Session, feeds: dict, *, iterations: int, warmup: int) -> E
         events = _read_trace(path)
     finally:
         shutil.rmtree(where, ignore_errors=True)
-    target = short(session.backend.details.get("provider", "CPUExecutionProvider"))
+    asked = (session.backend.requested_device or "cpu").lower()
+    target = short(PROVIDERS.get(asked, "CPUExecutionProvider"))  # the one asked for: a fallback is "not delegated"
     rows, engine_us = _rows(events, len(m.samples_ns))
     partitions, fallback, notes = _placement(placed, rows, target)
     copies = Counted.of([r.type for r in rows if r.type.startswith(COPY_OPS)])

@@ -77,6 +77,15 @@ def check_options(options: dict[str, str] | None) -> None:
         )
 
 
+def places(device: str, requested: str | None) -> tuple[str, str]:
+    """(where the ops ran, where they were asked to run): AUTO's one choice is where they ran ("AUTO:GPU" -> "GPU",
+    and that is the target too); a device that fell back to CPU keeps the one asked for as the target, so the
+    verdict says "not delegated"."""
+    where = device.split(":", 1)[1] if device.startswith("AUTO:") and "," not in device else device
+    asked = (requested or "CPU").upper()
+    return where, where if asked.startswith("AUTO") else asked
+
+
 def precision_of(exec_type: str) -> str | None:
     """`brgconv_avx512_amx_I8` -> "int8"; `jit_avx512_bf16` -> "bf16"; "undef" -> None."""
     if not exec_type or exec_type == "undef" or "_" not in exec_type:
@@ -116,7 +125,7 @@ def profile(session: Session, feeds: dict, *, iterations: int, warmup: int) -> E
         precision = impl.details.get("inference_precision")
     n_a = m.warmup_calls
     runs = len(m.samples_ns)
-    device = session.backend.device
+    device, target = places(session.backend.device, session.backend.requested_device)
     rows = _rows(readings[0], readings[1], n_a, n_a + runs, runs, device)
     copies = Counted.of([copy_kind(r.name, r.type) for r in rows if r.type in COPY_TYPES and r.status != IN_PLACE])
     types: dict[str, int] = {}
@@ -132,13 +141,13 @@ def profile(session: Session, feeds: dict, *, iterations: int, warmup: int) -> E
     return EngineProfile(
         rows=tuple(rows),
         partitions=(Partition(device, len(rows), types),),
-        fallback=Counted(),
+        fallback=Counted.of([r.type for r in rows]) if device != target else Counted(),  # all on CPU, or none
         copies=copies,
         profiled_us=float(m.samples_ns.mean()) / 1e3 if runs else None,
         engine_us=None,
         runs=runs,
         time_source=PROFILER,
-        target="CPU" if device == "CPU" else device,
+        target=target,
         notes=tuple(notes),
     )
 

@@ -150,6 +150,36 @@ def test_onnxruntime_fp32_runs_float_kernels_and_counts_its_copies():
     assert rep.copies == Counted.of(copies)
 
 
+# ----------------------------------------------------------------------------------------------------- fallback
+def test_a_device_that_fell_back_is_not_delegated():
+    """An accelerator asked for and missing here, with fallback allowed: every op ran on CPU, every op fell back,
+    and the verdict says so (not "CPU only")."""
+    need("onnxruntime")
+    import onnxruntime
+
+    if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+        pytest.skip("this onnxruntime has CUDA: nothing falls back")
+    with pytest.warns(UserWarning, match="falling back to CPU"):
+        rep = profile_model(MODELS / INT8_ONNX[0], device="cuda", fallback=True, **RUNS)
+    n = sum(p.ops for p in rep.partitions)
+    assert rep.verdict == f"not delegated: all {n} ops on CPU"
+    assert rep.fallback.count == n and rep.engine["fallback"] is True
+    assert all(r.where == "CPU" for r in ops_of(rep))
+    assert any(n.startswith("fell back to CPU:") for n in rep.notes)
+
+
+def test_an_openvino_device_that_fell_back_is_not_delegated():
+    need("openvino")
+    import openvino
+
+    if any(d.startswith("NPU") for d in openvino.Core().available_devices):
+        pytest.skip("this machine has an NPU: nothing falls back")
+    with pytest.warns(UserWarning, match="falling back to CPU"):
+        rep = profile_model(MODELS / INT8_IR[0], device="NPU", fallback=True, **RUNS)
+    assert rep.verdict == f"not delegated: all {len(ops_of(rep))} ops on CPU"
+    assert rep.fallback.count == len(ops_of(rep))
+
+
 # ------------------------------------------------------------------------------------------- the verdict and trace
 def _profile(rows, partitions, fallback=None, profiled_us=100.0, target="NPU") -> EngineProfile:
     fb = fallback or Counted()
