@@ -129,7 +129,7 @@ def render(report) -> str:
     if report.profiled_us is not None:
         pct = report.profiling_overhead_pct
         lines.append(
-            f"profiled    mean {report.profiled_us:.1f} us ({pct:+.0f}% for the profiler) = ops "
+            f"profiled    mean {report.profiled_us:.1f} us (p50 {pct:+.0f}% against profiling off) = ops "
             f"{_us(report.named_us)} us + overhead {_us(report.overhead_us)} us"
             + (f"; the engine's own run time {report.engine_us:.1f} us" if report.engine_us is not None else "")
         )

@@ -27,7 +27,7 @@ import numpy as np
 from edge_runtime.errors import UserError
 from edge_runtime.measure.loop import measure
 from edge_runtime.measure.stats import nearest_rank
-from edge_runtime.ops.record import EXECUTED, PROFILER, Counted, EngineProfile, OpRow, Partition
+from edge_runtime.ops.record import EXECUTED, PROFILER, Counted, EngineProfile, OpRow, Partition, median_us
 from edge_runtime.runtime.backends.onnxruntime_backend import PROVIDERS, OnnxRuntimeBackend
 from edge_runtime.runtime.session import Session
 
@@ -143,6 +143,7 @@ def profile(session: Session, feeds: dict, *, iterations: int, warmup: int) -> E
         fallback=fallback,
         copies=copies,
         profiled_us=float(m.samples_ns.mean()) / 1e3 if len(m.samples_ns) else None,
+        profiled_p50_us=median_us(m.samples_ns),
         engine_us=engine_us,
         runs=len(m.samples_ns),
         time_source=PROFILER,

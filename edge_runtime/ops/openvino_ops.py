@@ -31,6 +31,7 @@ from edge_runtime.ops.record import (
     EngineProfile,
     OpRow,
     Partition,
+    median_us,
 )
 from edge_runtime.runtime.backends.openvino_backend import OpenVinoBackend
 from edge_runtime.runtime.session import Session
@@ -144,6 +145,7 @@ def profile(session: Session, feeds: dict, *, iterations: int, warmup: int) -> E
         fallback=Counted.of([r.type for r in rows]) if device != target else Counted(),  # all on CPU, or none
         copies=copies,
         profiled_us=float(m.samples_ns.mean()) / 1e3 if runs else None,
+        profiled_p50_us=median_us(m.samples_ns),
         engine_us=None,
         runs=runs,
         time_source=PROFILER,

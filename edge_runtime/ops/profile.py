@@ -102,6 +102,7 @@ def build_report(profile, backend, model_doc: dict, total: dict) -> OpsReport:
         named_us=None if named is None else round(named, 3),
         overhead_us=None if overhead is None else round(overhead, 3),
         engine_us=profile.engine_us,
+        profiled_p50_us=profile.profiled_p50_us,
         time_source=profile.time_source,
         verdict=verdict(profile, rows),
         notes=tuple(notes),

@@ -165,7 +165,7 @@ def test_a_device_that_fell_back_is_not_delegated():
     assert rep.verdict == f"not delegated: all {n} ops on CPU"
     assert rep.fallback.count == n and rep.engine["fallback"] is True
     assert all(r.where == "CPU" for r in ops_of(rep))
-    assert any(n.startswith("fell back to CPU:") for n in rep.notes)
+    assert any(note.startswith("fell back to CPU:") for note in rep.notes)
 
 
 def test_an_openvino_device_that_fell_back_is_not_delegated():
