@@ -86,6 +86,12 @@ def build_report(profile, backend, model_doc: dict, total: dict) -> OpsReport:
         notes.append(said)
     if overhead is not None and overhead < 0:
         notes.append("the ops' times add up to more than the measured run (counter rounding): the overhead is negative")
+    pct = report_pct(profile.profiled_p50_us, total.get("p50"))
+    if pct is not None and abs(pct) > 10:
+        notes.append(
+            f"the profiled run's p50 is {pct:+.0f}% off the p50 with profiling off: the per-op times are of a run "
+            "that differs from the timed one (the profiler's own cost, or a busy machine); read the shares"
+        )
     if backend.fallback:
         notes.append(f"fell back to CPU: {backend.fallback_reason}")
     return OpsReport(
@@ -107,3 +113,10 @@ def build_report(profile, backend, model_doc: dict, total: dict) -> OpsReport:
         verdict=verdict(profile, rows),
         notes=tuple(notes),
     )
+
+
+def report_pct(profiled_p50_us: float | None, p50_us: float | None) -> float | None:
+    """How much slower (+) the profiled run's median was than the timed one's, in percent."""
+    if profiled_p50_us is None or not p50_us:
+        return None
+    return 100.0 * (profiled_p50_us / p50_us - 1.0)
