@@ -140,6 +140,19 @@ def test_onnxruntime_int8_runs_quantized_nodes_on_cpu(model):
     assert rep.total_us["p50"] < rep.profiled_us
 
 
+def test_onnxruntime_profiles_leave_nothing_behind(tmp_path, monkeypatch):
+    """The profiler's trace goes to a private temporary directory, read and removed: nothing in the working
+    directory (where ORT writes onnxruntime_profile_*.json by default) and nothing left in the temporary one."""
+    need("onnxruntime")
+    import tempfile
+
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    monkeypatch.chdir(tmp_path)
+    rep = profile_model(MODELS / INT8_ONNX[0], **RUNS)
+    assert rep.named_us and sorted(p.name for p in tmp_path.rglob("*")) == ["tmp"]
+
+
 def test_onnxruntime_fp32_runs_float_kernels_and_counts_its_copies():
     rep = report("resnet8/resnet8_fp32.onnx", "onnxruntime")
     assert_cpu_only(rep)
