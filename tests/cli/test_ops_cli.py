@@ -4,6 +4,7 @@ trace file, and bad input refused in one line each (issue 29, first slice)."""
 from __future__ import annotations
 
 import os
+import platform
 
 import pytest
 from conftest import MODELS, need
@@ -24,7 +25,8 @@ def test_the_table_shows_every_op_the_overhead_and_the_verdict():
     assert lines[head].split() == columns
     rows = lines[head + 1 : lines.index("", head)]
     assert rows[-1].split()[0] == "(overhead)" and rows[-1].split()[-1] == "overhead"
-    assert any("brgconv" in r and "_I8" in r and " int8 " in r for r in rows), rows
+    if platform.machine() == "x86_64":  # INT8 kernels there; OpenVINO on ARM may run this model in FP32
+        assert any(r.split()[2] == "Convolution" and "_I8" in r and " int8 " in r for r in rows), rows
     # the columns line up: every row's share ends where the header's does
     end = lines[head].index("share") + len("share")
     assert all(r[end - 1] == "%" or r[end - 1] == "-" for r in rows)
