@@ -27,6 +27,8 @@ ALLOWED = {
     "runtime": {"errors", "files", "limits", "plugins", "system"},
     "measure": {"errors", "files", "limits", "system", "results", "runtime"},
     "quantize": {"errors", "files", "limits", "system", "results", "runtime", "measure"},
+    # per-op placement and time (issue 29): a second, profiled session beside bench's timed one
+    "ops": {"errors", "files", "limits", "system", "runtime", "measure"},
     # sans-I/O: bytes in, messages out, addresses parsed; shared with the host. No port, no socket: endpoint.py parses
     # addresses and reads the one small secret file through files.inputs
     "wire": {"errors", "files"},
@@ -36,7 +38,7 @@ ALLOWED = {
     # what every command-line program is made of (edge-runtime's and edge-bench's): main, args, signals
     "program": {"errors", "files", "limits", "system", "results", "runtime", "measure", "__init__"},
     "cli": {"errors", "files", "limits", "system", "results", "runtime", "measure", "quantize", "agent", "wire",
-            "serve", "program", "__init__"},
+            "serve", "program", "ops", "__init__"},
     "__init__": {"errors", "runtime"},
 }
 MAX_LINES = 400
@@ -391,7 +393,7 @@ def test_every_module_says_what_it_is_for():
 def test_subpackages_show_the_layers():
     parts = {p.name for p in PACKAGE.iterdir() if p.is_dir() and not p.name.startswith("__")}
     assert parts == {"runtime", "measure", "system", "files", "quantize", "cli", "wire", "agent", "program", "serve",
-                     "_data"}
+                     "ops", "_data"}
     # _data holds data, not code: links to the top-level boards/ and system_tuning/ that a wheel build copies.
     assert {p.name: os.readlink(p) for p in (PACKAGE / "_data").iterdir()} == {
         "boards": "../../boards",

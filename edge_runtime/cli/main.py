@@ -27,6 +27,10 @@ COMMANDS = {
         "edge_runtime.cli.bench",
         "measure latency and jitter on pinned CPUs, with the interference that caused them",
     ),
+    "ops": (
+        "edge_runtime.cli.ops",
+        "per-op placement and time: where each op ran, its kernel and precision, its share; the verdict",
+    ),
     "quantize": (
         "edge_runtime.cli.quantize",
         "FP32 ONNX -> INT8 with calibration data, checked against FP32, mixed precision",

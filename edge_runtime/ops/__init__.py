@@ -1,0 +1,16 @@
+"""`edge-runtime ops` (issue 29): per-op placement and time for any engine, in one table.
+
+Two sessions per run: one with profiling off, timed by the same loop as `edge-runtime bench` (the total the report
+stands on), then a second one with the engine's profiler on (per-op times, placement). Nothing of the profiler
+enters the first session or its loop. One module per engine, found by the backend's name; an engine without one
+is refused in one line.
+
+Still to come (issue 29, after the first slice): LiteRT (placement only, from the DELEGATE nodes after
+allocate_tensors, research 29 section 3: "tflite" in profile.NOT_YET says so until then); OpenVINO HETERO/AUTO
+per-node affinity as partitions; a real ONNX Runtime partial placement test (onnxruntime-ep-openvino, FastGelu).
+"""
+
+from edge_runtime.ops.profile import ENGINES, profile_model
+from edge_runtime.ops.record import SCHEMA, Counted, OpRow, OpsReport, Partition
+
+__all__ = ["ENGINES", "SCHEMA", "Counted", "OpRow", "OpsReport", "Partition", "profile_model"]
