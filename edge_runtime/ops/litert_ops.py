@@ -203,11 +203,14 @@ def notes(session, interp, label: str | None, n_ops: int, fell_back: Counter) ->
             f"{label} left {sum(fell_back.values())} of {n_ops} op(s) on LiteRT's builtin CPU kernels: "
             + ", ".join(f"{t} x{n}" for t, n in _sorted_counts(fell_back).items())
         )
-    if b.delegate:
+    if b.delegate and b.details.get("xnnpack", True):
+        # Interpreter::ApplyLazyDelegateProviders: the default XNNPACK is applied at allocation after an explicit
+        # delegate, unless that one took the whole model; its nodes look the same.
         out.append(
-            f"every DELEGATE node is counted as {label}'s: LiteRT names them all DELEGATE "
-            "(with an external delegate the default XNNPACK may have taken a part too)"
+            f"every DELEGATE node is counted as {label}'s, but LiteRT names them all DELEGATE and applies its default "
+            "XNNPACK to what an external delegate leaves: a partition may be XNNPACK's (xnnpack=0 rules it out)"
         )
+    if b.delegate:
         out.append(f"{label} moves data inside its DELEGATE nodes: copies not visible (count unknown)")
     if b.fallback:
         out.append(f"fell back: {b.fallback_reason}")
