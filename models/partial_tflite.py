@@ -7,6 +7,11 @@ Written with the flatbuffer schema and writer that ship inside ai_edge_litert (`
 on every build. It is not one of the reference networks (no ONNX or OpenVINO flavour, nothing trained): it exists
 for `edge_runtime.ops` and its tests (issue 29).
 
+Why a built model when the reference models already place in part: under ai-edge-litert 2.3 XNNPACK does not take
+INT8 SOFTMAX, so resnet8, dscnn_kws and mobilenet_v1_025_vww INT8 leave their last op on the CPU (one partition
+before it), while tflite-runtime 2.14 delegates no INT8 model at all. That depends on the version; this model is
+FP32 and splits the same way on both (research 29): two partitions around the one op XNNPACK has no kernel for.
+
 output = cumsum(input + 1, axis=1) * 0.5, input float32 [1, 64].
 """
 
