@@ -11,6 +11,9 @@ input). The ONNX export is checked against Keras numerically before anything is 
 The four MLPerf Tiny shapes are not trained: they carry seeded random weights and exist for latency work only; the
 manifest says so. `digits_cnn` is trained on scikit-learn's bundled digits (no download) and its held-out split is kept
 next to it for accuracy tests.
+
+Beside them, the per-op placement model (models/partial_tflite.py: ADD -> CUMSUM -> MUL, which XNNPACK takes only in
+part) is written without TensorFlow; `--placement-only` writes it and its manifest entry alone.
 """
 
 from __future__ import annotations
@@ -765,6 +768,7 @@ def provenance(key: str, name: str) -> tuple[str, str, str]:
             "tf.lite.TFLiteConverter full-integer (TFLITE_BUILTINS_INT8, int8 input and output)",
         ),
         "int8_dynamic_onnx": ("onnx", "int8", derived),
+        "placement_tflite": ("tflite", "fp32", placement_model().PROVENANCE),
         "int8_dynamic_ir": (
             "openvino",
             "int8",
@@ -838,7 +842,37 @@ def write_manifest(results: list[dict], outdir: Path) -> None:
                 lines.append("")
         for key, path in r["paths"].items():
             lines += artifact_lines(name, key, path, outdir, r["calibration"])
+    lines += placement_lines(outdir)
     (outdir / "manifest.toml").write_text("\n".join(lines))
+
+
+# ------------------------------------------------------------------------------------------------- placement model
+def placement_model():
+    """models/partial_tflite.py: the per-op placement model (issue 29), built without TensorFlow."""
+    sys.path.insert(0, str(HERE))
+    import partial_tflite
+
+    return partial_tflite
+
+
+def placement_lines(outdir: Path) -> list[str]:
+    """Its [[artifact]] entry, after every reference model's: an artifact with no [[model]] entry (it is no network)."""
+    pm = placement_model()
+    head = "# Not a reference network (no [[model]] entry): the per-op placement model, XNNPACK takes no CUMSUM."
+    return [head, *artifact_lines(pm.MODEL, "placement_tflite", outdir / pm.FILE, outdir, 0)]
+
+
+def write_placement_only(outdir: Path, log) -> None:
+    """`--placement-only`: write the placement model and put its entry in outdir/manifest.toml in place of the old
+    one (at the end, where write_manifest puts it), leaving every other entry as it is; no TensorFlow needed."""
+    pm = placement_model()
+    path = pm.write(outdir)
+    log(f"  {pm.MODEL}: wrote {path.name}")
+    manifest = outdir / "manifest.toml"
+    chunks = manifest.read_text().rstrip("\n").split("\n\n")  # entries are separated by one blank line
+    chunks = [c for c in chunks if f"file = {toml_value(pm.FILE)}" not in c.split("\n")]
+    chunks.append("\n".join(placement_lines(outdir)).rstrip("\n"))
+    manifest.write_text("\n\n".join(chunks) + "\n")
 
 
 def refresh_dynamic_entries(outdir: Path, names: list[str]) -> None:
@@ -960,6 +994,12 @@ def main(argv: list[str] | None = None) -> int:
         help="write only the dynamic-batch variants (*_int8_dynamic.onnx/.xml) from the committed INT8 ONNX files and "
         "their manifest entries: needs onnx and openvino, not TensorFlow",
     )
+    ap.add_argument(
+        "--placement-only",
+        action="store_true",
+        help="write only the per-op placement model (models/partial_tflite.py) and its manifest entry: needs "
+        "ai-edge-litert, not TensorFlow",
+    )
     args = ap.parse_args(argv)
     names = args.only or ["digits_cnn", *MLPERF_TINY]
 
@@ -974,6 +1014,10 @@ def main(argv: list[str] | None = None) -> int:
         write_dynamic_only(names, args.out, log)
         log(f"wrote {args.out / 'manifest.toml'} (the *_dynamic entries)")
         return 0
+    if args.placement_only:
+        write_placement_only(args.out, log)
+        log(f"wrote {args.out / 'manifest.toml'} (the placement model's entry)")
+        return 0
 
     import tensorflow as tf
 
@@ -983,6 +1027,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, name in enumerate(names, 1):
         log(f"[{i}/{len(names)}] {name}")
         results.append(build_one(name, args.out, log, args.retrain))
+    log(f"  {placement_model().MODEL}: wrote {placement_model().write(args.out).name}")
     write_manifest(results, args.out)
     for r in results:
         if r["accuracy"]:
