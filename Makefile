@@ -128,7 +128,7 @@ test: $(VENV)/.done $(TFLRT)/.done $(TRITON)/.done $(MLSERVER)/.done $(PERF)/.do
 	lint
 	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=30 tests --ignore=tests/benchmarks
 	EDGE_RUNTIME_TFLITE_IMPL=tflite-runtime $(TFLRT)/bin/pytest -q -p no:cacheprovider -m tflite_runtime \
-		tests/runtime/test_tflite_runtime.py
+		tests/runtime/test_tflite_runtime.py tests/runtime/test_ops_litert.py
 
 # dist/wheelhouse-PLATFORM-pyVERSION/ and its .tar.gz (tools/wheelhouse.py; docs/board.md: deploying to a board).
 wheelhouse: $(VENV)/.done

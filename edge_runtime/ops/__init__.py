@@ -5,8 +5,8 @@ stands on), then a second one with the engine's profiler on (per-op times, place
 enters the first session or its loop. One module per engine, found by the backend's name; an engine without one
 is refused in one line.
 
-Still to come (issue 29, after the first slice): LiteRT (placement only, from the DELEGATE nodes after
-allocate_tensors, research 29 section 3: "tflite" in profile.NOT_YET says so until then); OpenVINO HETERO/AUTO
+LiteRT is placement only (litert_ops.py: the DELEGATE nodes of the run's interpreter; no op profiler in its
+Python package). Still to come (issue 29): OpenVINO HETERO/AUTO
 per-node affinity as partitions; a real ONNX Runtime partial placement test (onnxruntime-ep-openvino, FastGelu).
 """
 

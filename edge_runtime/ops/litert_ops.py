@@ -223,3 +223,28 @@ def notes(session, interp, label: str | None, n_ops: int, fell_back: Counter) ->
 def _sorted_counts(c: Counter) -> dict[str, int]:
     """Most frequent first, then by name: the same order every time."""
     return dict(sorted(c.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def check_options(options: dict[str, str] | None) -> None:
+    """`edge-runtime ops`' engine interface: no LiteRT option profiles the timed session (there is no op profiler)."""
+
+
+def profile(session, feeds: dict, *, iterations: int, warmup: int):
+    """`edge-runtime ops`' engine interface: the placement of the run's own interpreter as an EngineProfile, with
+    no per-op times (LiteRT's Python package has no op profiler: "placement only", and the notes say so)."""
+    from edge_runtime.ops.record import PLACEMENT_ONLY, Counted, EngineProfile, OpRow, Partition
+
+    got = placement(session)
+    copied = got["copies"]
+    return EngineProfile(
+        rows=tuple(OpRow(**r) for r in got["ops"]),
+        partitions=tuple(Partition(p["where"], p["ops"], p["op_types"]) for p in got["partitions"]),
+        fallback=Counted(got["fallback"]["count"], got["fallback"]["types"]),
+        copies=Counted(copied.get("count") or 0, copied.get("types") or {}),
+        profiled_us=None,
+        engine_us=None,
+        runs=0,
+        time_source=PLACEMENT_ONLY,
+        target=delegate_label(session.backend) or "CPU",
+        notes=tuple(got["notes"]),
+    )

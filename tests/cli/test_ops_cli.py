@@ -70,8 +70,7 @@ def test_json_to_stdout_is_one_document():
         ([ONNX, "--iterations", "1e999"], "is not a whole number"),
         ([ONNX, "--iterations", "100000000000"], "at most 100,000"),
         ([ONNX, "--iterations", "0"], "at least 1"),
-        ([str(MODELS / "digits_cnn" / "digits_cnn_int8.tflite")], "LiteRT: not in this slice yet"),
-        ([ONNX, "--backend", "tflite"], "LiteRT: not in this slice yet"),
+        ([ONNX, "--backend", "tflite"], "backend 'tflite' cannot load onnx files"),
         ([ONNX, "--chrome-trace", "{tmp}/dir.onnx"], "--chrome-trace"),
         ([ONNX, "--chrome-trace", ONNX], "an input of this command"),
         ([ONNX, "--json", "-", "--chrome-trace", "-"], "the same destination"),
@@ -91,3 +90,18 @@ def test_help_names_the_command():
     assert any(ln.split()[:1] == ["ops"] for ln in proc.stdout.splitlines()), proc.stdout
     text = run_cli("ops", "--help").stdout
     assert "--chrome-trace" in text and "--iterations" in text and "--json" in text
+
+
+def test_a_litert_model_with_an_op_xnnpack_does_not_take_is_partial_and_names_it():
+    """LiteRT's placement (edge_runtime/ops/litert_ops.py) through the command: the reference model ADD -> CUMSUM ->
+    MUL leaves CUMSUM on the CPU between two XNNPACK partitions; no per-op times, and the report says why."""
+    need("tflite")
+    model = str(MODELS / "partial_cumsum" / "partial_cumsum_fp32.tflite")
+    proc = run_cli("ops", model, *QUICK, "--no-sandbox", "--json")
+    assert proc.returncode == 0, proc.stderr
+    doc = strict_json(proc.stdout)
+    placed = {r["type"]: r["where"] for r in doc["ops"] if r["status"] != "overhead"}
+    assert placed == {"ADD": "XNNPACK", "CUMSUM": "CPU", "MUL": "XNNPACK"}
+    assert doc["fallback"] == {"count": 1, "types": {"CUMSUM": 1}} and len(doc["partitions"]) == 2
+    assert doc["time_source"] == "placement only" and doc["verdict"].startswith("partial: 1 op (CUMSUM) on CPU")
+    assert any("no op profiler" in n for n in doc["notes"]) and doc["total_us"]["p50"] > 0
