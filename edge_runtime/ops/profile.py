@@ -78,7 +78,7 @@ def profile_model(
 
 def build_report(profile, backend, model_doc: dict, total: dict) -> OpsReport:
     """The report from an engine's profile: shares, the overhead row, the verdict, the notes."""
-    from edge_runtime.ops.verdict import coverage_note, finish, verdict
+    from edge_runtime.ops.verdict import coverage_note, finish, shares, verdict
 
     rows, named, overhead = finish(profile)
     notes = list(profile.notes)
@@ -95,6 +95,7 @@ def build_report(profile, backend, model_doc: dict, total: dict) -> OpsReport:
         )
     if backend.fallback:
         notes.append(f"fell back to CPU: {backend.fallback_reason}")
+    delegated, fallback = shares(profile, rows)
     return OpsReport(
         engine={k: getattr(backend, k) for k in ("name", "version", "device", "delegate", "fallback")},
         model=model_doc,
@@ -113,6 +114,9 @@ def build_report(profile, backend, model_doc: dict, total: dict) -> OpsReport:
         time_source=profile.time_source,
         verdict=verdict(profile, rows),
         notes=tuple(notes),
+        target=profile.target,
+        delegated_share=delegated,
+        fallback_share=fallback,
     )
 
 

@@ -18,6 +18,8 @@ UNDER_1US = "under 1 us"  # ran, but the engine's counter (whole microseconds) r
 OVERHEAD = "overhead"  # the row that names what no op accounts for (the engine's run loop, the profiler, I/O)
 STATUSES = (EXECUTED, FUSED, IN_PLACE, UNDER_1US, OVERHEAD)
 
+SUMMARY_ROWS = 200  # op rows a bench result keeps (the slowest): a report's chart, not the full table
+
 # time_source: where the per-op times come from.
 PROFILER = "profiler"
 PLACEMENT_ONLY = "placement only"
@@ -120,6 +122,11 @@ class OpsReport:
     verdict: str
     notes: tuple[str, ...] = ()
     profiled_p50_us: float | None = None
+    target: str = "CPU"  # the device, provider or delegate asked for ("CPU" when none was)
+    # Of the profiled run's time: the ops on `target` (None on CPU only, or without per-op times) and the ops that
+    # ran elsewhere (the fallback's cost; None without per-op times).
+    delegated_share: float | None = None
+    fallback_share: float | None = None
 
     @property
     def profiling_overhead_pct(self) -> float | None:
@@ -149,7 +156,38 @@ class OpsReport:
             "engine_us": self.engine_us,
             "profiling_overhead_pct": self.profiling_overhead_pct,
             "time_source": self.time_source,
+            "target": self.target,
+            "delegated_share": self.delegated_share,
+            "fallback_share": self.fallback_share,
             "verdict": self.verdict,
+            "notes": list(self.notes),
+        }
+
+    def summary(self) -> dict:
+        """What a bench result carries as its `ops` section (`bench --ops`): the verdict, partitions, fallback op
+        types, copies, the delegated share, the time split and the profiler's own cost, and the op rows (at most
+        SUMMARY_ROWS, the slowest first, the overhead row always kept) for a report's per-op chart. The model and
+        engine are the result's own sections; the latency with profiling off is the result's latency."""
+        rows = [r for r in self.ops if r.status != OVERHEAD]
+        rows.sort(key=lambda r: -(r.mean_us or 0.0))
+        kept = rows[:SUMMARY_ROWS] + [r for r in self.ops if r.status == OVERHEAD]
+        return {
+            "schema": SCHEMA,
+            "verdict": self.verdict,
+            "target": self.target,
+            "time_source": self.time_source,
+            "runs": self.runs,
+            "partitions": [p.to_dict() for p in self.partitions],
+            "fallback": self.fallback.to_dict(),
+            "copies": self.copies.to_dict(),
+            "delegated_share": self.delegated_share,
+            "fallback_share": self.fallback_share,
+            "profiled_us": self.profiled_us,
+            "named_us": self.named_us,
+            "overhead_us": self.overhead_us,
+            "profiling_overhead_pct": self.profiling_overhead_pct,
+            "ops_total": len(rows),
+            "ops": [r.to_dict() for r in kept],
             "notes": list(self.notes),
         }
 

@@ -73,6 +73,18 @@ def _elsewhere(profile: EngineProfile, target: str) -> str:
     return ", ".join(others) or "CPU"
 
 
+def shares(profile: EngineProfile, rows: tuple[OpRow, ...]) -> tuple[float | None, float | None]:
+    """(delegated share, fallback share) of the profiled run's time: the ops on the target asked for, and the ops
+    elsewhere. Delegated is None on CPU only (nothing was asked of an accelerator); both None without times."""
+    if profile.target == "CPU":
+        return None, None
+    fallback = _fallback_share(rows, profile.target)
+    if fallback is None:
+        return None, None
+    on = [r for r in rows if r.status in (EXECUTED, UNDER_1US) and r.where == profile.target]
+    return round(sum(r.share or 0.0 for r in on), 5), round(fallback, 5)
+
+
 def _fallback_share(rows: tuple[OpRow, ...], target: str) -> float | None:
     """The share of the time of the ops not on `target` (None when the rows carry no times)."""
     ops = [r for r in rows if r.status in (EXECUTED, UNDER_1US) and r.where != target]
