@@ -450,6 +450,11 @@ class BenchResult(Record):
     # out to its places, or the place itself for a one-off run), its tags, board, coordinator and whether it was power
     # cycled; the farm report compares the places of one group.
     place: Mapping[str, Any] | None = field(default=None, metadata=OMIT_NONE)
+    # Where each op ran and what it cost (issue 29; asked with `bench --ops`, absent otherwise): the summary of
+    # edge_runtime/ops/ (OpsReport.summary(): schema edge-runtime/ops/1, verdict, partitions, fallback op types,
+    # copies, delegated and fallback shares, the profiler's own cost, the slowest op rows and the overhead row),
+    # measured on a second, profiled session after the timed loop: the latency above is never profiled.
+    ops: Mapping[str, Any] | None = field(default=None, metadata=OMIT_NONE)
     # Latency over time: up to 200 windows of equal count in order, {t_s (end of the window, s from the start of the
     # measured part), count, p50, p99, max (us)}: what a plot of the run against its temperature needs.
     timeline_us: tuple[Mapping[str, Any], ...] | None = field(default=None, metadata=OMIT_NONE)

@@ -99,6 +99,10 @@ class BenchRequest(Record):
     # Samples per inference (measure/batch.py): latency per batch, throughput in samples; None is 1, left out of
     # the JSON so an agent that predates batches still reads the request.
     batch: int | None = field(default=None, metadata=OMIT_NONE)
+    # Per-op placement and time (issue 29, edge_runtime/ops/): after the timed loop, a second, profiled session of
+    # the same model gives the result its `ops` section. None is off, left out of the JSON so an agent that predates
+    # it still reads the request (and one that predates it refuses `ops: true` in one line, never ignores it).
+    ops: bool | None = field(default=None, metadata=OMIT_NONE)
     schema: str = REQUEST_SCHEMA
 
     def load_kwargs(self) -> dict[str, Any]:
@@ -152,6 +156,8 @@ class BenchRequest(Record):
         _real("platform_latency_s", self.platform_latency_s, *PLATFORM_LATENCY_S)
         for name in ("thermal_limit_c", "cooldown_to_c"):
             _real(name, getattr(self, name), *SILICON_RANGE_C)
+        if self.ops is not None and not isinstance(self.ops, bool):
+            raise UserError(f"bench request: ops {self.ops!r}: expected true or false")
         for name in ("fallback", "mlock", "sandbox"):
             if not isinstance(getattr(self, name), bool):
                 raise UserError(f"bench request: {name} {getattr(self, name)!r}: expected true or false")
