@@ -41,7 +41,6 @@ class KServeTarget(Target):
         summary="kserve+http://HOST:PORT/MODEL or kserve+grpc://HOST:PORT/MODEL for a KServe v2 server",
         takes=frozenset({"headers", "concurrency"}),
     )
-    no_ops_why = "a KServe v2 server's protocol carries no per-op profile (run edge-runtime ops on its machine)"
 
     def __init__(self, url: str, options: TargetOptions | None = None):
         super().__init__(url, options)
