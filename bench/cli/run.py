@@ -288,7 +288,7 @@ def ops_text(doc: dict, printed: str) -> str:
     from bench.report.ops import summary_line
 
     section = doc.get("ops")
-    if not isinstance(section, dict) or (section.get("verdict") and section["verdict"] in printed):
+    if not isinstance(section, dict) or str(section.get("verdict") or section.get("error")) in printed:
         return ""
     return f"ops          {summary_line(section)}\n"
 

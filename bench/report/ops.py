@@ -40,8 +40,18 @@ def timed(ops: dict) -> bool:
     return any(r.get("share") is not None for r in ops.get("ops") or [])
 
 
+def headline(ops: dict) -> str:
+    """The verdict, or why the run has none (a profile that failed or was skipped keeps its reason: `error`)."""
+    if ops.get("error"):
+        said = str(ops["error"])
+        return said if said.startswith("not profiled") else f"not profiled: {said}"
+    return str(ops.get("verdict") or "?")
+
+
 def summary_line(ops: dict) -> str:
     """The verdict, and what stands behind it: how many ops, where the times come from, the fallback's cost."""
+    if ops.get("error"):
+        return headline(ops)
     n = ops.get("ops_total", len(ops.get("ops") or []))
     bits = [f"times of {n} ops ({ops.get('time_source')})" if timed(ops) else NO_TIMES]
     if ops.get("fallback_share") is not None:
@@ -85,6 +95,9 @@ def html_section(named: list[tuple[str, dict | None]], skipped: list[tuple[str, 
     out = [f'<section id="ops"><h2>{TITLE}</h2>']
     for i, (lab, ops) in enumerate(runs, 1):
         out.append(f"<h3>{e(lab)}</h3>")
+        if ops.get("error"):
+            out.append(f'<p class="note">{e(headline(ops))}</p>')
+            continue
         out.append(_chart(f"ops-{i}", ops) if timed(ops) else _placement(f"ops-{i}", ops))
     if skipped:
         out.append('<ul class="note">' + "".join(f"<li>{e(name)}: no per-op profile: {e(why)}</li>"

@@ -128,6 +128,14 @@ def test_a_campaign_with_ops_asks_the_boards_and_says_once_why_the_server_gives_
     doc = json.loads(outs["json"])
     served = [r for r in doc["runs"] if r["target"] == "srv"]
     assert len(served) == 2 and all("ops" not in r["result"] for r in served)
+    here = [r for r in doc["runs"] if r["target"] == "here"]
+    assert len(here) == 2 and all(r["result"]["ops"]["verdict"].startswith("CPU only") for r in here)
+    for r in here:  # each board run's verdict in the terminal and Markdown, its chart in the HTML
+        verdict = r["result"]["ops"]["verdict"]
+        assert f"run {r['run']} here: {verdict}" in proc.stdout, proc.stdout
+        assert f"run {r['run']} here" in outs["md"] and verdict in outs["md"]
+    figs = _figures(outs["html"])
+    assert len(figs) == 2 and all("Relu" in _svg_text(f) for f in figs.values())
     # The requests as the runner builds them: ops on this machine's runs, absent (None) on the server's.
     c = load(str(campaign["tmp"] / "c.toml"))
     here, srv = c.targets
@@ -164,6 +172,23 @@ def test_ops_against_a_kserve_server_is_refused_in_one_line_before_anything(tmp_
              "NVIDIA GPU (device=cuda) has no per-op profile")  # fmt: skip
 
 
+def test_a_one_off_run_with_ops_prints_stores_and_draws_its_profile(tmp_path):
+    """`edge-bench run --target local: --ops --html F --json F`, end to end: the board's bench profiles the model
+    (edge_runtime.measure.ops_section), the JSON keeps the section, the terminal says the verdict once, the HTML
+    draws it with the verdict as the caption."""
+    need("onnxruntime")
+    j, h = tmp_path / "r.json", tmp_path / "r.html"
+    proc = edge_bench("run", "--target", "local:", "--model", str(DIGITS), "--iterations", "40", "--warmup", "2",
+                      "--ops", "--store", str(tmp_path / "s.sqlite"), "--json", str(j), "--html", str(h))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    section = json.loads(j.read_text())["ops"]
+    assert section["schema"] == "edge-runtime/ops/1" and section["verdict"].startswith("CPU only"), section
+    assert proc.stdout.count(section["verdict"]) == 1, proc.stdout
+    (fig,) = _figures(h.read_text()).values()
+    assert _caption(fig) == section["verdict"]
+    assert section["ops"][0]["name"] in _svg_text(fig)
+
+
 # ---------------------------------------------------------------------------------------------- the HTML chart
 def _with(campaign, ops: dict) -> dict:
     """A real bench result of this campaign (this machine's run) carrying `ops`."""
@@ -174,6 +199,10 @@ def _with(campaign, ops: dict) -> dict:
 
 def _figures(text: str) -> dict[str, str]:
     return dict(re.findall(r'<figure id="(ops-\d+)"[^>]*>(.*?)</figure>', text, flags=re.S))
+
+
+def _caption(figure: str) -> str:
+    return htmllib.unescape(re.search(r"<figcaption>(.*?)</figcaption>", figure, flags=re.S).group(1))
 
 
 def _svg_text(figure: str) -> str:
@@ -196,8 +225,7 @@ def test_the_html_draws_each_runs_ops_and_marks_the_fallback(campaign, profiles)
     assert "t-none" not in section and all(f"t-{k}" in section for k in kinds)
     for i, k in enumerate(kinds, 1):
         fig, summary = figs[f"ops-{i}"], profiles[k]
-        caption = htmllib.unescape(re.search(r"<figcaption>(.*?)</figcaption>", fig, flags=re.S).group(1))
-        assert caption == summary["verdict"]
+        assert _caption(fig) == summary["verdict"]
         if k == "placement":
             assert "<svg" not in fig and ops.NO_TIMES in fig  # no bars without times
             marked = re.findall(r'<tr class="fallback"><td>([^<]*)</td><td>([^<]*)</td>', fig)
