@@ -4,7 +4,8 @@ In this order: the answer (per model and scenario, the targets ranked), the runs
 quality warnings, the edge-versus-server comparison (when a board and a server ran one model), the SLO verdicts,
 three plots with stable ids (`<figure id="cdf">`: latency percentiles per run, HdrHistogram style; `id="timeline"`:
 latency windows over the run with temperature and CPU frequency on a second axis; `id="percentiles"`: p50 to max side
-by side) and each distinct environment once. It must never reach the network
+by side), per run with a per-op profile its op chart (bench.report.ops: `<figure id="ops-N">`) and each distinct
+environment once. It must never reach the network
 (no script, no external style, font or image; a Content-Security-Policy says so to the browser), never import
 matplotlib before `render` or `require` is called, and escape every string that came from a user or a board.
 """
