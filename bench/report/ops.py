@@ -83,7 +83,9 @@ def markdown(named: list[tuple[str, dict | None]], skipped: list[tuple[str, str]
 
 
 def _md(s: str) -> str:
-    return s.replace("|", "\\|").replace("*", "\\*").replace("_", "\\_")
+    from bench.report.cells import md_text  # names are shown, never run (a board's `|`, tags, links)
+
+    return md_text(s)
 
 
 def html_section(named: list[tuple[str, dict | None]], skipped: list[tuple[str, str]] | None = None) -> str:
