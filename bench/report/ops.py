@@ -169,13 +169,16 @@ def _placement(fig_id: str, ops: dict) -> str:
     body = []
     for r in rows:
         fb = is_fallback(r, target)
-        cells = [r.get("name"), r.get("type"), r.get("where"), r.get("kernel"), r.get("precision"),
-                 f"{r.get('status')}" + (" (fallback: not on the target)" if fb else "")]  # fmt: skip
+        mark = f"fallback: not on {target}"
+        status = (
+            str(r.get("status")) if not fb else mark if r.get("status") == "fallback" else f"{r.get('status')}; {mark}"
+        )
+        cells = [r.get("name"), r.get("type"), r.get("where"), r.get("kernel"), r.get("precision"), status]
         tds = "".join(f"<td>{e('-' if c is None else str(c))}</td>" for c in cells)
         body.append(f'<tr class="fallback">{tds}</tr>' if fb else f"<tr>{tds}</tr>")
     parts = ", ".join(f"{p.get('where')}: {p.get('ops')} op(s)" for p in ops.get("partitions") or [])
-    said = (f"{NO_TIMES} ({ops.get('time_source')}): the ops by where they ran, on target {target}; partitions: "
-            f"{parts or 'none'}")  # fmt: skip
+    said = (f"{NO_TIMES} ({ops.get('time_source')}): the ops by where they ran, on target {target}, those "
+            f"elsewhere (fallback) in red; partitions: {parts or 'none'}")  # fmt: skip
     notes = "".join(f"<li>{e(str(n))}</li>" for n in ops.get("notes") or [])
     return (f'<figure id="{fig_id}" class="placement"><p class="note">{e(said)}</p><table>{head}{"".join(body)}'
             f'</table><figcaption>{e(str(ops.get("verdict") or "?"))}</figcaption>'

@@ -230,6 +230,7 @@ def test_the_html_draws_each_runs_ops_and_marks_the_fallback(campaign, profiles)
             assert "<svg" not in fig and ops.NO_TIMES in fig  # no bars without times
             marked = re.findall(r'<tr class="fallback"><td>([^<]*)</td><td>([^<]*)</td>', fig)
             assert [t for _, t in marked] == sorted(summary["fallback"]["types"])  # CUMSUM, the op on CPU
+            assert fig.count(f"fallback: not on {summary['target']}") == len(marked)  # said in words, not colour only
             continue
         drawn = _svg_text(fig)
         names = [r["name"] for r in summary["ops"] if r["share"] is not None][: ops.MAX_BARS]
