@@ -10,7 +10,7 @@
   result is not lost to the profiler.
 
 Never: run anything of this inside the timed loop, or import edge_runtime.ops when the request does not ask for ops
-(tests/runtime/test_bench_ops.py checks both: the loop's calls are the same with ops on and off, and `bench` without
+(tests/measure/test_bench_ops.py checks both: the loop's calls are the same with ops on and off, and `bench` without
 --ops imports no edge_runtime.ops module).
 """
 
