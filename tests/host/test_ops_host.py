@@ -284,3 +284,26 @@ def test_compare_is_not_moved_by_an_ops_section(campaign, profiles, tmp_path):
         assert answers[0][key] == answers[1][key], key
     proc = edge_bench("compare", "--a", str(a), str(with_ops), "--b", str(b), "--store", str(store), "--json", "-")
     assert proc.returncode in (0, 1), proc.stderr  # pooled with a run without ops: one configuration
+
+
+def test_a_model_with_more_ops_than_bars_draws_the_rest_as_one_bar():
+    """OpenVINO's MobileNet has more timed ops than a chart draws: the rest are one bar, and the bars (ops, the rest,
+    the overhead) still make up the profiled run; ops a bench result left out (its slowest 200 are kept) count in
+    the rest too."""
+    need("openvino")
+    from bench.report import ops
+    from edge_runtime.ops.profile import profile_model
+
+    section = profile_model(MODELS / "mobilenet_v1_025_vww" / "mobilenet_v1_025_vww_int8.xml", **FEW).summary()
+    timed = [r for r in section["ops"] if r["share"] is not None and r["status"] != "overhead"]
+    assert len(timed) > ops.MAX_BARS
+    cut = {**section, "ops": timed[: ops.MAX_BARS + 5] + section["ops"][-1:]}  # as if the result kept 35 ops
+    for shown in (section, cut):
+        drawn = ops.bars(shown)
+        listed = [r for r in shown["ops"] if r["status"] != "overhead"]
+        beyond = len([r for r in listed if r["share"] is not None]) - ops.MAX_BARS
+        assert [b[0] for b in drawn if b[0].endswith("more ops)")] == [
+            f"({beyond + section['ops_total'] - len(listed)} more ops)"
+        ]
+        assert sum(b[1] for b in drawn) == pytest.approx(1.0, abs=1e-3)
+        assert drawn[-1][0] == "(overhead)" and len(drawn) == ops.MAX_BARS + 2
