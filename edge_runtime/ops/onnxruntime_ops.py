@@ -12,8 +12,8 @@ Facts this rests on (research 29, section 2; onnxruntime 1.31):
   one partition here. Where the call is missing (older ORT) the providers in the trace stand in.
 - A compiling provider's subgraph (OpenVINO's, through the onnxruntime-ep-openvino plugin) is ONE node to the
   profiler, op_name `<provider>_<hash>_<k>`: its time covers every op in it, none alone. Its k-th subgraph is the
-  provider's k-th in the graph assignment (checked on Add -> FastGelu -> Mul and resnet8): the row says how many
-  ops it holds.
+  provider's k-th in the graph assignment, both in the order the graph runs (checked on resnet8 and on graphs whose
+  subgraphs of 1 and 3 ops, and 2 and 1, stand either side of FastGelu): the row says how many ops it holds.
 - Copies: Memcpy* nodes (an EP with its own memory) and ReorderInput/ReorderOutput (NCHWc layout changes). The
   OpenVINO plugin on CPU works in host memory: ONNX Runtime inserts no Memcpy around its subgraphs (0 copies).
 - The profiler keeps at most a million events: the profiled runs are bounded to fit.
