@@ -41,6 +41,10 @@ ALLOWED = {
             "serve", "program", "ops", "__init__"},
     "__init__": {"errors", "runtime"},
 }
+# Modules that reach a layer their own may not, each for a stated reason. bench --ops (issue 29): ops profiles with
+# measure's loop, and the bench's own run (here, or in the agent's child) profiles with ops after its timed loop:
+# this one module is that bridge, importing ops lazily and only when a request asks for ops.
+BRIDGES = {"edge_runtime.measure.ops_section": {"ops"}}
 MAX_LINES = 400
 
 
@@ -87,7 +91,8 @@ def test_layers_import_one_way():
         mine = part(module)
         for dep in deps:
             theirs = part(dep)
-            if theirs != mine and theirs not in ALLOWED[mine] and dep != "edge_runtime":
+            allowed = ALLOWED[mine] | BRIDGES.get(module, set())
+            if theirs != mine and theirs not in allowed and dep != "edge_runtime":
                 wrong.append(f"{module} -> {dep}")
             if dep == "edge_runtime" and mine not in ("cli", "measure", "agent", "serve"):  # the package: __version__
                 wrong.append(f"{module} -> edge_runtime (the package: import what you need from its module)")

@@ -70,9 +70,11 @@ def queries_split(samples_per_query: int, batch: int) -> int:
     return samples_per_query // batch
 
 
-def bind_batch(session, feeds: Mapping[str, np.ndarray], batch: int, model: str) -> None:
-    """Bind `feeds` to `session` as batches of `batch` samples (checked against the model's inputs first)."""
+def bind_batch(session, feeds: Mapping[str, np.ndarray], batch: int, model: str) -> Mapping[str, np.ndarray]:
+    """Bind `feeds` to `session` as batches of `batch` samples (checked against the model's inputs first); returns
+    what was bound (a second session of the same model gets the same: `bench --ops`)."""
     if batch > 1:
         check_batch(session.inputs, batch, model)
         feeds = batched(feeds, batch)
     session.bind(feeds)
+    return feeds

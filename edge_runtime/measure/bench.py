@@ -36,6 +36,9 @@ from edge_runtime.measure.batch import bind_batch
 from edge_runtime.measure.corunners import CoRunner
 from edge_runtime.measure.interference import counters, interference_section
 from edge_runtime.measure.loop import Measurement, StopRequest, hdr_log_text, measure
+from edge_runtime.measure.ops_section import check as check_ops
+from edge_runtime.measure.ops_section import profile_after
+from edge_runtime.measure.ops_section import warning as ops_warning
 from edge_runtime.measure.prepare import Prepared, prepare, refused_record
 from edge_runtime.measure.request import BenchRequest
 from edge_runtime.measure.scenario import saturation_text, scenario_section
@@ -114,6 +117,7 @@ class _Measured:
     extra_packages: list[str] = field(default_factory=list)
     open_loop: object = None  # an open-loop scenario's OpenLoopRun
     plan: object = None  # and its schedule.Plan
+    ops: dict | None = None  # the `ops` section (bench --ops: measure/ops_section.py)
 
 
 def run_bench(
@@ -138,6 +142,8 @@ def run_bench(
     if (request.concurrency or 1) > 1:
         raise UserError(f"concurrency {request.concurrency}: a board runs one query at a time on its pinned CPUs "
                         "(concurrency goes with server targets)")  # fmt: skip
+    if request.ops:  # before anything loads: a backend or option `ops` cannot profile is refused in one line
+        check_ops(request)
     say = progress or (lambda _msg: None)
     hdr_out = plan_output("hdr_log", hdr_log) if isinstance(hdr_log, str) else hdr_log
     if hdr_out is not None:
@@ -202,7 +208,7 @@ def _measure(
                 f"{request.model_sha256[:12]}..."
             )
         given = feeds(session) if feeds is not None else random_feeds(session.inputs, request.seed)[0]
-        bind_batch(session, given, request.batch or 1, request.model)  # N samples per inference (measure/batch.py)
+        bound = bind_batch(session, given, request.batch or 1, request.model)  # N samples per inference (batch.py)
         session.run()  # backend pools exist after one call
         tid = threading.get_native_id()
         if request.rt_priority:
@@ -270,8 +276,9 @@ def _measure(
         threads = [t for t in own_threads() if t.tid != sampler.tid]
         model, backend = session.model, session.backend
         dists = session.distributions
+        ops = profile_after(request, session, bound, m, stop, say) if request.ops else None  # after the loop, not in it
     got = _Measured(m, marks, threads, model, backend, sampler, corunner.describe(), corunner.ended_early, dists)
-    got.open_loop, got.plan = open_loop, plan
+    got.open_loop, got.plan, got.ops = open_loop, plan, ops
     return got
 
 
@@ -303,6 +310,8 @@ def _build(request: BenchRequest, root: SystemRoot, prep: Prepared, got: _Measur
     saturated = saturation_text(scenario or {})
     if saturated:
         warnings.append(saturated)
+    if ops_warning(got.ops):
+        warnings.append(ops_warning(got.ops))
     aborted = _aborted(m, stop, prep, sampler)
     if aborted is not None:
         what = (
@@ -347,6 +356,7 @@ def _build(request: BenchRequest, root: SystemRoot, prep: Prepared, got: _Measur
         scenario=scenario,
         timeline_us=latency_timeline(m),
         histogram_us=histogram_us(m.samples_ns),
+        ops=got.ops,
     )
 
 
@@ -361,4 +371,3 @@ def _aborted(m: Measurement, stop: StopRequest | None, prep: Prepared, sampler: 
     where = "" if phase == "measure" else f" during {phase}"
     reason = f"thermal limit {prep.limit_c:g} C exceeded{where} ({sampler.over_limit_c:.1f} C)"
     return Aborted("thermal", reason, None, at_s, partial, phase)
-

@@ -73,8 +73,8 @@ def check_options(options: dict[str, str] | None) -> None:
 
     if any(k.upper() == "PERF_COUNT" for k in options or {}):
         raise UsageError(
-            "--option PERF_COUNT: edge-runtime ops turns OpenVINO's counters on itself, on a second compiled model "
-            "(the timed one runs without them)"
+            "--option PERF_COUNT: edge-runtime ops (and bench --ops) turns OpenVINO's counters on itself, on a second "
+            "compiled model (the timed one runs without them)"
         )
 
 

@@ -1,4 +1,5 @@
-"""`profile_model()`: the whole of `edge-runtime ops` below the command line.
+"""`profile_model()`: the whole of `edge-runtime ops` below the command line; `profile_loaded()`: its second half, for
+a caller that has loaded, bound and timed the session itself (`bench --ops`, measure/ops_section.py).
 
 First the timed session (profiling off, `load()` as `run` and `bench` do it: crash check, pinning, the truth about
 what runs), measured by bench's loop; then the engine's module profiles a second session of the same model, options
@@ -61,8 +62,7 @@ def profile_model(
     from edge_runtime.runtime.load import load
 
     name = engine_for(model, load_kwargs.get("backend"))
-    engine = importlib.import_module(ENGINES[name])
-    engine.check_options(load_kwargs.get("options"))
+    importlib.import_module(ENGINES[name]).check_options(load_kwargs.get("options"))
     session = load(model, **{**load_kwargs, "backend": name})
     with session:
         inputs = dict(feeds(session)) if feeds is not None else random_feeds(session.inputs, seed)[0]
@@ -70,10 +70,17 @@ def profile_model(
         timed = measure(session.runner(), iterations=iterations, warmup=warmup)
         stats = summarize(timed.samples_ns)
         total = {k: round(stats[k], 3) for k in ("p50", "mean", "p99")}
-        profile = engine.profile(session, inputs, iterations=iterations, warmup=warmup)
-        backend = session.backend
-        model_doc = {"path": str(session.model.path), "sha256": session.model.sha256, "format": session.model.format}
-    return build_report(profile, backend, model_doc, total)
+        return profile_loaded(session, inputs, total, iterations=iterations, warmup=warmup)
+
+
+def profile_loaded(session, inputs: Mapping, total_us: Mapping, *, iterations: int, warmup: int) -> OpsReport:
+    """The report for a session the caller has loaded, bound to `inputs` and timed with profiling off (`total_us`:
+    its {p50, mean, p99}): the engine's module profiles a second session of the same model, options and inputs
+    (`bench --ops` calls this after its timed loop has ended). The caller's session is never profiled."""
+    engine = importlib.import_module(ENGINES[session.backend.name])
+    profile = engine.profile(session, dict(inputs), iterations=iterations, warmup=warmup)
+    model_doc = {"path": str(session.model.path), "sha256": session.model.sha256, "format": session.model.format}
+    return build_report(profile, session.backend, model_doc, dict(total_us))
 
 
 def build_report(profile, backend, model_doc: dict, total: dict) -> OpsReport:

@@ -120,6 +120,12 @@ def add_bench_arguments(p) -> None:
     )
     p.add_argument("--hdr-log", type=path_arg, metavar="FILE", help="write an HdrHistogram interval log (values in ns)")
     p.add_argument(
+        "--ops",
+        action="store_true",
+        help="after the timed loop, profile a second session of the model: where each op ran and what it cost "
+        "(the result's ops section; see edge-runtime ops)",
+    )
+    p.add_argument(
         "--thermal-limit",
         type=celsius,
         metavar="C",
@@ -170,6 +176,7 @@ def request_from_args(args):
         cooldown_to_c=args.cooldown_to,
         cooldown_timeout_s=args.cooldown_timeout,
         sample_interval_s=args.sample_interval,
+        ops=True if args.ops else None,  # off is left out of the request (an older agent still reads it)
         **scenario_fields(args),
     )
 

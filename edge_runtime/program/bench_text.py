@@ -139,10 +139,50 @@ def _tail_lines(r: dict) -> list[str]:
             f"observed     {env.get('board') or 'unknown board'} (kernel {env.get('kernel') or '?'}) from the tree "
             f"{env['sysroot']}; the model ran on this machine (kernel {env['measured_on']['kernel']})"
         )
+    lines += ops_lines(r.get("ops"))
     q = r["quality"]
     verdict = {True: "UNSTABLE", False: "stable", None: "stability unknown"}[q["unstable"]]
     lines.append(f"quality      {verdict}; percentiles: nearest rank")
     lines += [f"warning      {w}" for w in q["warnings"]]
+    return lines
+
+
+def _counted(c: dict) -> str:
+    if not c.get("count"):
+        return "none"
+    return f"{c['count']} ({', '.join(f'{t} {n}' for t, n in c['types'].items())})"
+
+
+def _pct(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.1f}%"
+
+
+def ops_lines(ops: dict | None, slowest: int = 5) -> list[str]:
+    """A result's `ops` section (bench --ops) in a few lines: the verdict, partitions, fallback op types, copies, the
+    delegated share, the time split with the profiler's cost, and the slowest ops."""
+    if not ops:
+        return []
+    if "error" in ops:
+        return [f"ops          {ops['error']}"]
+    parts = ", ".join(f"{p['where']} {p['ops']} op{'' if p['ops'] == 1 else 's'}" for p in ops["partitions"]) or "none"
+    placed = f"partitions: {parts}; fallback: {_counted(ops['fallback'])}; copies: {_counted(ops['copies'])}"
+    if ops.get("delegated_share") is not None:
+        placed += f"; {_pct(ops['delegated_share'])} of the time on {ops['target']}"
+    lines = [f"ops          {ops['verdict']}", f"             {placed}"]
+    if ops.get("profiled_us") is None:
+        lines.append(f"             per-op times: {ops['time_source']} (no op profiler for this engine)")
+        return lines
+    cost = ops.get("profiling_overhead_pct")
+    lines.append(
+        f"             profiled {ops['profiled_us']:.1f} us a run ({ops['runs']} runs) = ops {ops['named_us']:.1f} "
+        f"+ overhead {ops['overhead_us']:.1f} us; the profiler's cost on p50 "
+        + ("unknown" if cost is None else f"{cost:+.1f}%")
+    )
+    rows = [o for o in ops["ops"] if o["status"] != "overhead" and o["mean_us"] is not None][:slowest]
+    for o in rows:
+        lines.append(
+            f"  slowest    {o['mean_us']:8.1f} us {_pct(o['share']):>6}  {o['type']:<16} {o['name']} ({o['where']})"
+        )
     return lines
 
 
