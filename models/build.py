@@ -12,8 +12,9 @@ The four MLPerf Tiny shapes are not trained: they carry seeded random weights an
 manifest says so. `digits_cnn` is trained on scikit-learn's bundled digits (no download) and its held-out split is kept
 next to it for accuracy tests.
 
-Beside them, the per-op placement model (models/partial_tflite.py: ADD -> CUMSUM -> MUL, which XNNPACK takes only in
-part) is written without TensorFlow; `--placement-only` writes it and its manifest entry alone.
+Beside them, the per-op placement models (models/partial_tflite.py: ADD -> CUMSUM -> MUL, which XNNPACK takes only in
+part; models/partial_onnx.py: Add -> FastGelu -> Mul, which OpenVINO's onnxruntime provider takes only in part) are
+written without TensorFlow; `--placement-only` writes them and their manifest entries alone.
 """
 
 from __future__ import annotations
@@ -769,6 +770,7 @@ def provenance(key: str, name: str) -> tuple[str, str, str]:
         ),
         "int8_dynamic_onnx": ("onnx", "int8", derived),
         "placement_tflite": ("tflite", "fp32", placement_model().PROVENANCE),
+        "placement_onnx": ("onnx", "fp32", placement_model("partial_onnx").PROVENANCE),
         "int8_dynamic_ir": (
             "openvino",
             "int8",
@@ -846,31 +848,55 @@ def write_manifest(results: list[dict], outdir: Path) -> None:
     (outdir / "manifest.toml").write_text("\n".join(lines))
 
 
-# ------------------------------------------------------------------------------------------------- placement model
-def placement_model():
-    """models/partial_tflite.py: the per-op placement model (issue 29), built without TensorFlow."""
-    sys.path.insert(0, str(HERE))
-    import partial_tflite
+# ------------------------------------------------------------------------------------------------ placement models
+# models/partial_*.py -> (its manifest key, the comment above its entry): the per-op placement models (issue 29).
+PLACEMENT = {
+    "partial_tflite": (
+        "placement_tflite",
+        "# Not a reference network (no [[model]] entry): the per-op placement model, XNNPACK takes no CUMSUM.",
+    ),
+    "partial_onnx": (
+        "placement_onnx",
+        "# Not a reference network (no [[model]] entry): the per-op placement model, OpenVINO's onnxruntime provider "
+        "takes no FastGelu.",
+    ),
+}
 
-    return partial_tflite
+
+def placement_model(module: str = "partial_tflite"):
+    """models/partial_tflite.py or models/partial_onnx.py: a per-op placement model (issue 29), built without
+    TensorFlow."""
+    sys.path.insert(0, str(HERE))
+    import importlib
+
+    return importlib.import_module(module)
 
 
 def placement_lines(outdir: Path) -> list[str]:
-    """Its [[artifact]] entry, after every reference model's: an artifact with no [[model]] entry (it is no network)."""
-    pm = placement_model()
-    head = "# Not a reference network (no [[model]] entry): the per-op placement model, XNNPACK takes no CUMSUM."
-    return [head, *artifact_lines(pm.MODEL, "placement_tflite", outdir / pm.FILE, outdir, 0)]
+    """Their [[artifact]] entries, after every reference model's: artifacts with no [[model]] entry (no network)."""
+    lines = []
+    for module, (key, head) in PLACEMENT.items():
+        pm = placement_model(module)
+        lines += [head, *artifact_lines(pm.MODEL, key, outdir / pm.FILE, outdir, 0)]
+    return lines
+
+
+def write_placement_models(outdir: Path, log) -> None:
+    """Write every placement model under `outdir`."""
+    for module in PLACEMENT:
+        pm = placement_model(module)
+        log(f"  {pm.MODEL}: wrote {pm.write(outdir).name}")
 
 
 def write_placement_only(outdir: Path, log) -> None:
-    """`--placement-only`: write the placement model and put its entry in outdir/manifest.toml in place of the old
-    one (at the end, where write_manifest puts it), leaving every other entry as it is; no TensorFlow needed."""
-    pm = placement_model()
-    path = pm.write(outdir)
-    log(f"  {pm.MODEL}: wrote {path.name}")
+    """`--placement-only`: write the placement models and put their entries in outdir/manifest.toml in place of the
+    old ones (at the end, where write_manifest puts them), leaving every other entry as it is; no TensorFlow
+    needed."""
+    write_placement_models(outdir, log)
+    files = {toml_value(placement_model(m).FILE) for m in PLACEMENT}
     manifest = outdir / "manifest.toml"
     chunks = manifest.read_text().rstrip("\n").split("\n\n")  # entries are separated by one blank line
-    chunks = [c for c in chunks if f"file = {toml_value(pm.FILE)}" not in c.split("\n")]
+    chunks = [c for c in chunks if not any(f"file = {f}" in c.split("\n") for f in files)]
     chunks.append("\n".join(placement_lines(outdir)).rstrip("\n"))
     manifest.write_text("\n\n".join(chunks) + "\n")
 
@@ -997,8 +1023,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--placement-only",
         action="store_true",
-        help="write only the per-op placement model (models/partial_tflite.py) and its manifest entry: needs "
-        "ai-edge-litert, not TensorFlow",
+        help="write only the per-op placement models (models/partial_tflite.py, models/partial_onnx.py) and their "
+        "manifest entries: needs ai-edge-litert and onnx, not TensorFlow",
     )
     args = ap.parse_args(argv)
     names = args.only or ["digits_cnn", *MLPERF_TINY]
@@ -1016,7 +1042,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.placement_only:
         write_placement_only(args.out, log)
-        log(f"wrote {args.out / 'manifest.toml'} (the placement model's entry)")
+        log(f"wrote {args.out / 'manifest.toml'} (the placement models' entries)")
         return 0
 
     import tensorflow as tf
@@ -1027,7 +1053,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, name in enumerate(names, 1):
         log(f"[{i}/{len(names)}] {name}")
         results.append(build_one(name, args.out, log, args.retrain))
-    log(f"  {placement_model().MODEL}: wrote {placement_model().write(args.out).name}")
+    write_placement_models(args.out, log)
     write_manifest(results, args.out)
     for r in results:
         if r["accuracy"]:

@@ -123,7 +123,7 @@ def render(report) -> str:
     parts = "; ".join(f"{p.where} {p.ops} ops" for p in report.partitions) or "none"
     lines.append(f"partitions  {len(report.partitions)}: {parts}")
     lines.append(f"fallback    {_counted(report.fallback)}")
-    lines.append(f"copies      {_counted(report.copies)}")
+    lines.append(f"copies      {_counted(report.copies, '0')}")
     t = report.total_us
     lines.append(f"total       p50 {t['p50']:.1f} us, mean {t['mean']:.1f} us, p99 {t['p99']:.1f} us (profiling off)")
     if report.profiled_us is not None:

@@ -6,8 +6,9 @@ enters the first session or its loop. One module per engine, found by the backen
 is refused in one line.
 
 LiteRT is placement only (litert_ops.py: the DELEGATE nodes of the run's interpreter; no op profiler in its
-Python package). Still to come (issue 29): OpenVINO HETERO/AUTO
-per-node affinity as partitions; a real ONNX Runtime partial placement test (onnxruntime-ep-openvino, FastGelu).
+Python package). ONNX Runtime's partial case: OpenVINO's provider (the onnxruntime-ep-openvino plugin) on the
+reference model models/partial_fastgelu, FastGelu on the CPU between two OpenVINO subgraphs, its share measured.
+Still to come (issue 29): OpenVINO HETERO/AUTO per-node affinity as partitions.
 """
 
 from edge_runtime.ops.profile import ENGINES, profile_model

@@ -2,13 +2,20 @@
 
 ONNX Runtime itself falls back to CPU when an execution provider fails to initialise (it only logs). We compare the
 providers the session really got with the ones asked for, so such a fallback is an error or a reported fallback.
+
+A provider the onnxruntime wheel does not build in may come as a plugin library in its own package (PLUGINS: the
+OpenVINO provider is `onnxruntime-ep-openvino`, extra `onnxruntime-openvino-ep`): registered with ONNX Runtime once
+per process and added to the session by device (SessionOptions.add_provider_for_devices), the nodes it does not take
+left to the CPU provider.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import re
+from collections.abc import Callable
 
 import numpy as np
 
@@ -38,6 +45,15 @@ PROVIDERS = {
 _SESSION_KEY = re.compile(r"session(\.[a-z0-9_]+)+")
 # TensorRT needs CUDA for the nodes it does not take.
 _COMPANIONS = {"TensorrtExecutionProvider": ["CUDAExecutionProvider"]}
+# Providers that come as plugin libraries (onnxruntime.ai/docs/execution-providers/plugin-ep-libraries), used where the
+# onnxruntime wheel does not build them in: provider -> (Python module, its pip distribution, edge-runtime's extra).
+# The module's get_library_path() names the library. onnxruntime-ep-openvino bundles its own OpenVINO runtime: it
+# loads beside the `openvino` package in one process (both 2026.4.1 here, either first: research 29).
+PLUGINS = {
+    "OpenVINOExecutionProvider": ("onnxruntime_ep_openvino", "onnxruntime-ep-openvino", "onnxruntime-openvino-ep"),
+}
+# The plugin providers this process registered (ONNX Runtime refuses a second registration under one name).
+_REGISTERED: set[str] = set()
 
 _DTYPES = {
     "tensor(float)": np.float32,
@@ -82,6 +98,55 @@ def _tensor_info(node, model: ModelFile, kind: str) -> TensorInfo:
     return TensorInfo(node.name, _shape(node.shape), np.dtype(dtype))
 
 
+def _installed(provider: str) -> bool:
+    """Whether `provider`'s plugin package is installed (its module found, not imported)."""
+    import importlib.util
+
+    return importlib.util.find_spec(PLUGINS[provider][0]) is not None
+
+
+def plugin_devices(ort, provider: str, device_type: str | None) -> tuple[list, str | None]:
+    """(the OrtEpDevices to add for `provider`'s plugin, None) with its library registered, or ([], why not): the
+    package is not installed, does not register, or offers no device (`device_type`: the plugin's device, e.g. CPU
+    or GPU for OpenVINO; else its first)."""
+    module, dist, extra = PLUGINS[provider]
+    try:
+        pkg = importlib.import_module(module)
+    except ImportError:
+        available = ", ".join(ort.get_available_providers())
+        return [], (
+            f"onnxruntime {ort.__version__} has no {provider} here (available: {available}) and its plugin is not "
+            f"installed (pip install 'edge-runtime[{extra}]', which installs {dist})"
+        )
+    if not hasattr(ort, "register_execution_provider_library"):
+        return [], f"onnxruntime {ort.__version__} cannot load {dist}: plugin providers need onnxruntime 1.22 or later"
+    if provider not in _REGISTERED:
+        if not any(d.ep_name == provider for d in ort.get_ep_devices()):  # else registered by someone else
+            try:
+                ort.register_execution_provider_library(provider, pkg.get_library_path())
+            except Exception as err:  # noqa: BLE001 - any failure of a vendor library is the device's, said in one line
+                msg = " ".join(str(err).split())[:300]
+                return [], f"{dist} did not register with onnxruntime {ort.__version__}: {msg}"
+        _REGISTERED.add(provider)
+    devices = [d for d in ort.get_ep_devices() if d.ep_name == provider]
+    if device_type:
+        devices = [d for d in devices if str(d.ep_metadata.get("ov_device", "")).upper() == device_type.upper()]
+    if not devices:
+        return [], f"{dist} offers no {device_type or ''} device for {provider} here".replace("  ", " ")
+    return devices[:1], None
+
+
+def _providers(provider: str, provider_options: dict[str, str]) -> list:
+    """The providers list of an InferenceSession: the one asked for with its options, its companions, then CPU."""
+    wanted = [provider, *_COMPANIONS.get(provider, [])]
+    providers: list = [(p, provider_options) if p == provider and p != "CPUExecutionProvider" else p for p in wanted]
+    if "device_id" in provider_options and len(wanted) > 1:  # TensorRT's CUDA companion runs on the same GPU
+        providers[1] = (wanted[1], {"device_id": provider_options["device_id"]})
+    if "CPUExecutionProvider" not in wanted:
+        providers.append("CPUExecutionProvider")
+    return providers
+
+
 class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
     extra = "onnxruntime"
@@ -97,15 +162,27 @@ class OnnxRuntimeBackend(Backend):
         ort = import_ort()
         available = ort.get_available_providers()
         devices = [d for d, p in PROVIDERS.items() if p in available]
+        # A plugin that is installed but not registered yet (found without loading its library).
+        plugins = [d for d, p in PROVIDERS.items() if p in PLUGINS and p not in available and _installed(p)]
+        summary = f"providers: {', '.join(available)}"
+        if plugins:
+            summary += "; plugins: " + ", ".join(f"{PROVIDERS[d]} ({PLUGINS[PROVIDERS[d]][1]})" for d in plugins)
         return {
             "version": ort.__version__,
-            "devices": devices,
+            "devices": devices + plugins,
             "providers": available,
-            "summary": f"providers: {', '.join(available)}",
+            "summary": summary,
         }
 
-    def __init__(self, model: ModelFile, options: LoadOptions) -> None:
+    def __init__(
+        self, model: ModelFile, options: LoadOptions, *, configure: Callable[[object], None] | None = None
+    ) -> None:
+        """Load `model` on the provider `options.device` names. `configure`, when given, is called with each
+        onnxruntime.SessionOptions after this backend has set it and before a session is made from it (the first try
+        and a CPU fallback's alike): the public way to set what no flag reaches (edge_runtime.ops turns the profiler
+        on with it)."""
         ort = self._ort = import_ort()
+        self._configure = configure
         device = (options.device or "cpu").lower()
         provider = PROVIDERS.get(device)
         if provider is None:
@@ -115,7 +192,68 @@ class OnnxRuntimeBackend(Backend):
             )
         if options.delegate:
             raise DeviceError("onnxruntime takes no --delegate (delegates are TFLite's)", hint="use --device PROVIDER")
+        so, provider_options = self._session_options(options)
+        if provider_options and provider == "CPUExecutionProvider":
+            raise DeviceError(
+                f"onnxruntime option(s) {', '.join(map(repr, provider_options))}: the CPU provider takes no options",
+                hint="session config entries start with 'session.', e.g. session.intra_op.allow_spinning=0",
+            )
 
+        self.fallback_reason = None
+        plugin = False  # the provider's devices added to `so` (a plugin): the session then takes no provider list
+        if provider != "CPUExecutionProvider":
+            available = ort.get_available_providers()
+            if provider in PLUGINS and (provider not in available or provider in _REGISTERED):
+                devices, why = plugin_devices(ort, provider, provider_options.pop("device_type", None))
+                if why is None:
+                    so.add_provider_for_devices(devices, provider_options)
+                    plugin = True
+                else:
+                    self.refuse_or_fallback(options, why)
+                    provider = "CPUExecutionProvider"
+            elif provider not in available:
+                self.refuse_or_fallback(
+                    options, f"onnxruntime {ort.__version__} has no {provider} here (available: {', '.join(available)})"
+                )
+                provider = "CPUExecutionProvider"
+            if provider == "CPUExecutionProvider":
+                so, _ = self._session_options(options)  # a fresh one: no plugin device left in it
+        providers = None if plugin else _providers(provider, provider_options)
+        try:
+            self._session = self._create(model, so, providers, provider)
+        except DeviceError as err:
+            self.refuse_or_fallback(options, err.message)
+            provider = "CPUExecutionProvider"
+            so, _ = self._session_options(options)
+            self._session = self._create(model, so, ["CPUExecutionProvider"], provider)
+        got = self._session.get_providers()
+        if got[0] != provider:
+            # ORT logs a provider that fails to start and goes on with the next one: make that visible.
+            self.refuse_or_fallback(options, f"{provider} failed to initialise; onnxruntime runs on {got[0]}")
+        by_provider = {p: d for d, p in PROVIDERS.items()}
+        self.device = by_provider.get(got[0], got[0])
+        self.details = {"provider": got[0], "providers": got}
+        if plugin and got[0] == provider:
+            self.details["plugin"] = PLUGINS[provider][1]
+
+        self.inputs = [_tensor_info(i, model, "input") for i in self._session.get_inputs()]
+        self.outputs = [_tensor_info(o, model, "output") for o in self._session.get_outputs()]
+        self._binding = self._session.io_binding()
+        self._out_arrays: list[np.ndarray | None] = []
+        self._dynamic_outputs = [o.name for o in self.outputs if None in o.shape]
+        for o in self.outputs:
+            if None in o.shape:  # dynamic: ORT allocates each run (rebound before each run, see run())
+                self._binding.bind_output(o.name, "cpu")
+                self._out_arrays.append(None)
+            else:
+                arr = np.empty(o.shape, dtype=o.dtype)
+                self._binding.bind_ortvalue_output(o.name, ort.OrtValue.ortvalue_from_numpy(arr))
+                self._out_arrays.append(arr)
+        self._bound: list[object] = [None] * len(self.inputs)
+
+    def _session_options(self, options: LoadOptions):
+        """(SessionOptions as the flags set them, the --option keys that are the provider's), `configure` applied."""
+        ort = self._ort
         so = ort.SessionOptions()
         so.log_severity_level = 4  # fatal only: errors reach the user as one line through our exceptions
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
@@ -148,63 +286,18 @@ class OnnxRuntimeBackend(Backend):
                 so.add_session_config_entry(key, str(value))
             else:
                 provider_options[key] = str(value)
-        if provider_options and provider == "CPUExecutionProvider":
-            raise DeviceError(
-                f"onnxruntime option(s) {', '.join(map(repr, provider_options))}: the CPU provider takes no options",
-                hint="session config entries start with 'session.', e.g. session.intra_op.allow_spinning=0",
-            )
+        if self._configure is not None:
+            self._configure(so)
+        return so, provider_options
 
-        self.fallback_reason = None
-        if provider != "CPUExecutionProvider":
-            available = ort.get_available_providers()
-            if provider not in available:
-                self.refuse_or_fallback(
-                    options, f"onnxruntime {ort.__version__} has no {provider} here (available: {', '.join(available)})"
-                )
-                provider = "CPUExecutionProvider"
-        wanted = [provider, *_COMPANIONS.get(provider, [])]
-        providers = [(p, provider_options) if p == provider and p != "CPUExecutionProvider" else p for p in wanted]
-        if "device_id" in provider_options and len(wanted) > 1:  # TensorRT's CUDA companion runs on the same GPU
-            providers[1] = (wanted[1], {"device_id": provider_options["device_id"]})
-        if "CPUExecutionProvider" not in wanted:
-            providers.append("CPUExecutionProvider")
-        try:
-            self._session = self._create(model, so, providers)
-        except DeviceError as err:
-            self.refuse_or_fallback(options, err.message)
-            provider = "CPUExecutionProvider"
-            self._session = self._create(model, so, ["CPUExecutionProvider"])
-        got = self._session.get_providers()
-        if got[0] != provider:
-            # ORT logs a provider that fails to start and goes on with the next one: make that visible.
-            self.refuse_or_fallback(options, f"{provider} failed to initialise; onnxruntime runs on {got[0]}")
-        by_provider = {p: d for d, p in PROVIDERS.items()}
-        self.device = by_provider.get(got[0], got[0])
-        self.details = {"provider": got[0], "providers": got}
-
-        self.inputs = [_tensor_info(i, model, "input") for i in self._session.get_inputs()]
-        self.outputs = [_tensor_info(o, model, "output") for o in self._session.get_outputs()]
-        self._binding = self._session.io_binding()
-        self._out_arrays: list[np.ndarray | None] = []
-        self._dynamic_outputs = [o.name for o in self.outputs if None in o.shape]
-        for o in self.outputs:
-            if None in o.shape:  # dynamic: ORT allocates each run (rebound before each run, see run())
-                self._binding.bind_output(o.name, "cpu")
-                self._out_arrays.append(None)
-            else:
-                arr = np.empty(o.shape, dtype=o.dtype)
-                self._binding.bind_ortvalue_output(o.name, ort.OrtValue.ortvalue_from_numpy(arr))
-                self._out_arrays.append(arr)
-        self._bound: list[object] = [None] * len(self.inputs)
-
-    def _create(self, model: ModelFile, so, providers):
+    def _create(self, model: ModelFile, so, providers, provider: str):
+        """The session; `providers` None where the provider's plugin devices are in `so`."""
         try:
             return self._ort.InferenceSession(str(model.path), sess_options=so, providers=providers)
         except Exception as err:
             msg = " ".join(str(err).split())
-            first = providers[0][0] if isinstance(providers[0], tuple) else providers[0]
-            if first != "CPUExecutionProvider" and ("ExecutionProvider" in msg or "provider" in msg.lower()):
-                raise DeviceError(f"onnxruntime could not start {first}: {msg[:300]}") from err
+            if provider != "CPUExecutionProvider" and ("ExecutionProvider" in msg or "provider" in msg.lower()):
+                raise DeviceError(f"onnxruntime could not start {provider}: {msg[:300]}") from err
             raise ModelError(f"model {str(model.path)!r}: onnxruntime cannot load it: {msg[:400]}") from err
 
     def bind_input(self, index: int, array: np.ndarray) -> None:
