@@ -9,6 +9,7 @@ from it, and `ops` sections from real engines on models/ files (edge_runtime.ops
 from __future__ import annotations
 
 import html as htmllib
+import importlib.util
 import json
 import re
 import subprocess
@@ -23,6 +24,7 @@ pytest.importorskip("matplotlib", reason="--html needs matplotlib: pip install '
 DIGITS = MODELS / "digits_cnn" / "digits_cnn_int8.onnx"
 RESNET = MODELS / "resnet8" / "resnet8_fp32.onnx"
 CUMSUM = MODELS / "partial_cumsum" / "partial_cumsum_fp32.tflite"
+PARTIAL = MODELS / "partial_fastgelu" / "partial_fastgelu_fp32.onnx"
 FEW = {"iterations": 20, "warmup": 2}  # the profile's own runs: the report needs rows, not precise times
 
 
@@ -40,8 +42,10 @@ def one_line(proc, *needles: str) -> str:
 
 @pytest.fixture(scope="module")
 def profiles():
-    """Real `ops` sections: ONNX Runtime on CPU (bars, all on the target), ONNX Runtime asked for CUDA and fallen
-    back to CPU (bars, every op elsewhere than the target), LiteRT's placement of the CUMSUM model (no times)."""
+    """Real `ops` sections: ONNX Runtime on CPU (bars, all on the target), ONNX Runtime's OpenVINO provider leaving
+    FastGelu on CPU between two OpenVINO subgraphs (bars, one op elsewhere: with the onnxruntime-ep-openvino plugin),
+    ONNX Runtime asked for CUDA and fallen back to CPU (bars, every op elsewhere than the target), LiteRT's placement
+    of the CUMSUM model (no times)."""
     need("onnxruntime")
     import warnings
 
@@ -50,6 +54,8 @@ def profiles():
     from edge_runtime.ops.profile import profile_model
 
     out = {"cpu": profile_model(RESNET, **FEW).summary()}
+    if importlib.util.find_spec("onnxruntime_ep_openvino") is not None:  # FastGelu on CPU between two OpenVINO parts
+        out["partial"] = profile_model(PARTIAL, backend="onnxruntime", device="openvino", **FEW).summary()
     if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the FallbackWarning: the point of this profile
@@ -239,6 +245,12 @@ def test_the_html_draws_each_runs_ops_and_marks_the_fallback(campaign, profiles)
         if k == "fallback":  # every op ran on CPU, not on the CUDA asked for: marked, with the legend saying so
             assert "elsewhere than CUDA (fallback)" in drawn and f"fill: {ops.FALLBACK}" in fig
             assert f"fill: {ops.ON_TARGET}" not in fig
+        elif k == "partial":  # FastGelu's bar in the fallback colour, the OpenVINO subgraphs' in the target's
+            assert "elsewhere than OpenVINO (fallback)" in drawn and "on OpenVINO" in drawn
+            assert f"fill: {ops.FALLBACK}" in fig and f"fill: {ops.ON_TARGET}" in fig
+            colours = {label: colour for label, _, _, colour in ops.bars(summary)}
+            assert colours["fastgelu (FastGelu)"] == ops.FALLBACK
+            assert {c for lab, c in colours.items() if lab.startswith("OpenVINO subgraph")} == {ops.ON_TARGET}
         else:
             assert "(fallback)" not in drawn and f"fill: {ops.FALLBACK}" not in fig
     assert '<section id="ops">' not in html.render("none", rows[-1:], results[-1:])
