@@ -1,6 +1,6 @@
 """Campaign files (TOML) as typed records: which targets, models and scenarios, how many repetitions, which SLOs.
 
-    [campaign]   name, repetitions
+    [campaign]   name, repetitions, ops (true: every run of a target that can profile carries a per-op profile)
     [[target]]   name, url, and for the board: cpus, threads, backend, device, token_file, reconnect_for (seconds a
                  board's lost link is tried again before its run fails; default 60); [target.slo] overrides
     [[model]]    name, path
@@ -27,7 +27,7 @@ from edge_runtime.files.toml import Where, array, check_keys, number, read_toml,
 from edge_runtime.measure.request import SCENARIO_KEYS, SCENARIO_OPTIONAL
 
 KEYS = {
-    "campaign": {"name", "repetitions", "description"},
+    "campaign": {"name", "repetitions", "description", "ops"},
     "target": {"name", "url", "cpus", "threads", "backend", "device", "token_file", "slo", "headers", "reconnect_for"},
     "model": {"name", "path"},
     "scenario": {
@@ -75,6 +75,12 @@ class Target:
 
         return target_class(self.url).info
 
+    def ops_refusal(self) -> str | None:
+        """Why this target's runs cannot carry a per-op profile (a server, firmware, a local GPU), or None."""
+        from bench.targets.registry import target_class
+
+        return target_class(self.url).ops_refusal(self.url, device=self.device)
+
 
 @dataclass(frozen=True)
 class Model:
@@ -91,6 +97,18 @@ class Campaign:
     models: tuple[Model, ...]
     scenarios: tuple[Scenario, ...]
     slo: SLO
+    ops: bool = False  # [campaign] ops = true: a per-op profile (edge_runtime/ops/) in each run that can carry one
+
+    def ops_for(self, target: Target) -> bool:
+        """Whether `target`'s runs ask for a per-op profile: the campaign asks and the target can."""
+        return self.ops and target.ops_refusal() is None
+
+    def no_ops(self) -> list[tuple[str, str]]:
+        """(target name, why) for each target whose runs carry no per-op profile though the campaign asks for one:
+        what the reports say once, instead of a missing chart per run."""
+        if not self.ops:
+            return []
+        return [(t.name, why) for t in self.targets if (why := t.ops_refusal()) is not None]
 
     def plan(self) -> list[tuple[int, Scenario, Model, Target]]:
         """Every run, in the order they run: repetitions outermost, targets innermost, so whatever drifts (heat, a
@@ -107,6 +125,9 @@ def load(path: str) -> Campaign:
     camp = table(where, doc, "campaign", KEYS["campaign"])
     name = text(where, "[campaign] name", camp.get("name", os.path.splitext(os.path.basename(path))[0]))
     reps = whole(where, "[campaign] repetitions", camp.get("repetitions", 1), 1, MAX_REPETITIONS)
+    ops = camp.get("ops", False)
+    if not isinstance(ops, bool):  # "yes", 1: a TOML boolean only, so a quoted word is never read as true
+        raise UserError(f"{where}: [campaign] ops {ops!r}: true or false")
     target_tables, model_tables = (array(where, doc, name, needed_by="a campaign") for name in ("target", "model"))
     targets = tuple(_target(where, i, t, base) for i, t in enumerate(target_tables))
     models = tuple(_model(where, i, m, base) for i, m in enumerate(model_tables))
@@ -124,7 +145,8 @@ def load(path: str) -> Campaign:
         warnings.warn(f"{where}: concurrency applies to server targets; {', '.join(map(repr, boards))} run one query "
                       "at a time", CampaignWarning, stacklevel=2)  # fmt: skip
     where.warn_the_rest()
-    return Campaign(name, path, reps, targets, models, scenarios or (Scenario("single-stream", iterations=1000),), slo)
+    scenarios = scenarios or (Scenario("single-stream", iterations=1000),)
+    return Campaign(name, path, reps, targets, models, scenarios, slo, ops)
 
 
 def _cross_check(where: Where, targets, models, scenarios) -> None:

@@ -82,6 +82,7 @@ def request_for(campaign: Campaign, scenario, model, target: Target):
         iterations=scenario.iterations,
         duration_s=scenario.duration_s,
         warmup_s=scenario.warmup_s,
+        ops=True if campaign.ops_for(target) else None,  # None: left out of the request (an older agent reads it)
         **scenario.request_fields(server="concurrency" in target.info.takes),
         **kw,
     ).validate()

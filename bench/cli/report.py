@@ -21,7 +21,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from bench import report
-    from bench.report import edge_vs_server, farm, firmware, html
+    from bench.report import edge_vs_server, farm, firmware, html, ops
     from bench.report.answer import ranked
     from bench.store import default_path
     from edge_runtime.files.outputs import write_json, write_output
@@ -50,6 +50,7 @@ def run(args) -> int:
         elif flag == "--md":
             md = report.markdown("edge-bench runs", rows, report.stored_cases(runs), answer)
             md += edge_vs_server.markdown(comps) + firmware.markdown(named) + farm.markdown(placed)
+            md += ops.markdown(named)
             write_output(out, md)
         else:
             write_output(out, edge_vs_server.csv_text(rows, items))
@@ -58,5 +59,6 @@ def run(args) -> int:
         text = f"no runs in {args.store}\n"
         if rows:
             text = report.table(rows, answer) + edge_vs_server.text(comps) + firmware.text(named) + farm.text(placed)
+            text += ops.text(named)
         sys.stdout.write(text)
     return 0

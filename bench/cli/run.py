@@ -84,6 +84,12 @@ def _add_first(p, reports) -> None:
         help="a server target: queries in flight at once (closed loop: N workers; open loop: N connections)",
     )
     p.add_argument(
+        "--ops",
+        action="count",
+        help="a board: after the timed run, profile the model once more and give the result an ops section (where "
+        "each op ran, its time, the verdict: edge-runtime ops); the reports draw it",
+    )
+    p.add_argument(
         "--header",
         action="append",
         metavar="'NAME: VALUE'",
@@ -182,6 +188,7 @@ def _one_off(args):
     args.model = args.model or cls.named_model(args.target)  # a server's URL names the model; no file on this host
     bargs = bp.parse_args([args.model, *args.rest])
     check_bench_flags(cls, bargs)
+    check_ops(cls, args, bargs.device)
     preflight(cls, args.target, bargs)
     store = open_store(args, create=True)  # a store that cannot be used is an error before the run, not after it
     outs = plan_outputs(
@@ -195,6 +202,10 @@ def _one_off(args):
         from dataclasses import replace
 
         request = replace(request, concurrency=args.concurrency).validate()
+    if args.ops:
+        from dataclasses import replace
+
+        request = replace(request, ops=True).validate()
     return cls, bargs, store, outs, request, slo_flags(args.slo)
 
 
@@ -237,11 +248,13 @@ def _print_one_off(kept, outs, args, cls, store) -> int:
         if doc.get("firmware"):  # MLPerf Tiny firmware: the device's own figures (no percentiles to print)
             from bench.report.firmware import one_run_text
 
-            sys.stdout.write(one_run_text(doc))
+            printed = one_run_text(doc)
         else:
-            sys.stdout.write(server_text(doc) if cls.info.kind == "server" else format_report(doc))
+            printed = server_text(doc) if cls.info.kind == "server" else format_report(doc)
+        sys.stdout.write(printed)
         if doc.get("gpu"):
             sys.stdout.write(gpu_text(doc["gpu"]))
+        sys.stdout.write(ops_text(doc, printed))
         if got.link:
             sys.stdout.write(format_link(args.target, got.link, got.rerun_after_restart))
         for line in verdict_lines(kept.slo):
@@ -268,6 +281,28 @@ def check_target_flags(cls, args) -> None:
             raise UsageError(f"{flag} goes with a server target ({forms}): "
                              + ("a board runs one query at a time" if cls.info.kind == "board" else
                                 f"{args.target} takes no {option}"))  # fmt: skip
+
+
+def ops_text(doc: dict, printed: str) -> str:
+    """The one-off run's per-op verdict (its `ops` section), unless the bench's own report (`printed`) said it."""
+    from bench.report.ops import summary_line
+
+    section = doc.get("ops")
+    if not isinstance(section, dict) or str(section.get("verdict") or section.get("error")) in printed:
+        return ""
+    return f"ops          {summary_line(section)}\n"
+
+
+def check_ops(cls, args, device: str | None) -> None:
+    """--ops given once, to a target that can profile (a board: local:, an agent, a labgrid place); one line
+    otherwise, before the store or the target is touched."""
+    if not args.ops:
+        return
+    if args.ops > 1:
+        raise UsageError("--ops is given twice")
+    why = cls.ops_refusal(args.target, device=device)
+    if why is not None:
+        raise UsageError(f"--ops: {args.target}: {why}")
 
 
 def check_bench_flags(cls, bargs) -> None:

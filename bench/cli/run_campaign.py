@@ -18,13 +18,16 @@ def run_campaign(args) -> int:
     from bench.campaign import load
     from bench.campaign.fan_out import DEFAULT_PARALLEL, expand, parallel_arg
     from bench.campaign.runner import run as run_plan
-    from bench.report import edge_vs_server, farm, firmware, html
+    from bench.report import edge_vs_server, farm, firmware, html, ops
     from bench.report.answer import ranked
     from edge_runtime.files.outputs import write_json, write_output
     from edge_runtime.program.args import plan_outputs
 
     if args.target or args.model:
         raise UsageError("a campaign names its targets and models: --target/--model go with the one-off form")
+    if args.ops:
+        raise UsageError("--ops goes with the one-off form: a campaign asks for per-op profiles with ops = true in "
+                         "its [campaign] table")  # fmt: skip
     if args.slo:
         raise UsageError("--slo goes with the one-off form: a campaign's SLOs are in its [slo] and [target.slo] tables")
     flags = {**_campaign_flags(args.rest), "--html": args.html}  # --html: parsed with --target (both forms take it)
@@ -47,6 +50,9 @@ def run_campaign(args) -> int:
         places = [m.place for m in members]
         shown = ", ".join(places[:8]) + (f" and {len(places) - 8} more" if len(places) > 8 else "")
         print(f"edge-bench: {name}: {len(members)} boards ({shown}), at most {parallel} at once", file=sys.stderr)
+    no_ops = campaign.no_ops()  # ops = true, and targets that cannot profile: said now, and once in each report
+    for name, why in no_ops:
+        print(f"edge-bench: {name}: its runs carry no per-op profile: {why}", file=sys.stderr)
     progress, done = campaign_progress(campaign.name, runs)
     try:
         result = run_plan(campaign, store, progress, parallel=parallel, fanned=fanned)
@@ -67,10 +73,13 @@ def run_campaign(args) -> int:
             + edge_vs_server.markdown(comps)
             + firmware.markdown(named)
             + farm.markdown(placed)
+            + ops.markdown(named, no_ops)
         ),
         "--csv": lambda: edge_vs_server.csv_text(rows, items),
         "--junit": lambda: report.junit(campaign.name, cases, result.seconds, rows),
-        "--html": lambda: html.render(f"Campaign {campaign.name}", rows, [o.result for o in result.outcomes], cases),
+        "--html": lambda: html.render(
+            f"Campaign {campaign.name}", rows, [o.result for o in result.outcomes], cases, no_ops=no_ops
+        ),
     }
     for flag, out in outs.items():
         if flag == "--json":
@@ -83,7 +92,7 @@ def run_campaign(args) -> int:
     say_written(outs)
     if not any(o.is_stdout for o in outs.values()):
         sys.stdout.write(report.table(rows, answer) + edge_vs_server.text(comps) + firmware.text(named)
-                         + farm.text(placed))  # fmt: skip
+                         + farm.text(placed) + ops.text(named, no_ops))  # fmt: skip
         sys.stdout.write(f"{report.verdict_line(rows, cases)}; stored in {args.store}\n")
     if result.stopped_by is not None:
         kept = sum(o.store_id is not None for o in result.outcomes)

@@ -4,7 +4,8 @@ In this order: the answer (per model and scenario, the targets ranked), the runs
 quality warnings, the edge-versus-server comparison (when a board and a server ran one model), the SLO verdicts,
 three plots with stable ids (`<figure id="cdf">`: latency percentiles per run, HdrHistogram style; `id="timeline"`:
 latency windows over the run with temperature and CPU frequency on a second axis; `id="percentiles"`: p50 to max side
-by side) and each distinct environment once. It must never reach the network
+by side), per run with a per-op profile its op chart (bench.report.ops: `<figure id="ops-N">`) and each distinct
+environment once. It must never reach the network
 (no script, no external style, font or image; a Content-Security-Policy says so to the browser), never import
 matplotlib before `render` or `require` is called, and escape every string that came from a user or a board.
 """
@@ -28,7 +29,7 @@ table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;p
 td.n{text-align:right;font-variant-numeric:tabular-nums}th{background:#f3f3f3}.fail{color:#b00;font-weight:bold}
 figure{margin:1.5em 0}figure svg{max-width:100%;height:auto}figcaption{color:#555;font-size:13px}
 code{font-size:12px;word-break:break-all}.note{color:#555}td.w{white-space:nowrap}.fail a{color:inherit}
-.legend{font-size:12px}"""
+.legend{font-size:12px}tr.fallback td{color:#d62728;font-weight:bold}"""
 
 
 def require() -> None:
@@ -48,9 +49,10 @@ def render_stored(title: str, runs: list, slo_note: str = NO_SLO_STORED) -> str:
 
 
 def render(title: str, rows: list[dict], results: list[dict | None], slos: list[dict] | None = None,
-           slo_note: str = "") -> str:  # fmt: skip
+           slo_note: str = "", no_ops: list[tuple[str, str]] | None = None) -> str:  # fmt: skip
     """The report of `rows` (the terminal table's rows) and their result records (None for a run that failed), with
-    `slos` (bench.report.slo_cases rows; None when no SLO was given, `slo_note` saying why)."""
+    `slos` (bench.report.slo_cases rows; None when no SLO was given, `slo_note` saying why); `no_ops`: the targets
+    asked for a per-op profile that cannot give one, and why (Campaign.no_ops)."""
     require()
     runs = [(row, res) for row, res in zip(rows, results, strict=True) if res]
     labels = _labels([row for row, _ in runs])
@@ -84,6 +86,9 @@ def render(title: str, rows: list[dict], results: list[dict | None], slos: list[
         out += plots(named, [str(row.get("target")) for row, _ in runs])
     else:
         out.append('<p class="note">no run finished: nothing to plot</p>')
+    from bench.report import ops  # per run with a per-op profile (issue 29): its chart, or its placement table
+
+    out.append(ops.html_section(named, no_ops))
     out += ["<h2>Environment</h2>", _environments(named), "</body></html>"]
     return "\n".join(out) + "\n"
 

@@ -42,7 +42,7 @@ class AgentTarget(Target):
         summary="tcp://HOST:PORT, serial:///dev/ttyUSB0?baud=N, a device path, socket://, rfc2217:// or loop:// for a "
         "board's agent",
         thermal=True,
-        takes=frozenset({"token", "reconnect_for", "cpus", "threads", "backend", "device"}),
+        takes=frozenset({"token", "reconnect_for", "cpus", "threads", "backend", "device", "ops"}),
         recovers=True,
     )
 

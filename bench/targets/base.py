@@ -45,7 +45,8 @@ class TargetInfo:
     summary: str  # its URL form, for help and the unknown-scheme hint ("kserve+http://HOST:PORT/MODEL")
     scenarios: frozenset[str] | None = None  # None: every kind (edge_runtime.measure.schedule.KINDS)
     thermal: bool = False  # its records carry the board's thermal and power sections
-    # options beyond the URL: token, reconnect_for, headers, concurrency, cpus, threads, backend, device
+    # options beyond the URL: token, reconnect_for, headers, concurrency, cpus, threads, backend, device, ops (a
+    # per-op profile in the result: `edge-bench run --ops`, a campaign's `ops = true`)
     takes: frozenset[str] = frozenset()
     recovers: bool = False  # Ctrl-C escapes bench(); recover() then asks the far end for what it measured
 
@@ -139,6 +140,22 @@ class Target(abc.ABC):
     def named_model(cls, url: str) -> str | None:
         """The model a server's URL names (then --model is optional), or None: the model is a file on this host."""
         return None
+
+    # Why a kind that takes no "ops" has no per-op profile (said by `run --ops` and once in a campaign's reports);
+    # None: said by its kind (a server's protocol carries none).
+    no_ops_why: ClassVar[str | None] = None
+
+    @classmethod
+    def ops_refusal(cls, url: str, device: str | None = None) -> str | None:
+        """Why a run of `url` (on `device`, where the request names one) cannot carry a per-op profile (the `ops`
+        section of edge_runtime/ops/), or None when it can. Never connects."""
+        if "ops" in cls.info.takes:
+            return None
+        if cls.no_ops_why:
+            return cls.no_ops_why
+        if cls.info.kind == "server":
+            return "a server's protocol (KServe v2) carries no per-op profile: run edge-runtime ops on its machine"
+        return "this kind of target sends no per-op profile"
 
     @classmethod  # noqa: B027 - optional: nothing to check before a run
     def preflight(cls, url: str, *, backend: str | None = None, cpus: tuple[int, ...] | None = None,

@@ -261,6 +261,7 @@ class EembcTarget(Target):
     schemes = ("eembc", "eembc+socket", "eembc+rfc2217")
     info = TargetInfo(kind="board", summary="eembc:///dev/ttyACM0?baud=115200 for MLPerf Tiny firmware (EEMBC runner; "
                       "mode=accuracy&data=F.npz, loops, loop_s)", scenarios=frozenset({"single-stream"}))  # fmt: skip
+    no_ops_why = "MLPerf Tiny firmware times whole inferences on the device: the EEMBC protocol has no per-op profile"
 
     def __init__(self, url: str, options: TargetOptions | None = None):
         from bench.targets.eembc_run import split_url

@@ -76,7 +76,7 @@ class LocalTarget(Target):
         kind="board",
         summary="local:?backend=NAME&cpus=LIST&threads=N&device=D&batch=N (device=cuda&gpu=N) for this machine",
         thermal=True,
-        takes=frozenset({"cpus", "threads", "backend", "device"}),
+        takes=frozenset({"cpus", "threads", "backend", "device", "ops"}),
     )
 
     def __init__(self, url: str = "local:", options: TargetOptions | None = None):
@@ -88,6 +88,17 @@ class LocalTarget(Target):
     @classmethod
     def check_url(cls, url: str) -> None:
         parse_local(url)
+
+    @classmethod
+    def ops_refusal(cls, url: str, device: str | None = None) -> str | None:
+        """A run on this host's NVIDIA GPU (device=cuda or tensorrt, in the URL or the request) carries no per-op
+        profile: edge-runtime ops reads no GPU profiler yet, and a second, profiled session would share the GPU the
+        NVML sampler is watching (docs/design.md, "Per-op profiles on the host side")."""
+        asked = (device or parse_local(url).get("device") or "").lower()
+        if asked in GPU_DEVICES:
+            return (f"a run on this host's NVIDIA GPU (device={asked}) has no per-op profile yet (edge-runtime ops "
+                    "profiles CPUs, OpenVINO devices and LiteRT delegates)")  # fmt: skip
+        return None
 
     @classmethod
     def preflight(cls, url: str, *, backend: str | None = None, cpus: tuple[int, ...] | None = None,
