@@ -65,6 +65,8 @@ def run(args) -> int:
     aborted = doc.get("aborted")
     # A run stopped at the thermal limit is a failed check; one stopped by a signal exits as that signal says.
     code = (128 + stop.signum if stop.signum else 1) if aborted else 0
+    if not aborted and stop.signum:  # a signal while profiling ops (bench --ops): the timed result is whole
+        code = 128 + stop.signum
     _write_outputs(outs, doc, bench, hdr_log_text)
     if not on_stdout:  # standard output holds the one data stream asked for, or the report for people
         sys.stdout.write(format_report(doc))
@@ -72,6 +74,9 @@ def run(args) -> int:
             sys.stdout.write(cyclictest_histogram(bench.samples_ns, args.histogram or None))
     if aborted and (stop.signum or on_stdout):
         print(f"{PROG}: {aborted['reason']}: partial result written", file=sys.stderr)
+    elif stop.signum:
+        why = (doc.get("ops") or {}).get("error", "interrupted")
+        print(f"{PROG}: {why}: the timed result written", file=sys.stderr)
     return code
 
 

@@ -193,6 +193,44 @@ def test_an_interrupted_run_is_not_profiled(monkeypatch):
     assert not [m for m in said if m.startswith("profiling ops")]
 
 
+def test_a_signal_while_profiling_keeps_the_timed_result_and_exits_as_the_signal_says(tmp_path):
+    """SIGINT lands while the second session is profiled (after the timed loop, with the loop's stop disarmed): the
+    real handler raises, the timed result is written whole, `ops` says why it is missing, and the exit is 130."""
+    need("onnxruntime")
+    out = tmp_path / "r.json"
+    code = (
+        "import os, signal, sys, time\n"
+        "from edge_runtime.ops import onnxruntime_ops\n"
+        "def slow(*a, **k):\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    time.sleep(30)\n"
+        "onnxruntime_ops.profile = slow\n"
+        "from edge_runtime.cli.main import main\n"
+        f"sys.exit(main(['bench', {str(ORT_INT8)!r}, '--iterations', '40', '--warmup', '2', '--ops',\n"
+        f"    '--json', {str(out)!r}]))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 130, proc.stderr
+    doc = json.loads(out.read_text())
+    assert doc["latency_us"]["count"] == 40 and "aborted" not in doc
+    assert doc["ops"]["error"] == "not profiled: interrupted by SIGINT while profiling"
+    assert "not profiled: interrupted by SIGINT while profiling: the timed result written" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_an_open_loop_query_of_several_samples_is_not_set_against_single_profiled_runs():
+    """offline, 8 samples a query: the query's latency is 8 inferences and queueing; the profiler's cost is set
+    against single back-to-back runs of the timed session instead (it read -99% against the query's latency)."""
+    need("onnxruntime")
+    model = MODELS / "digits_cnn" / "digits_cnn_int8.onnx"
+    req = request(model, scenario="offline", samples_per_query=8, iterations=30, warmup=2, ops=True)
+    ops = run_bench(req, SystemRoot("/")).result.to_dict()["ops"]
+    assert "error" not in ops and ops["runs"] == 30
+    # ONNX Runtime's profiler costs time, never saves it: against a query of 8 samples it read -99%
+    assert ops["profiling_overhead_pct"] > -50, ops["profiling_overhead_pct"]
+    assert any("back-to-back runs of the timed session" in n for n in ops["notes"])
+
+
 # ------------------------------------------------------------------------------------------- over the agent
 def test_ops_true_reaches_the_agents_bench_and_the_section_comes_back(tmp_path):
     need("onnxruntime")
