@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 from conftest import MODELS, need
 
+from edge_runtime.ops.openvino_ops import places
 from edge_runtime.ops.profile import profile_model
 from edge_runtime.ops.record import (
     EXECUTED,
@@ -201,6 +202,47 @@ def test_an_openvino_device_that_fell_back_is_not_delegated():
         rep = profile_model(MODELS / INT8_IR[0], device="NPU", fallback=True, **RUNS)
     assert rep.verdict == f"not delegated: all {len(ops_of(rep))} ops on CPU"
     assert rep.fallback.count == len(ops_of(rep))
+
+
+@pytest.mark.parametrize(
+    ("device", "requested", "executed", "want"),
+    [
+        ("CPU", "CPU", None, ("CPU", "CPU")),
+        ("CPU", None, None, ("CPU", "CPU")),
+        ("CPU", "NPU", None, ("CPU", "NPU")),  # fell back: the target stays the one asked for
+        ("HETERO:CPU", "HETERO:CPU", ["CPU"], ("CPU", "CPU")),  # only CPU in the string: nothing else asked
+        ("AUTO:CPU", "AUTO", ["CPU"], ("CPU", "AUTO")),  # AUTO could pick an accelerator and picked the CPU
+        ("AUTO:GPU.0", "AUTO", ["GPU.0"], ("GPU.0", "GPU.0")),
+        ("HETERO:GPU,CPU", "HETERO:GPU,CPU", ["CPU"], ("CPU", "HETERO:GPU,CPU")),
+        ("AUTO:CPU", "AUTO:CPU", None, ("CPU", "CPU")),
+    ],
+)
+def test_where_openvino_ran_and_where_it_was_asked(device, requested, executed, want):
+    assert places(device, requested, executed) == want
+
+
+@pytest.mark.parametrize(
+    ("device", "verdict_starts", "note"),
+    [
+        ("HETERO:CPU", "CPU only: all ", "does not say which device ran each op"),
+        ("AUTO", "not delegated: all ", "AUTO ran"),
+    ],
+)
+def test_openvino_virtual_devices_say_where_the_ops_ran(device, verdict_starts, note):
+    """HETERO:CPU ran everything on the CPU and asked for nothing else; AUTO could have picked an accelerator and
+    picked the CPU (this machine has none): neither is "fully delegated", and the notes say where that came from."""
+    need("openvino")
+    import openvino
+
+    if any(not d.startswith("CPU") for d in openvino.Core().available_devices):
+        pytest.skip("this machine has an accelerator: AUTO may pick it")
+    rep = profile_model(MODELS / INT8_IR[0], device=device, iterations=5, warmup=1, threads=1, sandbox=False)
+    n = len(ops_of(rep))
+    assert rep.verdict.startswith(verdict_starts) and rep.verdict.endswith(
+        f"{n} ops on CPU" + (" (no accelerator asked)" if verdict_starts.startswith("CPU") else "")
+    )
+    assert [p.where for p in rep.partitions] == ["CPU"] and all(r.where == "CPU" for r in ops_of(rep))
+    assert any(note in n for n in rep.notes), rep.notes
 
 
 # ------------------------------------------------------------------------------------------- the verdict and trace
