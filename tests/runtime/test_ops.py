@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 from conftest import MODELS, need
 
+from edge_runtime.ops.onnxruntime_ops import fit_runs
 from edge_runtime.ops.openvino_ops import places
 from edge_runtime.ops.profile import profile_model
 from edge_runtime.ops.record import (
@@ -162,6 +163,47 @@ def test_onnxruntime_profiles_leave_nothing_behind(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     rep = profile_model(MODELS / INT8_ONNX[0], **RUNS)
     assert rep.named_us and sorted(p.name for p in tmp_path.rglob("*")) == ["tmp"]
+
+
+@pytest.mark.parametrize(
+    ("budget", "iterations", "warmup", "want"),
+    [(1000, 500, 50, (500, 50)), (1000, 20, 60000, (20, 980)), (1000, 5000, 60000, (500, 500)), (1, 10, 10, (1, 0))],
+)
+def test_onnxruntime_warmup_and_runs_fit_the_trace(budget, iterations, warmup, want):
+    assert fit_runs(budget, iterations, warmup) == want
+    runs, warm = fit_runs(budget, iterations, warmup)
+    assert runs + warm <= max(budget, 1)
+
+
+def test_onnxruntime_a_long_warmup_keeps_the_trace_under_its_cap(monkeypatch):
+    """A warm-up longer than the trace holds (the profiler records it too): the profiled session's warm-up is cut,
+    the measured runs all kept, the events read stay under the cap, and a note says so."""
+    need("onnxruntime")
+    from edge_runtime.ops import onnxruntime_ops
+
+    read, seen = onnxruntime_ops._read_trace, []
+    monkeypatch.setattr(onnxruntime_ops, "MAX_EVENTS", 3000)
+    monkeypatch.setattr(onnxruntime_ops, "_read_trace", lambda path: seen.append(read(path)) or seen[-1])
+    rep = profile_model(MODELS / INT8_ONNX[0], iterations=20, warmup=2000, threads=1, sandbox=False)
+    assert rep.runs == 20 and len(seen[0]) <= 3000
+    assert any(n.endswith("(the session timed with profiling off had all 2000)") for n in rep.notes), rep.notes
+
+
+def test_onnxruntime_a_trace_too_large_for_memory_is_one_line(tmp_path, monkeypatch):
+    need("onnxruntime")
+    from edge_runtime.errors import UserError
+    from edge_runtime.ops import onnxruntime_ops
+
+    trace = tmp_path / "profile.json"
+    trace.write_text("[]")
+
+    def no_memory(f):
+        raise MemoryError
+
+    monkeypatch.setattr(onnxruntime_ops.json, "load", no_memory)
+    with pytest.raises(UserError, match="does not fit in memory") as err:
+        onnxruntime_ops._read_trace(str(trace))
+    assert err.value.__cause__ is None and "\n" not in str(err.value)
 
 
 def test_onnxruntime_fp32_runs_float_kernels_and_counts_its_copies():
