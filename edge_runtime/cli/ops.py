@@ -39,14 +39,17 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    from edge_runtime.errors import UsageError
     from edge_runtime.files.outputs import write_json
-    from edge_runtime.ops.profile import engine_for, profile_model
+    from edge_runtime.ops.profile import NO_TRACE, engine_for, profile_model
     from edge_runtime.ops.trace import chrome_trace
 
     # Before the work, not after it: a result is never lost to a bad path.
     outs = plan_outputs([("--json", args.json), ("--chrome-trace", args.chrome_trace)], input_paths(args))
     kwargs = load_kwargs(args)
-    engine_for(args.model, kwargs["backend"])  # a model no profiler reads: one line before anything loads
+    engine = engine_for(args.model, kwargs["backend"])  # a model no profiler reads: one line before anything loads
+    if args.chrome_trace is not None and engine in NO_TRACE:
+        raise UsageError(f"--chrome-trace: {NO_TRACE[engine]}: nothing to trace")
     feeds = (lambda session: load_inputs(args.input, session, args.seed)[0]) if args.input else None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -105,6 +108,8 @@ def table(report) -> list[str]:
 
 
 def _counted(c, none: str = "none") -> str:
+    if c.count is None:
+        return "unknown"
     if not c.count:
         return none
     return f"{c.count} ({', '.join(f'{t} {n}' for t, n in sorted(c.types.items()))})"

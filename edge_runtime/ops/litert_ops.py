@@ -58,12 +58,16 @@ def ops_report(
         fallback=fallback,
         sandbox=sandbox,
     ) as session:
-        return placement(session)
+        got = placement(session)
+        if session.backend.fallback:  # `edge-runtime ops` says it for every engine (profile.build_report)
+            got["notes"].append(f"fell back: {session.backend.fallback_reason}")
+        return got
 
 
 def placement(session) -> dict:
     """The placement of a loaded tflite Session's ops: a plain dict (engine, ops, partitions, fallback, copies,
-    time_source, notes, backend, verdict) for edge_runtime.ops' report."""
+    time_source, notes, backend, verdict) for edge_runtime.ops' report. The partitions are every part of the graph,
+    as ONNX Runtime's are: one per DELEGATE node, then the ops left on the CPU as one."""
     if session.backend.name != ENGINE:
         raise UserError(f"LiteRT placement needs a tflite session, not {session.backend.name!r}")
     # The backend's interpreter is the one the run invokes: the placement read is the run's, not a re-creation's.
@@ -99,6 +103,9 @@ def placement(session) -> dict:
                 "status": status,
             }
         )
+    on_cpu = Counter(r["type"] for r in ops if r["where"] == CPU)
+    if on_cpu:
+        partitions.append({"where": CPU, "ops": sum(on_cpu.values()), "op_types": _sorted_counts(on_cpu)})
     fell_back = Counter(r["type"] for r in ops if r["status"] == "fallback")
     return {
         "engine": ENGINE,
@@ -212,8 +219,6 @@ def notes(session, interp, label: str | None, n_ops: int, fell_back: Counter) ->
         )
     if b.delegate:
         out.append(f"{label} moves data inside its DELEGATE nodes: copies not visible (count unknown)")
-    if b.fallback:
-        out.append(f"fell back: {b.fallback_reason}")
     subgraphs = interp._interpreter.NumSubgraphs() if hasattr(interp._interpreter, "NumSubgraphs") else 1
     if subgraphs > 1:
         out.append(f"the main subgraph's ops only: {subgraphs - 1} other subgraph(s) (control-flow bodies) not read")
@@ -236,15 +241,23 @@ def profile(session, feeds: dict, *, iterations: int, warmup: int):
 
     got = placement(session)
     copied = got["copies"]
+    partitions = tuple(Partition(p["where"], p["ops"], p["op_types"]) for p in got["partitions"])
+    # The target is the delegate the run asked for: after a fallback the backend holds none, and the ops ran on
+    # what it fell back to (XNNPACK, the CPU), so every op fell back and the verdict says "not delegated".
+    asked = session.options.delegate
+    target = os.path.basename(asked) if asked else delegate_label(session.backend) or CPU
+    fallback = Counted(got["fallback"]["count"], got["fallback"]["types"])
+    if session.backend.fallback and not any(p.where == target for p in partitions):
+        fallback = Counted(len(got["ops"]), dict(Counter(r["type"] for r in got["ops"])))
     return EngineProfile(
         rows=tuple(OpRow(**r) for r in got["ops"]),
-        partitions=tuple(Partition(p["where"], p["ops"], p["op_types"]) for p in got["partitions"]),
-        fallback=Counted(got["fallback"]["count"], got["fallback"]["types"]),
-        copies=Counted(copied.get("count") or 0, copied.get("types") or {}),
+        partitions=partitions,
+        fallback=fallback,
+        copies=Counted(copied.get("count"), copied.get("types") or {}),  # None: the count is unknown
         profiled_us=None,
         engine_us=None,
         runs=0,
         time_source=PLACEMENT_ONLY,
-        target=delegate_label(session.backend) or "CPU",
+        target=target,
         notes=tuple(got["notes"]),
     )

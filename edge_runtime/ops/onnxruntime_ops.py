@@ -120,10 +120,10 @@ def profile(session: Session, feeds: dict, *, iterations: int, warmup: int) -> E
         impl = ProfilingBackend(session.model, session.options, os.path.join(where, "profile"))
         placed = impl.assignment()
         per_run = (sum(len(n) for _, n in placed) if placed else 200) + 2  # nodes (fewer after fusion) + 2 run events
-        runs = max(1, min(iterations, MAX_EVENTS // per_run - warmup))
+        runs, warm = fit_runs(MAX_EVENTS // per_run, iterations, warmup)
         with Session(session.model, impl, session.backend, session.options) as profiled:
             profiled.bind(feeds)
-            m = measure(profiled.runner(), iterations=runs, warmup=warmup)
+            m = measure(profiled.runner(), iterations=runs, warmup=warm)
             path = impl.end_profiling()
         events = _read_trace(path)
     finally:
@@ -151,6 +151,11 @@ def profile(session: Session, feeds: dict, *, iterations: int, warmup: int) -> E
         )
     if runs < iterations:
         notes.append(f"{runs} profiled runs, not {iterations}: the trace is kept under {MAX_EVENTS:,} events")
+    if warm < warmup:
+        notes.append(
+            f"{warm} warm-up runs on the profiled session, not {warmup}: the profiler records warm-up runs too and "
+            f"the trace is kept under {MAX_EVENTS:,} events (the session timed with profiling off had all {warmup})"
+        )
     return EngineProfile(
         rows=tuple(rows),
         partitions=partitions,
@@ -166,12 +171,27 @@ def profile(session: Session, feeds: dict, *, iterations: int, warmup: int) -> E
     )
 
 
+def fit_runs(budget: int, iterations: int, warmup: int) -> tuple[int, int]:
+    """(measured runs, warm-up runs) of the profiled session within `budget` runs of trace: the profiler records
+    warm-up runs as well, and stops recording at its event cap (the measured runs would then go unrecorded and the
+    times be the warm-up's). The warm-up takes at most half the budget, the measured runs the rest; at least one
+    measured run, always."""
+    runs = max(1, min(iterations, budget - min(warmup, budget // 2)))
+    return runs, max(0, min(warmup, budget - runs))
+
+
 def _read_trace(path: str) -> list[dict]:
     try:
         with open(path, encoding="utf-8") as f:
             events = json.load(f)
     except (OSError, ValueError) as err:
         raise UserError(f"onnxruntime's profile {path!r} could not be read: {err}") from err
+    except MemoryError:
+        size = os.path.getsize(path) if os.path.exists(path) else 0
+        raise UserError(
+            f"onnxruntime's profile ({size / 1e6:.0f} MB) does not fit in memory",
+            hint="fewer --iterations and --warmup",
+        ) from None
     if isinstance(events, dict):  # the object form of the format, should a later ORT write it
         events = events.get("traceEvents", [])
     return [e for e in events if isinstance(e, dict) and e.get("ph") == "X"]

@@ -65,6 +65,13 @@ class PerfCountBackend(OpenVinoBackend):
             out.append((p.node_name, p.node_type, p.exec_type, executed, p.real_time.total_seconds() * 1e6))
         return out
 
+    def execution_devices(self) -> list[str] | None:
+        """The compiled model's EXECUTION_DEVICES (what AUTO chose, what HETERO split over), None where unread."""
+        try:
+            return [str(d) for d in self._compiled.get_property("EXECUTION_DEVICES")]
+        except Exception:  # noqa: BLE001 - an older plugin does not report it
+            return None
+
 
 def check_options(options: dict[str, str] | None) -> None:
     """PERF_COUNT is this module's to turn on, on the profiled model only: given by the user, it would profile the
@@ -78,13 +85,26 @@ def check_options(options: dict[str, str] | None) -> None:
         )
 
 
-def places(device: str, requested: str | None) -> tuple[str, str]:
-    """(where the ops ran, where they were asked to run): AUTO's one choice is where they ran ("AUTO:GPU" -> "GPU",
-    and that is the target too); a device that fell back to CPU keeps the one asked for as the target, so the
-    verdict says "not delegated"."""
-    where = device.split(":", 1)[1] if device.startswith("AUTO:") and "," not in device else device
+VIRTUAL = ("AUTO", "HETERO", "MULTI", "BATCH")  # devices that pick or split among others
+
+
+def places(device: str, requested: str | None, executed: list[str] | None = None) -> tuple[str, str]:
+    """(where the ops ran, where they were asked to run). `executed`: the compiled model's EXECUTION_DEVICES, read
+    for a virtual device (AUTO, HETERO, MULTI), which picks or splits among others: where they ran is what it chose.
+    The target: a plain device is itself (one that fell back to CPU keeps it, so the verdict says "not delegated");
+    a virtual device whose candidates are CPU only ("HETERO:CPU") asked for no accelerator ("CPU"); one that could
+    pick an accelerator ("AUTO", "HETERO:GPU,CPU") is where it ran when that is not the CPU, else itself, so all
+    on CPU is "not delegated"."""
     asked = (requested or "CPU").upper()
-    return where, where if asked.startswith("AUTO") else asked
+    kind, _, candidates = asked.partition(":")
+    if kind not in VIRTUAL:
+        return device, asked
+    ran = executed or ([device.split(":", 1)[1]] if device.startswith(kind + ":") else [device])
+    where = ",".join(ran)
+    names = [c.split("(")[0].split(".")[0].strip() for c in candidates.split(",") if c.strip()]
+    if names and all(n == "CPU" for n in names):
+        return where, "CPU"
+    return where, where if any(d.split(".")[0] != "CPU" for d in ran) else asked
 
 
 def precision_of(exec_type: str) -> str | None:
@@ -124,9 +144,10 @@ def profile(session: Session, feeds: dict, *, iterations: int, warmup: int) -> E
             on_end=lambda: readings.append(impl.counters()),
         )
         precision = impl.details.get("inference_precision")
+        executed = impl.execution_devices()
     n_a = m.warmup_calls
     runs = len(m.samples_ns)
-    device, target = places(session.backend.device, session.backend.requested_device)
+    device, target = places(session.backend.device, session.backend.requested_device, executed)
     rows = _rows(readings[0], readings[1], n_a, n_a + runs, runs, device)
     copies = Counted.of([copy_kind(r.name, r.type) for r in rows if r.type in COPY_TYPES and r.status != IN_PLACE])
     types: dict[str, int] = {}
@@ -137,6 +158,16 @@ def profile(session: Session, feeds: dict, *, iterations: int, warmup: int) -> E
         f"covers the {runs} measured runs (two readings subtracted, {n_a} warm-up runs excluded), in whole "
         f"microseconds per run (error up to {(2 * n_a + runs) / runs:.2f} us per op)",
     ]
+    asked = (session.backend.requested_device or "").upper()
+    if asked.startswith("AUTO") and "," not in device:
+        notes.append(f"{asked} ran the model on {device} (the compiled model's EXECUTION_DEVICES)")
+    elif "," in device or asked.startswith("HETERO"):
+        # Checked on OpenVINO 2026.0: a HETERO runtime model's nodes carry no affinity in their rt_info, and
+        # PERF_COUNT names each node by its submodel ("subgraph0: conv1"), not by the submodel's device.
+        notes.append(
+            f"OpenVINO does not say which device ran each op of a {session.backend.requested_device} model: the "
+            f"placement is the compiled model's EXECUTION_DEVICES ({device})"
+        )
     if precision:
         notes.append(f"inference precision: {precision} (INFERENCE_PRECISION_HINT; --option sets it)")
     return EngineProfile(

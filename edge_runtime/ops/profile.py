@@ -25,6 +25,8 @@ ENGINES = {
 }
 # backends whose module is still to come: what to say
 NOT_YET: dict[str, str] = {}
+# engines with no per-op times, so nothing for --chrome-trace: why
+NO_TRACE = {"tflite": "LiteRT's Python package has no op profiler"}
 DEFAULT_ITERATIONS = 500
 DEFAULT_WARMUP = 50
 

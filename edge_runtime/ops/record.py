@@ -63,9 +63,10 @@ class Partition:
 
 @dataclass(frozen=True)
 class Counted:
-    """How many ops of a kind (fell back, copies), and how many of each type."""
+    """How many ops of a kind (fell back, copies), and how many of each type. `count` None: unknown (an external
+    LiteRT delegate copies inside its own nodes, which LiteRT does not show)."""
 
-    count: int = 0
+    count: int | None = 0
     types: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict:

@@ -11,6 +11,8 @@ from dataclasses import replace
 import pytest
 from conftest import MODELS, need
 
+from edge_runtime.ops.onnxruntime_ops import fit_runs
+from edge_runtime.ops.openvino_ops import places
 from edge_runtime.ops.profile import profile_model
 from edge_runtime.ops.record import (
     EXECUTED,
@@ -163,6 +165,47 @@ def test_onnxruntime_profiles_leave_nothing_behind(tmp_path, monkeypatch):
     assert rep.named_us and sorted(p.name for p in tmp_path.rglob("*")) == ["tmp"]
 
 
+@pytest.mark.parametrize(
+    ("budget", "iterations", "warmup", "want"),
+    [(1000, 500, 50, (500, 50)), (1000, 20, 60000, (20, 980)), (1000, 5000, 60000, (500, 500)), (1, 10, 10, (1, 0))],
+)
+def test_onnxruntime_warmup_and_runs_fit_the_trace(budget, iterations, warmup, want):
+    assert fit_runs(budget, iterations, warmup) == want
+    runs, warm = fit_runs(budget, iterations, warmup)
+    assert runs + warm <= max(budget, 1)
+
+
+def test_onnxruntime_a_long_warmup_keeps_the_trace_under_its_cap(monkeypatch):
+    """A warm-up longer than the trace holds (the profiler records it too): the profiled session's warm-up is cut,
+    the measured runs all kept, the events read stay under the cap, and a note says so."""
+    need("onnxruntime")
+    from edge_runtime.ops import onnxruntime_ops
+
+    read, seen = onnxruntime_ops._read_trace, []
+    monkeypatch.setattr(onnxruntime_ops, "MAX_EVENTS", 3000)
+    monkeypatch.setattr(onnxruntime_ops, "_read_trace", lambda path: seen.append(read(path)) or seen[-1])
+    rep = profile_model(MODELS / INT8_ONNX[0], iterations=20, warmup=2000, threads=1, sandbox=False)
+    assert rep.runs == 20 and len(seen[0]) <= 3000
+    assert any(n.endswith("(the session timed with profiling off had all 2000)") for n in rep.notes), rep.notes
+
+
+def test_onnxruntime_a_trace_too_large_for_memory_is_one_line(tmp_path, monkeypatch):
+    need("onnxruntime")
+    from edge_runtime.errors import UserError
+    from edge_runtime.ops import onnxruntime_ops
+
+    trace = tmp_path / "profile.json"
+    trace.write_text("[]")
+
+    def no_memory(f):
+        raise MemoryError
+
+    monkeypatch.setattr(onnxruntime_ops.json, "load", no_memory)
+    with pytest.raises(UserError, match="does not fit in memory") as err:
+        onnxruntime_ops._read_trace(str(trace))
+    assert err.value.__cause__ is None and "\n" not in str(err.value)
+
+
 def test_onnxruntime_fp32_runs_float_kernels_and_counts_its_copies():
     rep = report("resnet8/resnet8_fp32.onnx", "onnxruntime")
     assert_cpu_only(rep)
@@ -201,6 +244,47 @@ def test_an_openvino_device_that_fell_back_is_not_delegated():
         rep = profile_model(MODELS / INT8_IR[0], device="NPU", fallback=True, **RUNS)
     assert rep.verdict == f"not delegated: all {len(ops_of(rep))} ops on CPU"
     assert rep.fallback.count == len(ops_of(rep))
+
+
+@pytest.mark.parametrize(
+    ("device", "requested", "executed", "want"),
+    [
+        ("CPU", "CPU", None, ("CPU", "CPU")),
+        ("CPU", None, None, ("CPU", "CPU")),
+        ("CPU", "NPU", None, ("CPU", "NPU")),  # fell back: the target stays the one asked for
+        ("HETERO:CPU", "HETERO:CPU", ["CPU"], ("CPU", "CPU")),  # only CPU in the string: nothing else asked
+        ("AUTO:CPU", "AUTO", ["CPU"], ("CPU", "AUTO")),  # AUTO could pick an accelerator and picked the CPU
+        ("AUTO:GPU.0", "AUTO", ["GPU.0"], ("GPU.0", "GPU.0")),
+        ("HETERO:GPU,CPU", "HETERO:GPU,CPU", ["CPU"], ("CPU", "HETERO:GPU,CPU")),
+        ("AUTO:CPU", "AUTO:CPU", None, ("CPU", "CPU")),
+    ],
+)
+def test_where_openvino_ran_and_where_it_was_asked(device, requested, executed, want):
+    assert places(device, requested, executed) == want
+
+
+@pytest.mark.parametrize(
+    ("device", "verdict_starts", "note"),
+    [
+        ("HETERO:CPU", "CPU only: all ", "does not say which device ran each op"),
+        ("AUTO", "not delegated: all ", "AUTO ran"),
+    ],
+)
+def test_openvino_virtual_devices_say_where_the_ops_ran(device, verdict_starts, note):
+    """HETERO:CPU ran everything on the CPU and asked for nothing else; AUTO could have picked an accelerator and
+    picked the CPU (this machine has none): neither is "fully delegated", and the notes say where that came from."""
+    need("openvino")
+    import openvino
+
+    if any(not d.startswith("CPU") for d in openvino.Core().available_devices):
+        pytest.skip("this machine has an accelerator: AUTO may pick it")
+    rep = profile_model(MODELS / INT8_IR[0], device=device, iterations=5, warmup=1, threads=1, sandbox=False)
+    n = len(ops_of(rep))
+    assert rep.verdict.startswith(verdict_starts) and rep.verdict.endswith(
+        f"{n} ops on CPU" + (" (no accelerator asked)" if verdict_starts.startswith("CPU") else "")
+    )
+    assert [p.where for p in rep.partitions] == ["CPU"] and all(r.where == "CPU" for r in ops_of(rep))
+    assert any(note in n for n in rep.notes), rep.notes
 
 
 # ------------------------------------------------------------------------------------------- the verdict and trace

@@ -20,6 +20,7 @@ import edge_runtime
 from edge_runtime import DeviceError, FallbackWarning
 from edge_runtime.errors import UserError
 from edge_runtime.ops.litert_ops import absorbed, ops_report, placement, split_nodes
+from edge_runtime.ops.profile import profile_model
 
 CUMSUM = MODELS / "partial_cumsum" / "partial_cumsum_fp32.tflite"
 REFERENCE = [a for a in ARTIFACTS if a["format"] == "tflite" and a["model"] != "partial_cumsum"]
@@ -31,6 +32,7 @@ needs_tflrt_env = pytest.mark.skipif(
     reason="runs in .venv-tflite-runtime with EDGE_RUNTIME_TFLITE_IMPL=tflite-runtime (make test's second line)",
 )
 ALL_OPS = "every op"
+QUICK_RUN = dict(iterations=5, warmup=1, sandbox=False)
 # What the default XNNPACK leaves on the CPU in each INT8 reference model, per library and version (major.minor), as
 # measured (research 29, x86-64 with AVX-512): a new version is not assumed to behave the same; record it here.
 INT8_FALLBACK = {
@@ -60,15 +62,19 @@ def library(r: dict) -> tuple[str, str]:
 
 
 def assert_consistent(r: dict) -> None:
-    """What holds whatever the version: every op placed once; partitions, fallback and verdict agree with the rows;
-    no time claimed."""
+    """What holds whatever the version: every op placed once; partitions (the delegate's, then the CPU's ops as one,
+    as ONNX Runtime counts them), fallback and verdict agree with the rows; no time claimed."""
     rows = r["ops"]
     assert r["engine"] == "tflite" and r["time_source"] == "placement only"
     assert any("no op profiler" in n for n in r["notes"])
     assert all(o["mean_us"] is None and o["p99_us"] is None and o["share"] is None for o in rows)
     delegated = [o for o in rows if o["status"] == "delegated"]
-    assert sum(p["ops"] for p in r["partitions"]) == len(delegated)
-    assert sum(sum(p["op_types"].values()) for p in r["partitions"]) == len(delegated)
+    assert sum(p["ops"] for p in r["partitions"] if p["where"] != "CPU") == len(delegated)
+    assert sum(p["ops"] for p in r["partitions"]) == len(rows)
+    assert sum(sum(p["op_types"].values()) for p in r["partitions"]) == len(rows)
+    cpu = [p for p in r["partitions"] if p["where"] == "CPU"]
+    assert [p["ops"] for p in cpu] == ([len(rows) - len(delegated)] if len(delegated) < len(rows) else [])
+    assert r["partitions"][-len(cpu) or len(r["partitions"]) :] == cpu  # the CPU's part last
     assert r["fallback"]["count"] == sum(r["fallback"]["types"].values())
     assert r["fallback"]["count"] == sum(o["status"] == "fallback" for o in rows)
     assert all((o["where"] == "CPU") == (o["status"] != "delegated") for o in rows)
@@ -158,7 +164,8 @@ def check_int8_placement(r: dict, file: str) -> None:
         assert r["verdict"] == "not delegated" and r["fallback"]["count"] == len(r["ops"])
     else:
         assert r["fallback"]["types"] == want
-        assert len(r["partitions"]) == 1  # the softmax is last: everything before it is one partition
+        # the softmax is last: everything before it is one partition, and the CPU's the other
+        assert [p["where"] for p in r["partitions"]] == ["XNNPACK"] + (["CPU"] if want else [])
         assert r["verdict"] == ("partial" if want else "fully delegated")
 
 
@@ -173,7 +180,8 @@ def test_resnet8_int8_leaves_its_softmax_on_the_cpu():
         ("SOFTMAX", "int8", "fallback", "builtin")
     ]
     assert r["partitions"] == [
-        {"where": "XNNPACK", "ops": 14, "op_types": {"CONV_2D": 9, "ADD": 3, "FULLY_CONNECTED": 1, "MEAN": 1}}
+        {"where": "XNNPACK", "ops": 14, "op_types": {"CONV_2D": 9, "ADD": 3, "FULLY_CONNECTED": 1, "MEAN": 1}},
+        {"where": "CPU", "ops": 1, "op_types": {"SOFTMAX": 1}},
     ]
     assert "XNNPACK left 1 of 15 op(s) on LiteRT's builtin CPU kernels: SOFTMAX x1" in r["notes"]
 
@@ -192,6 +200,7 @@ def check_cumsum_partial(session) -> None:
     assert r["partitions"] == [
         {"where": "XNNPACK", "ops": 1, "op_types": {"ADD": 1}},
         {"where": "XNNPACK", "ops": 1, "op_types": {"MUL": 1}},
+        {"where": "CPU", "ops": 1, "op_types": {"CUMSUM": 1}},
     ]
     assert r["fallback"] == {"count": 1, "types": {"CUMSUM": 1}}
     x = np.random.default_rng(29).standard_normal((1, 64)).astype(np.float32)
@@ -210,7 +219,9 @@ def test_no_delegate_is_not_delegated_and_nothing_falls_back():
     for path in (CUMSUM, artifact("resnet8", "_fp32.tflite")):
         r = report(path, options={"xnnpack": "0"})
         assert_consistent(r)
-        assert r["verdict"] == "not delegated" and r["partitions"] == []
+        assert r["verdict"] == "not delegated" and [(p["where"], p["ops"]) for p in r["partitions"]] == [
+            ("CPU", len(r["ops"]))
+        ]
         assert {(o["where"], o["kernel"], o["status"]) for o in r["ops"]} == {("CPU", "builtin", "cpu")}
         assert r["fallback"] == {"count": 0, "types": {}}
         assert any(n.startswith("no delegate (xnnpack=0)") for n in r["notes"])
@@ -225,8 +236,9 @@ def test_a_delegate_that_does_not_load(tmp_path):
     with pytest.warns(FallbackWarning):
         r = report(CUMSUM, delegate=nope, fallback=True)
     assert r["backend"]["fallback"] is True and r["backend"]["delegate"] is None
-    assert r["fallback"]["types"] == {"CUMSUM": 1} and len(r["partitions"]) == 2
-    assert any(n.startswith("fell back: delegate") and "libnope_delegate.so" in n for n in r["notes"])
+    assert r["fallback"]["types"] == {"CUMSUM": 1} and len(r["partitions"]) == 3
+    assert [n for n in r["notes"] if n.startswith("fell back")] == [f"fell back: {r['backend']['fallback_reason']}"]
+    assert "libnope_delegate.so" in r["backend"]["fallback_reason"]
 
 
 def test_only_an_open_tflite_session():
@@ -254,7 +266,7 @@ def test_placement_on_tflite_runtime_2_14():
     assert r["verdict"] == "fully delegated"
     r = report(artifact("resnet8", "_int8.tflite"))
     assert_consistent(r)
-    assert r["verdict"] == "not delegated" and r["partitions"] == []
+    assert r["verdict"] == "not delegated" and [p["where"] for p in r["partitions"]] == ["CPU"]
     assert r["fallback"]["types"] == {"CONV_2D": 9, "ADD": 3, "FULLY_CONNECTED": 1, "MEAN": 1, "SOFTMAX": 1}
     with edge_runtime.load(CUMSUM, backend="tflite", sandbox=False) as s:
         assert s.backend.details["library"] == "tflite-runtime"
@@ -277,3 +289,44 @@ def test_fp32_placement_on_tflite_runtime(file):
     r = report(MODELS / file)
     assert library(r)[0] == "tflite-runtime"  # this lane's library, not ai-edge-litert
     check_fp32_whole(r)
+
+
+def check_ops_after_a_fallback(tmp_path) -> None:
+    """`edge-runtime ops` with a delegate that does not load and fallback allowed: the target is the delegate asked
+    for, the ops ran on what the run fell back to (XNNPACK here), so nothing was delegated and every op fell back;
+    the fallback is said once."""
+    nope = str(tmp_path / "libnope_delegate.so")
+    with pytest.warns(FallbackWarning):
+        rep = profile_model(
+            artifact("resnet8", "_fp32.tflite"), backend="tflite", delegate=nope, fallback=True, **QUICK_RUN
+        )
+    n = len(rep.ops)
+    assert rep.target == "libnope_delegate.so" and rep.engine["fallback"] is True
+    assert rep.verdict == f"not delegated: all {n} ops on XNNPACK"
+    assert rep.fallback.count == n and sum(rep.fallback.types.values()) == n
+    assert sum("fell back" in note for note in rep.notes) == 1
+
+
+def test_ops_after_a_delegate_fell_back_is_not_delegated(tmp_path):
+    need("tflite")
+    check_ops_after_a_fallback(tmp_path)
+
+
+@pytest.mark.tflite_runtime
+@needs_tflrt_env
+def test_ops_after_a_delegate_fell_back_on_tflite_runtime(tmp_path):
+    check_ops_after_a_fallback(tmp_path)
+
+
+def test_an_unknown_copy_count_stays_unknown(monkeypatch):
+    """An external delegate copies inside its own nodes, which LiteRT does not show: the count is None in the
+    profile and "unknown" in the table, not 0."""
+    need("tflite")
+    from edge_runtime.cli.ops import _counted
+    from edge_runtime.ops import litert_ops
+
+    monkeypatch.setattr(litert_ops, "copies", lambda backend: {"count": None, "types": {}})
+    with edge_runtime.load(CUMSUM, backend="tflite", sandbox=False) as s:
+        got = litert_ops.profile(s, {}, iterations=1, warmup=1)
+    assert got.copies.count is None and got.copies.to_dict() == {"count": None, "types": {}}
+    assert _counted(got.copies, "0") == "unknown"
