@@ -148,7 +148,9 @@ def _tail_lines(r: dict) -> list[str]:
 
 
 def _counted(c: dict) -> str:
-    if not c.get("count"):
+    if c.get("count") is None:  # an engine that cannot count them (an external LiteRT delegate's copies)
+        return "unknown"
+    if not c["count"]:
         return "none"
     return f"{c['count']} ({', '.join(f'{t} {n}' for t, n in c['types'].items())})"
 
