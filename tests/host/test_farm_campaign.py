@@ -76,7 +76,8 @@ def stored(path) -> list[tuple[str, dict]]:
 def test_every_matching_place_runs_at_once_and_the_broken_ones_are_one_line_each(farm, tmp_path):
     assert farm.client("-p", "pheld", "acquire", user=OTHER).returncode == 0
     try:
-        path = campaign(tmp_path, farm, "rack=1", 'kind = "single-stream"\nduration_s = 3', repetitions=2)
+        # connect=3: pdead's silence is called after 3 s, not the default 10
+        path = campaign(tmp_path, farm, "rack=1&connect=3", 'kind = "single-stream"\nduration_s = 3', repetitions=2)
         store = tmp_path / "s.sqlite"
         proc = edge_bench(farm, "run", path, "--store", str(store), "--parallel", "4", "--json", str(tmp_path / "j"))
         assert OTHER in (farm.owner("pheld") or "")
