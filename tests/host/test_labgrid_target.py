@@ -38,8 +38,7 @@ def farm(tmp_path_factory):
         f.board("board1", power_index=0)
         f.board("board2", power_index=1, agent=False)
         f.start_exporter()
-        f.place("p1", "board1", {"board": "rock-5b"})
-        f.place("p2", "board2", {"board": "dead"})
+        f.places(("p1", "board1", {"board": "rock-5b"}), ("p2", "board2", {"board": "dead"}))
         yield f
     finally:
         f.close()
