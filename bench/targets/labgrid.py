@@ -15,7 +15,8 @@ modem lines never acknowledges DTR/RTS, and pyserial's rfc2217 open waits for th
 survive edge_runtime.wire.endpoint's query parsing (parse_qs drops blank values).
 
 Options: `coordinator=HOST:PORT` (else LG_COORDINATOR, else labgrid's default), `wait=S` (0: refuse at once),
-`boot=S` (after a power cycle), `power_off=S` (how long the board stays off). Any other key of the tag form is a tag.
+`boot=S` (after a power cycle), `power_off=S` (how long the board stays off), `connect=S` (how long the
+agent has to answer hello before it counts as not answering; 10). Any other key of the tag form is a tag.
 `places=all` (or `places=N`) with tags: in a campaign, every matching place (or N of them, free ones first) runs the
 target's work, concurrently (bench/campaign/fan_out.py); each place's runs carry a `place` section naming the place
 and its `group` (the campaign target's name), which the reports compare boards of one kind by. `group=NAME` is what a
@@ -94,7 +95,7 @@ class LabgridTarget(Target):
         if not matched:
             raise TargetError(f"{url}: no labgrid place has tags {tags_text(where.tags)}", "user-error")
         kept = {"coordinator": where.coordinator, "wait": f"{where.wait_s:g}", "boot": f"{where.boot_s:g}",
-                "power_off": f"{where.power_off_s:g}", "group": group}  # fmt: skip
+                "power_off": f"{where.power_off_s:g}", "connect": f"{where.connect_s:g}", "group": group}  # fmt: skip
         query = urllib.parse.urlencode({k: v for k, v in kept.items() if v is not None}, safe=":")
         return [(p.name, f"labgrid://{urllib.parse.quote(p.name, safe='')}?{query}") for p in matched[: where.places]]
 
@@ -233,7 +234,7 @@ class LabgridTarget(Target):
         t1 = time.monotonic()
         if self.serial_url is None:
             self._find_port()
-            options = replace(self.options, connect_timeout=min(self.options.connect_timeout, 10.0))
+            options = replace(self.options, connect_timeout=min(self.options.connect_timeout, self.where.connect_s))
             self.agent = AgentTarget(self.serial_url, options)
         t2 = time.monotonic()
         try:

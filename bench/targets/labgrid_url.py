@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from edge_runtime.errors import UserError
 
-OPTIONS = {"coordinator", "wait", "boot", "power_off", "places", "group"}
+OPTIONS = {"coordinator", "wait", "boot", "power_off", "connect", "places", "group"}
 MAX_PLACES = 1000
 SUMMARY = (
     "labgrid://PLACE or labgrid://?TAG=VALUE (coordinator=HOST:PORT, wait=S, boot=S; places=all in a campaign): "
@@ -24,6 +24,7 @@ class LabgridUrl:
     wait_s: float = 0.0
     boot_s: float = 60.0
     power_off_s: float = 1.0
+    connect_s: float = 10.0  # how long the agent has to answer hello before it counts as not answering
     places: int | None = 1  # a campaign fans the tag form out over this many matching places (None: all of them)
     fan: bool = False  # places= given (places=1 too): a campaign's target that stands for its places
     group: str | None = None  # the kind a fan-out's places are compared as (the campaign target's name)
@@ -36,12 +37,12 @@ def parse_url(url: str) -> LabgridUrl:
         raise UserError(f"target {url!r}: expected {SUMMARY}")
     query = dict(urllib.parse.parse_qsl(u.query, keep_blank_values=True))
     numbers = {}
-    for key, default in (("wait", 0.0), ("boot", 60.0), ("power_off", 1.0)):
+    for key, default in (("wait", 0.0), ("boot", 60.0), ("power_off", 1.0), ("connect", 10.0)):
         try:
             numbers[key] = float(query.get(key, default))
         except ValueError:
             numbers[key] = -1.0
-        if not 0 <= numbers[key] <= 86400 or (key == "boot" and numbers[key] == 0):
+        if not 0 <= numbers[key] <= 86400 or (key in ("boot", "connect") and numbers[key] == 0):
             raise UserError(f"target {url!r}: {key}={query[key]!r} is not a number of seconds (0 to 86400)")
     coordinator = query.get("coordinator") or None
     port = (coordinator or "").rpartition(":")[2]
@@ -61,7 +62,7 @@ def parse_url(url: str) -> LabgridUrl:
         raise UserError(f"target {url!r}: group={group!r}: a name (printable, at most 200 characters)")
     place = urllib.parse.unquote(u.netloc) or None
     return LabgridUrl(place, tags, coordinator, numbers["wait"], numbers["boot"], numbers["power_off"],
-                      places, "places" in query, group)  # fmt: skip
+                      numbers["connect"], places, "places" in query, group)  # fmt: skip
 
 
 def _places(url: str, text: str) -> int | None:

@@ -37,8 +37,7 @@ def farm(tmp_path_factory):
             f.board(board)
         f.board("dead", agent=False)
         f.start_exporter()
-        for board in ("a", "b", "held", "dead"):
-            f.place(f"p{board}", board, {"rack": "1", "board": "rock-5b"})
+        f.places(*((f"p{board}", board, {"rack": "1", "board": "rock-5b"}) for board in ("a", "b", "held", "dead")))
         yield f
     finally:
         f.close()
@@ -76,7 +75,8 @@ def stored(path) -> list[tuple[str, dict]]:
 def test_every_matching_place_runs_at_once_and_the_broken_ones_are_one_line_each(farm, tmp_path):
     assert farm.client("-p", "pheld", "acquire", user=OTHER).returncode == 0
     try:
-        path = campaign(tmp_path, farm, "rack=1", 'kind = "single-stream"\nduration_s = 3', repetitions=2)
+        # connect=3: pdead's silence is called after 3 s, not the default 10
+        path = campaign(tmp_path, farm, "rack=1&connect=3", 'kind = "single-stream"\nduration_s = 3', repetitions=2)
         store = tmp_path / "s.sqlite"
         proc = edge_bench(farm, "run", path, "--store", str(store), "--parallel", "4", "--json", str(tmp_path / "j"))
         assert OTHER in (farm.owner("pheld") or "")
@@ -320,8 +320,7 @@ def test_an_exporter_that_disappears_mid_run_is_one_line_and_the_other_exporters
         farm.board("far", exporter="exp2")
         farm.start_exporter()
         farm.start_exporter("exp2")
-        farm.place("pnear", "near", {"pair": "1"})
-        farm.place("pfar", "far", {"pair": "1"})
+        farm.places(("pnear", "near", {"pair": "1"}), ("pfar", "far", {"pair": "1"}))
         path = campaign(tmp_path, farm, "pair=1", 'kind = "single-stream"\nduration_s = 4', extra="reconnect_for = 2\n")
         argv, env = command(farm, "run", path, "--store", str(tmp_path / "s.sqlite"), "--json", str(tmp_path / "j"))
         with reaped(subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

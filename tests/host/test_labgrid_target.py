@@ -38,8 +38,7 @@ def farm(tmp_path_factory):
         f.board("board1", power_index=0)
         f.board("board2", power_index=1, agent=False)
         f.start_exporter()
-        f.place("p1", "board1", {"board": "rock-5b"})
-        f.place("p2", "board2", {"board": "dead"})
+        f.places(("p1", "board1", {"board": "rock-5b"}), ("p2", "board2", {"board": "dead"}))
         yield f
     finally:
         f.close()
@@ -110,12 +109,14 @@ def test_what_labgrid_client_prints_is_read():
 
 def test_a_url_that_names_nothing_is_one_line():
     assert parse_url("labgrid://p1?wait=5&coordinator=h:1").wait_s == 5
+    assert (parse_url("labgrid://p1").connect_s, parse_url("labgrid://p1?connect=2.5").connect_s) == (10.0, 2.5)
     assert parse_url("labgrid://?board=rock-5b&lab=b2").tags == {"board": "rock-5b", "lab": "b2"}
     assert LabgridTarget.short_name("labgrid://?board=rock-5b&lab=b2&wait=3") == "labgrid:board=rock-5b,lab=b2"
     assert (LabgridTarget.short_name("labgrid://p1?wait=3"), LabgridTarget.short_name("labgrid://")) == (
         "labgrid:p1", "labgrid")  # fmt: skip
     bad = (("labgrid://p1?board=x", "a place or tags, not both"), ("labgrid://p1/x", "expected labgrid://"),
            ("labgrid://p1?wait=soon", "wait='soon'"), ("labgrid://p1?boot=0", "boot='0'"),
+           ("labgrid://p1?connect=0", "connect='0'"), ("labgrid://p1?connect=-1", "connect='-1'"),
            ("labgrid://?board=", "a tag is NAME=VALUE"), ("labgrid://p1?coordinator=h", "HOST:PORT"),
            ("labgrid://?b=x&places=0", "places='0'"), ("labgrid://?b=x&places=some", "'all' or a number"),
            ("labgrid://?b=x&places=\u00b2", "places="), ("labgrid://p1?places=all", "places= goes with tags"),
@@ -297,7 +298,7 @@ def test_what_a_coordinator_says_reaches_the_terminal_printable_and_a_run_needs_
 def test_a_board_that_does_not_answer_is_power_cycled_once_then_one_line(farm, tmp_path):
     need("onnxruntime")
     before = len(farm.power.seen)
-    target = url(farm, "?board=dead", boot=3, power_off=0.2)
+    target = url(farm, "?board=dead", boot=3, power_off=0.2, connect=3)  # connect: 3 s a hello, not 10
     proc = edge_bench(farm, "run", "--target", target, "--model", str(DIGITS), "--iterations", "20",
                       "--store", str(tmp_path / "s.sqlite"))  # fmt: skip
     # the progress line that says the board is being power-cycled, then the error in one line
@@ -308,14 +309,15 @@ def test_a_board_that_does_not_answer_is_power_cycled_once_then_one_line(farm, t
     assert farm.power.seen[before:] == [(1, 0), (1, 1)]
     assert farm.owner("p2") is None
     # `targets` asks what is there and switches nothing: it says a run would cycle it.
-    proc = edge_bench(farm, "targets", url(farm, "p2", boot=60, power_off=0.2))
+    proc = edge_bench(farm, "targets", url(farm, "p2", boot=60, power_off=0.2, connect=3))
     assert proc.returncode == 1 and farm.power.seen[before + 2 :] == [], proc.stdout + proc.stderr
     assert "a run would power-cycle it through exp1/board2-power" in proc.stdout + proc.stderr
     # The board comes back when switched on: the run goes on, and its record says the board was cycled.
     farm.power.on_power_on[1] = lambda: threading.Thread(target=farm.start_agent, args=("board2",)).start()
     try:
-        proc = edge_bench(farm, "run", "--target", url(farm, "p2", boot=60, power_off=0.2), "--model", str(DIGITS),
-                          "--iterations", "20", "--store", str(tmp_path / "s.sqlite"), "--json", "-")  # fmt: skip
+        back = url(farm, "p2", boot=60, power_off=0.2, connect=3)
+        proc = edge_bench(farm, "run", "--target", back, "--model", str(DIGITS), "--iterations", "20",
+                          "--store", str(tmp_path / "s.sqlite"), "--json", "-")  # fmt: skip
     finally:
         farm.power.on_power_on.pop(1)
     assert proc.returncode == 0, proc.stdout + proc.stderr
