@@ -39,6 +39,7 @@ are shown, not gated. An open loop's throughput is its schedule's: shown, never 
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from collections.abc import Sequence
@@ -121,7 +122,10 @@ def _kind(result: dict) -> str:
     return (result.get("scenario") or {}).get("kind") or "single-stream"
 
 
+@functools.lru_cache(maxsize=256)
 def _t_quantile(q: float, df: int, seed: int) -> float:
+    """Student's t quantile from T_DRAWS seeded draws (the same numbers on every host); a compare asks for the same
+    (q, df, seed) once per metric, so it is drawn once."""
     return float(np.quantile(np.random.default_rng(seed).standard_t(df, T_DRAWS), q))
 
 

@@ -132,7 +132,8 @@ class CoRunner:
                         start_new_session=True,
                     )
                 )
-        time.sleep(0.2)  # let the workers start loading their CPUs before measuring
+        if self.procs:
+            time.sleep(0.2)  # let the workers start loading their CPUs before measuring
         dead = [p for p in self.procs if p.poll() is not None]
         if dead:  # a run "under load" that was never under load would be a false result
             raise UserError(

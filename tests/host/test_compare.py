@@ -6,7 +6,6 @@ runs never called a regression, a 15% slower configuration found with three runs
 from __future__ import annotations
 
 import contextlib
-import functools
 import io
 import json
 import subprocess
@@ -18,7 +17,6 @@ import pytest
 from conftest import MODELS, ROOT, need
 from records import result
 
-import bench.compare
 from bench.comparable import differences, refusals
 from bench.compare import compare, needed_samples, parse_metrics
 from bench.store import Store
@@ -26,14 +24,6 @@ from edge_runtime.errors import UserError
 
 DIGITS = MODELS / "digits_cnn" / "digits_cnn_int8.onnx"
 RESNET = MODELS / "resnet8" / "resnet8_int8.onnx"
-
-
-@pytest.fixture(autouse=True)
-def t_quantile_once(monkeypatch):
-    """The t quantile is 400,000 seeded Student t draws, the same for every metric of a compare (same q, df, seed):
-    drawn once per (q, df, seed) here instead of once per metric, the same numbers at a seventh of the cost (the
-    statistics tests run some 50 compares)."""
-    monkeypatch.setattr(bench.compare, "_t_quantile", functools.lru_cache(maxsize=None)(bench.compare._t_quantile))
 
 
 def work(rng, n, scale=1.0):  # like a model's latency: a lognormal body and a tail of interruptions
