@@ -150,3 +150,27 @@ def test_the_plugin_missing_with_fallback_allowed_is_reported(no_plugin):
     assert doc["engine"]["fallback"] is True and doc["target"] == "OpenVINO"
     assert doc["fallback"] == {"count": 3, "types": {"Add": 1, "FastGelu": 1, "Mul": 1}}
     assert doc["verdict"] == "not delegated: all 3 ops on CPU"
+
+
+@needs_plugin
+def test_the_plugin_leaves_openvino_able_to_read_tflite_models_in_the_same_process():
+    """The plugin bundles a libopenvino.so of the openvino package's soname with only the ONNX and IR frontends: were
+    it loaded first, OpenVINO in that process could no longer read a .tflite ("Available frontends: onnx ir"), as a
+    fresh clone's suite found. A child that runs the plugin first, then OpenVINO on a .tflite."""
+    need("onnxruntime")
+    need("openvino")
+    code = (
+        "import sys\n"
+        "import edge_runtime\n"
+        f"with edge_runtime.load({str(PARTIAL)!r}, backend='onnxruntime', device='openvino', sandbox=False) as s:\n"
+        "    assert s.backend.device == 'openvino', s.backend\n"
+        f"with edge_runtime.load({str(MODELS / 'resnet8' / 'resnet8_int8.tflite')!r}, backend='openvino',"
+        " sandbox=False) as s:\n"
+        "    print('read', s.backend.name, s.model.format)\n"
+    )
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "read openvino tflite" in proc.stdout

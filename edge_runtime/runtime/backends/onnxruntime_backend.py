@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import os
 import re
 from collections.abc import Callable
@@ -52,6 +53,8 @@ _COMPANIONS = {"TensorrtExecutionProvider": ["CUDAExecutionProvider"]}
 PLUGINS = {
     "OpenVINOExecutionProvider": ("onnxruntime_ep_openvino", "onnxruntime-ep-openvino", "onnxruntime-openvino-ep"),
 }
+# A plugin's bundled runtime that must not be the first of its soname in the process: the package to import first.
+RUNTIME_FIRST = {"OpenVINOExecutionProvider": "openvino"}
 # The plugin providers this process registered (ONNX Runtime refuses a second registration under one name).
 _REGISTERED: set[str] = set()
 
@@ -105,6 +108,20 @@ def _installed(provider: str) -> bool:
     return importlib.util.find_spec(PLUGINS[provider][0]) is not None
 
 
+def _load_first(provider: str) -> None:
+    """Load the runtime the plugin bundles from its own package first, where that package is installed: the
+    OpenVINO plugin carries a libopenvino.so with the openvino package's soname (2026.4.1: .2641) but only the ONNX
+    and IR frontends beside it; loaded first, it is the one `import openvino` then binds to, and OpenVINO can no
+    longer read .tflite (or PaddlePaddle, TensorFlow) models in that process. The package's library loaded first
+    serves both."""
+    module = RUNTIME_FIRST.get(provider)
+    if module and importlib.util.find_spec(module) is not None:
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - a broken openvino is the openvino backend's to report, not the plugin's
+            pass
+
+
 def plugin_devices(ort, provider: str, device_type: str | None) -> tuple[list, str | None]:
     """(the OrtEpDevices to add for `provider`'s plugin, None) with its library registered, or ([], why not): the
     package is not installed, does not register, or offers no device (`device_type`: the plugin's device, e.g. CPU
@@ -122,6 +139,7 @@ def plugin_devices(ort, provider: str, device_type: str | None) -> tuple[list, s
         return [], f"onnxruntime {ort.__version__} cannot load {dist}: plugin providers need onnxruntime 1.22 or later"
     if provider not in _REGISTERED:
         if not any(d.ep_name == provider for d in ort.get_ep_devices()):  # else registered by someone else
+            _load_first(provider)
             try:
                 ort.register_execution_provider_library(provider, pkg.get_library_path())
             except Exception as err:  # noqa: BLE001 - any failure of a vendor library is the device's, said in one line
