@@ -248,13 +248,11 @@ def _print_one_off(kept, outs, args, cls, store) -> int:
         if doc.get("firmware"):  # MLPerf Tiny firmware: the device's own figures (no percentiles to print)
             from bench.report.firmware import one_run_text
 
-            printed = one_run_text(doc)
-        else:
-            printed = server_text(doc) if cls.info.kind == "server" else format_report(doc)
-        sys.stdout.write(printed)
+            sys.stdout.write(one_run_text(doc))
+        else:  # a board's report carries its ops section's lines (bench --ops); a server's and firmware's have none
+            sys.stdout.write(server_text(doc) if cls.info.kind == "server" else format_report(doc))
         if doc.get("gpu"):
             sys.stdout.write(gpu_text(doc["gpu"]))
-        sys.stdout.write(ops_text(doc, printed))
         if got.link:
             sys.stdout.write(format_link(args.target, got.link, got.rerun_after_restart))
         for line in verdict_lines(kept.slo):
@@ -281,16 +279,6 @@ def check_target_flags(cls, args) -> None:
             raise UsageError(f"{flag} goes with a server target ({forms}): "
                              + ("a board runs one query at a time" if cls.info.kind == "board" else
                                 f"{args.target} takes no {option}"))  # fmt: skip
-
-
-def ops_text(doc: dict, printed: str) -> str:
-    """The one-off run's per-op verdict (its `ops` section), unless the bench's own report (`printed`) said it."""
-    from bench.report.ops import summary_line
-
-    section = doc.get("ops")
-    if not isinstance(section, dict) or str(section.get("verdict") or section.get("error")) in printed:
-        return ""
-    return f"ops          {summary_line(section)}\n"
 
 
 def check_ops(cls, args, device: str | None) -> None:

@@ -103,8 +103,6 @@ def _tensor_info(node, model: ModelFile, kind: str) -> TensorInfo:
 
 def _installed(provider: str) -> bool:
     """Whether `provider`'s plugin package is installed (its module found, not imported)."""
-    import importlib.util
-
     return importlib.util.find_spec(PLUGINS[provider][0]) is not None
 
 
