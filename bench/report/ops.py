@@ -13,6 +13,7 @@ placement-only run, or count a fused op's missing time as zero in a bar.
 from __future__ import annotations
 
 import html
+import math
 
 from bench.report.plot_common import figure_html, mpl_text, new_figure
 
@@ -24,8 +25,30 @@ NO_TIMES = "no per-op times in this run"
 
 
 def found(named: list[tuple[str, dict | None]]) -> list[tuple[str, dict]]:
-    """(label, ops section) of each run that carries one."""
-    return [(lab, res["ops"]) for lab, res in named if isinstance((res or {}).get("ops"), dict)]
+    """(label, ops section) of each run that carries one, checked (`checked`)."""
+    return [(lab, checked(res["ops"])) for lab, res in named if isinstance((res or {}).get("ops"), dict)]
+
+
+def checked(ops: dict) -> dict:
+    """The section as a board writes it, or `{"error": "unreadable ops section: ..."}` where a field is not (a
+    broken or lying agent, a hand-edited store): a report says so in its place and never fails on it."""
+    if ops.get("error"):
+        return ops
+    try:
+        rows, parts = ops.get("ops") or [], ops.get("partitions") or []
+        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+            raise ValueError("ops: not a list of op rows")
+        if not isinstance(parts, list) or not all(isinstance(p, dict) for p in parts):
+            raise ValueError("partitions: not a list of partitions")
+        numbers = [(f"ops[{i}].{k}", r.get(k)) for i, r in enumerate(rows) for k in ("share", "mean_us")]
+        numbers += [(k, ops.get(k)) for k in ("profiled_us", "named_us", "overhead_us", "fallback_share", "ops_total")]
+        for name, value in numbers:
+            real = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if value is not None and not (real and math.isfinite(value) and value > -1e12 and value < 1e12):
+                raise ValueError(f"{name} {value!r}: not a finite number")
+    except ValueError as err:
+        return {"schema": ops.get("schema"), "error": f"unreadable ops section: {err}"}
+    return ops
 
 
 def is_fallback(row: dict, target: str | None) -> bool:

@@ -10,6 +10,7 @@ import warnings
 from edge_runtime.cli.common import load_inputs
 from edge_runtime.program.args import PROG, add_debug, add_json, emit_json, integer, path_arg, plan_outputs
 from edge_runtime.program.bench_flags import add_model_options, input_paths, load_kwargs
+from edge_runtime.program.bench_text import counted_text
 
 MAX_ITERATIONS = 100_000  # per-op times settle long before; the ORT profiler keeps 1 M events anyway
 MAX_WARMUP = 100_000
@@ -107,14 +108,6 @@ def table(report) -> list[str]:
     return [line(head), *(line(c) for c in cells)]
 
 
-def _counted(c, none: str = "none") -> str:
-    if c.count is None:
-        return "unknown"
-    if not c.count:
-        return none
-    return f"{c.count} ({', '.join(f'{t} {n}' for t, n in sorted(c.types.items()))})"
-
-
 def render(report) -> str:
     e = report.engine
     lines = [
@@ -127,8 +120,8 @@ def render(report) -> str:
     ]
     parts = "; ".join(f"{p.where} {p.ops} ops" for p in report.partitions) or "none"
     lines.append(f"partitions  {len(report.partitions)}: {parts}")
-    lines.append(f"fallback    {_counted(report.fallback)}")
-    lines.append(f"copies      {_counted(report.copies, '0')}")
+    lines.append(f"fallback    {counted_text(report.fallback.to_dict())}")
+    lines.append(f"copies      {counted_text(report.copies.to_dict(), '0')}")
     t = report.total_us
     lines.append(f"total       p50 {t['p50']:.1f} us, mean {t['mean']:.1f} us, p99 {t['p99']:.1f} us (profiling off)")
     if report.profiled_us is not None:

@@ -147,11 +147,12 @@ def _tail_lines(r: dict) -> list[str]:
     return lines
 
 
-def _counted(c: dict) -> str:
+def counted_text(c: dict, none: str = "none") -> str:
+    """An ops section's count by type ({count, types}: fallback, copies) in words: "3 (Memcpy 2, Reorder 1)"."""
     if c.get("count") is None:  # an engine that cannot count them (an external LiteRT delegate's copies)
         return "unknown"
     if not c["count"]:
-        return "none"
+        return none
     return f"{c['count']} ({', '.join(f'{t} {n}' for t, n in c['types'].items())})"
 
 
@@ -161,13 +162,21 @@ def _pct(share: float | None) -> str:
 
 def ops_lines(ops: dict | None, slowest: int = 5) -> list[str]:
     """A result's `ops` section (bench --ops) in a few lines: the verdict, partitions, fallback op types, copies, the
-    delegated share, the time split with the profiler's cost, and the slowest ops."""
+    delegated share, the time split with the profiler's cost, and the slowest ops. A section that is not as a board
+    writes it (a broken or lying agent) is one line saying so, never a failed report."""
     if not ops:
         return []
+    try:
+        return _ops_lines(ops, slowest)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
+        return [f"ops          unreadable ops section ({type(err).__name__}: {err})"]
+
+
+def _ops_lines(ops: dict, slowest: int) -> list[str]:
     if "error" in ops:
         return [f"ops          {ops['error']}"]
     parts = ", ".join(f"{p['where']} {p['ops']} op{'' if p['ops'] == 1 else 's'}" for p in ops["partitions"]) or "none"
-    placed = f"partitions: {parts}; fallback: {_counted(ops['fallback'])}; copies: {_counted(ops['copies'])}"
+    placed = f"partitions: {parts}; fallback: {counted_text(ops['fallback'])}; copies: {counted_text(ops['copies'])}"
     if ops.get("delegated_share") is not None:
         placed += f"; {_pct(ops['delegated_share'])} of the time on {ops['target']}"
     lines = [f"ops          {ops['verdict']}", f"             {placed}"]

@@ -319,3 +319,29 @@ def test_a_model_with_more_ops_than_bars_draws_the_rest_as_one_bar():
         ]
         assert sum(b[1] for b in drawn) == pytest.approx(1.0, abs=1e-3)
         assert drawn[-1][0] == "(overhead)" and len(drawn) == ops.MAX_BARS + 2
+
+
+@pytest.mark.parametrize(
+    "lie",
+    [
+        {"ops": [{"name": "conv", "share": "most", "mean_us": 1.0}]},
+        {"ops": [{"name": "conv", "share": float("nan"), "mean_us": 1.0}]},
+        {"profiled_us": 1e300},
+        {"partitions": "all of them"},
+        {"ops": "conv"},
+    ],
+)
+def test_an_ops_section_a_board_would_not_write_is_said_unreadable_never_a_failed_report(campaign, profiles, lie):
+    """A real section with one field made a lie (an agent that is broken or lying, a hand-edited store): the
+    terminal, Markdown and HTML reports and the run's own text each say the section is unreadable, and go on."""
+    from bench.report import html, ops
+    from edge_runtime.program.bench_text import format_report
+
+    res = _with(campaign, {**profiles["cpu"], **lie})
+    named = [("run 1", res)]
+    for said in (ops.text(named), ops.markdown(named)):
+        assert "unreadable ops section" in said, said
+    page = html.render("lie", [{"run": 1, "target": "t", "model": "m", "scenario": "s", "repetition": 0}], [res])
+    assert "unreadable ops section" in page and '<figure id="ops-1"' not in page
+    text = format_report(res)
+    assert "unreadable ops section" in text or "ops          " + profiles["cpu"]["verdict"] in text

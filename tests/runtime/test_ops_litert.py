@@ -322,11 +322,11 @@ def test_an_unknown_copy_count_stays_unknown(monkeypatch):
     """An external delegate copies inside its own nodes, which LiteRT does not show: the count is None in the
     profile and "unknown" in the table, not 0."""
     need("tflite")
-    from edge_runtime.cli.ops import _counted
     from edge_runtime.ops import litert_ops
+    from edge_runtime.program.bench_text import counted_text
 
     monkeypatch.setattr(litert_ops, "copies", lambda backend: {"count": None, "types": {}})
     with edge_runtime.load(CUMSUM, backend="tflite", sandbox=False) as s:
         got = litert_ops.profile(s, {}, iterations=1, warmup=1)
     assert got.copies.count is None and got.copies.to_dict() == {"count": None, "types": {}}
-    assert _counted(got.copies, "0") == "unknown"
+    assert counted_text(got.copies.to_dict(), "0") == "unknown"
